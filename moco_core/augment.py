@@ -1,0 +1,108 @@
+"""Image augmentations for MoCo pretraining (two random crops of one image) and for evaluation.
+
+Every random choice is drawn from torch's global RNG, so ``torch.manual_seed`` makes the pipeline
+reproducible (DataLoader workers receive distinct torch seeds automatically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from PIL import Image, ImageFilter
+from torchvision import transforms as T
+
+from moco_core.config import AugmentConfig
+
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+
+class RandomGaussianBlur:
+    """Gaussian blur with sigma drawn uniformly from ``sigma`` (MoCo v2; the PIL radius is the sigma).
+
+    It always blurs: wrap it in ``RandomApply`` to blur with a probability.
+    """
+
+    def __init__(self, sigma: Sequence[float] = (0.1, 2.0)) -> None:
+        lo, hi = (float(s) for s in sigma)
+        if not 0.0 <= lo <= hi:
+            raise ValueError(f"blur sigma range must satisfy 0 <= lo <= hi, got ({lo}, {hi})")
+        self.sigma = (lo, hi)
+
+    def sample_sigma(self) -> float:
+        """Draw one sigma uniformly in ``[lo, hi]`` from torch's RNG."""
+        lo, hi = self.sigma
+        return float(torch.empty(1).uniform_(lo, hi).item())
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        return img.filter(ImageFilter.GaussianBlur(radius=self.sample_sigma()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sigma={self.sigma})"
+
+
+def _color_transforms(cfg: AugmentConfig) -> list[Callable[[Image.Image], Image.Image]]:
+    """Colour jitter and random grayscale in the order the config asks for (v1 or v2)."""
+    jitter: list[Callable[[Image.Image], Image.Image]] = []
+    if cfg.color_jitter_prob > 0:
+        color_jitter = T.ColorJitter(*cfg.color_jitter)
+        if cfg.color_jitter_prob >= 1.0:
+            jitter.append(color_jitter)
+        else:
+            jitter.append(T.RandomApply([color_jitter], p=cfg.color_jitter_prob))
+    gray: list[Callable[[Image.Image], Image.Image]] = []
+    if cfg.grayscale_prob > 0:
+        gray.append(T.RandomGrayscale(p=cfg.grayscale_prob))
+    return gray + jitter if cfg.grayscale_before_jitter else jitter + gray
+
+
+def build_pretrain_transform(cfg: AugmentConfig) -> Callable[[Image.Image], torch.Tensor]:
+    """One random view: crop, colour (v1 or v2 order), optional blur, flip, tensor, normalise.
+
+    Steps whose probability is 0 are left out, so they draw nothing from the RNG.
+    """
+    steps: list[Callable] = [T.RandomResizedCrop(cfg.crop_size, scale=tuple(cfg.crop_scale))]
+    steps += _color_transforms(cfg)
+    if cfg.blur_prob > 0:
+        steps.append(T.RandomApply([RandomGaussianBlur(cfg.blur_sigma)], p=cfg.blur_prob))
+    if cfg.flip_prob > 0:
+        steps.append(T.RandomHorizontalFlip(p=cfg.flip_prob))
+    steps += [T.ToTensor(), T.Normalize(mean=list(cfg.mean), std=list(cfg.std))]
+    return T.Compose(steps)
+
+
+class TwoCrops:
+    """Apply one random transform twice to the same image: the query and key views."""
+
+    def __init__(self, transform: Callable[[Image.Image], torch.Tensor]) -> None:
+        self.transform = transform
+
+    def __call__(self, img: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
+        query = self.transform(img)
+        key = self.transform(img)
+        return query, key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transform!r})"
+
+
+def build_eval_transform(
+    crop_size: int,
+    resize: int | None = None,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+) -> Callable[[Image.Image], torch.Tensor]:
+    """Deterministic evaluation view: resize the short side, centre crop, tensor, normalise.
+
+    ``resize`` defaults to ``round(crop_size * 256 / 224)`` (256 for a 224 crop, as the paper's protocol).
+    """
+    short_side = resize if resize is not None else round(crop_size * 256 / 224)
+    return T.Compose(
+        [
+            T.Resize(short_side),
+            T.CenterCrop(crop_size),
+            T.ToTensor(),
+            T.Normalize(mean=list(mean), std=list(std)),
+        ]
+    )

@@ -1,0 +1,165 @@
+"""Checkpoints in the official facebookresearch/moco layout, written atomically, read without unpickling code.
+
+The official ``main_moco.py`` saves ``{'epoch', 'arch', 'state_dict', 'optimizer'}`` where ``state_dict`` is
+the DistributedDataParallel-wrapped model's: ``module.encoder_q.*``, ``module.encoder_k.*``, ``module.queue``,
+``module.queue_ptr``; ``epoch`` is the next epoch to run. We write exactly that, plus our own top-level
+fields (config, RNG states, sampler position...), all plain tensors, numbers, strings, lists and dicts, so
+``torch.load(path, weights_only=True)`` reads every checkpoint we write and the official scripts read them too.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+LAST = "checkpoint_last.pth.tar"
+
+# Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed.
+_PREFIXES = (("encoder.", "module.encoder_q."), ("momentum_encoder.", "module.encoder_k."))
+_BUFFERS = (("queue", "module.queue"), ("queue_ptr", "module.queue_ptr"))
+
+
+class CheckpointError(Exception):
+    """A checkpoint cannot be read or is not what was expected. The message is one line."""
+
+
+def to_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename our MoCo state_dict keys to the official ``module.encoder_q.*`` layout (order kept)."""
+    out = {}
+    for key, value in state_dict.items():
+        for ours, theirs in _BUFFERS:
+            if key == ours:
+                out[theirs] = value
+                break
+        else:
+            for ours, theirs in _PREFIXES:
+                if key.startswith(ours):
+                    out[theirs + key[len(ours):]] = value
+                    break
+            else:
+                raise KeyError(f"unexpected MoCo state_dict key {key!r}")
+    return out
+
+
+def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Inverse of ``to_official``; also accepts keys without the ``module.`` prefix (single-GPU saves)."""
+    out = {}
+    for key, value in state_dict.items():
+        name = key if key.startswith("module.") else "module." + key
+        for ours, theirs in _BUFFERS:
+            if name == theirs:
+                out[ours] = value
+                break
+        else:
+            for ours, theirs in _PREFIXES:
+                if name.startswith(theirs):
+                    out[ours + name[len(theirs):]] = value
+                    break
+            else:
+                raise CheckpointError(f"unexpected key {key!r}: not a MoCo pretraining checkpoint")
+    return out
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the run uses, as plain tensors and lists (loadable with weights_only=True)."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_atomic(obj: dict[str, Any], path: Path) -> None:
+    """torch.save to a temporary file in the same directory, fsync, then rename over ``path``.
+
+    A crash (or a full disk) at any point leaves either the previous file or the new one, never a torn one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a checkpoint is a normal file
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def keep_copy(path: Path, name: str) -> Path:
+    """Keep a snapshot of ``path`` under ``name`` in the same directory (a hard link where possible)."""
+    target = path.with_name(name)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(path, target)
+    except OSError:
+        shutil.copyfile(path, target)
+    return target
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True``: nothing in the file can run code.
+
+    Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, and for pickles that
+    would need arbitrary objects to load.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{path}: refused, loading it would need arbitrary unpickling ({first[:200]})"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {first[:200]}") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
+    return obj
+
+
+def resolve(run_dir_or_ckpt: str | Path) -> Path:
+    """A run directory means its last checkpoint; a file is itself."""
+    path = Path(run_dir_or_ckpt)
+    if path.is_dir():
+        path = path / LAST
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    return path

@@ -1,0 +1,93 @@
+"""``moco pretrain``: options in, a plain ``pretrain(cfg)`` call out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from moco_core import checkpoint, distributed
+from moco_core.config import ConfigError, PretrainConfig, load_config, replace, to_dict, validated
+from moco_core.data import DatasetError
+from moco_core.engine import NonFiniteLossError
+
+USER_ERRORS = (ConfigError, DatasetError, checkpoint.CheckpointError)
+
+
+def resolve_pretrain_config(
+    config: str | None, overrides: list[str], flags: dict[str, dict[str, Any]], resume: str | None
+) -> PretrainConfig:
+    """Defaults < the resumed checkpoint's stored config < --config < --set < explicit flags."""
+    base = None
+    if resume:
+        stored = checkpoint.load(checkpoint.resolve(resume)).get("config")
+        base = stored if isinstance(stored, dict) else None
+        if "output_dir" not in flags.get("run", {}):
+            path = Path(resume)
+            flags.setdefault("run", {})["output_dir"] = str(path if path.is_dir() else path.parent)
+    cfg = load_config(PretrainConfig, config, overrides, base=base)
+    sections = {name: {k: v for k, v in values.items() if v is not None} for name, values in flags.items()}
+    return validated(replace(cfg, **{k: v for k, v in sections.items() if v}))
+
+
+def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
+    """Run in this process; user errors become one line on stderr and a non-zero exit, never a traceback."""
+    from moco_core.train import pretrain  # torch and torchvision load only when a run starts
+
+    try:
+        run_dir = pretrain(cfg, resume=resume, show_progress=not quiet)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteLossError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    if distributed.rank() == 0 and not quiet:
+        print(f"run directory: {run_dir}")
+
+
+def pretrain_cli(
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="YAML file, or a preset of configs/: embedded, moco_v1_200ep, moco_v2_200ep, "
+        "moco_v2_800ep. Without it: the paper's defaults.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. --set model.temperature=0.2 (repeatable).")] = None,
+    data: Annotated[str | None, typer.Option(help="Dataset root (ImageFolder), or 'embedded'.")] = None,
+    output_dir: Annotated[str | None, typer.Option(help="Run directory (config.yaml, metrics, checkpoints).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Data-loading worker processes per training process.")] = None,
+    resume: Annotated[str | None, typer.Option(
+        help="Continue a run: its directory or a checkpoint (ours or official main_moco.py's).")] = None,
+    nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
+    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+    print_config: Annotated[bool, typer.Option(help="Print the resolved config as YAML and exit.")] = False,
+) -> None:
+    """Pretrain MoCo v1/v2 (arXiv 1911.05722) on an image folder or the embedded dataset."""
+    flags = {"data": {"path": data, "workers": workers},
+             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+    try:
+        cfg = resolve_pretrain_config(config, set_ or [], flags, resume)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if print_config:
+        import yaml
+
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        return
+    if nproc < 1:
+        print("error: --nproc: must be >= 1", file=sys.stderr)
+        raise typer.Exit(2)
+    if nproc == 1:
+        run_pretrain(cfg, resume, quiet)
+        return
+    import torch.multiprocessing as mp
+
+    try:
+        distributed.launch(nproc, run_pretrain, cfg, resume, quiet)
+    except mp.ProcessExitedException as err:
+        print(f"error: process {err.error_index} exited with code {err.exit_code}", file=sys.stderr)
+        raise typer.Exit(err.exit_code or 1) from None

@@ -1,0 +1,302 @@
+"""Pretraining configuration: frozen dataclasses whose defaults are the paper's values.
+
+Precedence (lowest first): dataclass defaults < YAML file (``_base_`` chains allowed) < ``--set a.b=value``
+overrides < explicit CLI flags. Unknown keys and wrong types are rejected with a one-line error naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+ARCHS = (
+    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type, or impossible. The message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "resnet50"  # paper: ResNet-50 (R50)
+    dim: int = 128  # feature dimension of q and k (paper: 128)
+    mlp: bool = False  # MoCo v2's 2-layer MLP head (arXiv 2003.04297); v1 has a single fc
+    queue_size: int = 65536  # K, the number of negatives in the dictionary (paper: 65536)
+    momentum: float = 0.999  # m, key-encoder momentum (paper: 0.999)
+    temperature: float = 0.07  # T in InfoNCE (paper v1: 0.07; v2: 0.2)
+    # How batch statistics are kept from leaking the positive (paper section 3.3):
+    # "shuffle": several processes shuffle the key batch across ranks; one process splits every BN layer of
+    #   both encoders into `bn_groups` groups and feeds the key encoder a shuffled batch (emulates bn_groups GPUs).
+    # "sync": SyncBatchNorm over all ranks (no shuffling); "off": plain per-process BN, no shuffling.
+    shuffle_bn: Literal["shuffle", "sync", "off"] = "shuffle"
+    bn_groups: int = 8  # single-process emulation of the paper's 8 GPUs (32 images a group at batch 256)
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Two independent crops of each image. Defaults are MoCo v1's augmentation (official main_moco.py)."""
+
+    crop_size: int = 224
+    crop_scale: tuple[float, float] = (0.2, 1.0)  # RandomResizedCrop scale range (official: 0.2-1)
+    color_jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.4)  # brightness, contrast, sat., hue
+    color_jitter_prob: float = 1.0  # v1 always jitters; v2 with p 0.8
+    grayscale_prob: float = 0.2
+    grayscale_before_jitter: bool = True  # v1 order: grayscale, then jitter; v2: jitter, then grayscale
+    blur_prob: float = 0.0  # v2: Gaussian blur with p 0.5
+    blur_sigma: tuple[float, float] = (0.1, 2.0)  # v2: sigma (PIL radius) uniform in 0.1-2
+    flip_prob: float = 0.5
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics, as torchvision
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 0.03  # per 256 images; the effective lr is lr * global_batch / 256 (paper: 0.03 at 256)
+    batch_size: int = 256  # global batch over all processes (paper: 256 on 8 GPUs)
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    epochs: int = 200
+    schedule: Literal["step", "cosine"] = "step"  # v1: step; v2: cosine (applied per epoch, as official)
+    milestones: tuple[int, ...] = (120, 160)  # step schedule: lr x0.1 at these epochs
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str | None = None  # an ImageFolder root (train/ inside, or a folder of images), or "embedded"
+    workers: int = 8  # DataLoader worker processes per training process
+    verify_images: bool = True  # open every image's header at start-up and skip unreadable ones
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    output_dir: str = "runs/pretrain"
+    device: str = "auto"  # "auto": CUDA when available, else CPU
+    seed: int = 0
+    amp: bool = True  # bf16 autocast on CUDA; always fp32 on CPU
+    log_every: int = 10  # steps between metrics.jsonl lines
+    checkpoint_every: int = 1  # epochs between writes of checkpoint_last.pth.tar (the end always writes one)
+    keep_every: int = 0  # also keep checkpoint_<epoch>.pth.tar every this many epochs (0: keep only the last)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading, overriding, validating
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dict of built-in types (tuples become lists), for YAML and checkpoints."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check ``value`` against a field's type and convert lists to tuples; raise ConfigError naming ``key``."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise ConfigError(f"{key}: expected one of {list(choices)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(annotation):
+            try:
+                return _coerce(value, option, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if annotation is type(None):
+        if value is not None:
+            raise ConfigError(f"{key}: expected null, got {value!r}")
+        return None
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {len(value)}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict; missing keys keep their defaults, unknown keys fail."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+    values = {}
+    for name, value in data.items():
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation):
+            values[name] = from_dict(annotation, value, f"{prefix}{name}.")
+        else:
+            values[name] = _coerce(value, annotation, f"{prefix}{name}")
+    return cls(**values)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def preset_path(name_or_path: str) -> Path:
+    """A YAML path, or the name of a preset shipped in ``configs/`` (``moco_v2_200ep``, ``embedded``...)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        return path
+    shipped = resources.files("configs") / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        known = sorted(p.name[:-5] for p in resources.files("configs").iterdir() if p.name.endswith(".yaml"))
+        raise ConfigError(f"unknown config preset {name_or_path!r} (presets: {', '.join(known)})")
+    return Path(str(shipped))
+
+
+def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a YAML config, resolving ``_base_: other.yaml`` (relative to the file) recursively."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: _base_ chain loops")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    base = data.pop("_base_", None)
+    if base is not None:
+        data = _merge(read_yaml(path.parent / base, (*_seen, path)), data)
+    return data
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``a.b=value`` -> ``{'a': {'b': value}}``, the value parsed as YAML (``0.2``, ``true``, ``[1, 2]``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. model.temperature=0.2")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML") from None
+    nested: dict[str, Any] = value
+    for part in reversed(key.strip().split(".")):
+        nested = {part: nested}
+    return nested
+
+
+def load_config(
+    cls: type, config: str | None = None, overrides: tuple[str, ...] | list[str] = (),
+    base: dict[str, Any] | None = None,
+) -> Any:
+    """Defaults < ``base`` (a stored config, when resuming) < YAML file < overrides; the result is validated."""
+    data: dict[str, Any] = dict(base or {})
+    if config:
+        data = _merge(data, read_yaml(preset_path(config)))
+    for text in overrides:
+        data = _merge(data, parse_override(text))
+    return validated(from_dict(cls, data))
+
+
+def validated(cfg: Any) -> Any:
+    """Run the config class's validator (if it has one) and return ``cfg``."""
+    validate = VALIDATORS.get(type(cfg))
+    if validate is not None:
+        validate(cfg)
+    return cfg
+
+
+def replace(cfg: Any, **sections: dict[str, Any]) -> Any:
+    """Return ``cfg`` with fields of its sections replaced: ``replace(cfg, run={'seed': 1})``."""
+    updates = {name: dataclasses.replace(getattr(cfg, name), **values) for name, values in sections.items()}
+    return dataclasses.replace(cfg, **updates)
+
+
+def validate_pretrain(cfg: PretrainConfig) -> None:
+    """Reject impossible values with a one-line error naming the key."""
+    m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
+    checks = [
+        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {m.arch!r}"),
+        (m.dim >= 1, "model.dim", f"must be >= 1, got {m.dim}"),
+        (m.queue_size >= 1, "model.queue_size", f"must be >= 1, got {m.queue_size}"),
+        (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
+        (m.temperature > 0, "model.temperature", f"must be > 0, got {m.temperature}"),
+        (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),
+        (o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}"),
+        (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
+        (o.momentum >= 0, "optim.momentum", f"must be >= 0, got {o.momentum}"),
+        (o.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {o.weight_decay}"),
+        (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (a.crop_size >= 8, "augment.crop_size", f"must be >= 8, got {a.crop_size}"),
+        (0 < a.crop_scale[0] <= a.crop_scale[1] <= 1, "augment.crop_scale", f"need 0 < min <= max <= 1, got "
+         f"{list(a.crop_scale)}"),
+        (0 < a.blur_sigma[0] <= a.blur_sigma[1], "augment.blur_sigma", f"need 0 < min <= max, got "
+         f"{list(a.blur_sigma)}"),
+        (d.path is not None, "data.path", "not set: pass --data DIR (an ImageFolder root) or --data embedded"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        (r.log_every >= 1, "run.log_every", f"must be >= 1, got {r.log_every}"),
+        (r.checkpoint_every >= 1, "run.checkpoint_every", f"must be >= 1, got {r.checkpoint_every}"),
+        (r.keep_every >= 0, "run.keep_every", f"must be >= 0, got {r.keep_every}"),
+        (min(a.color_jitter) >= 0 and a.color_jitter[3] <= 0.5, "augment.color_jitter",
+         f"need values >= 0 and hue <= 0.5, got {list(a.color_jitter)}"),
+    ]
+    for name in ("color_jitter_prob", "grayscale_prob", "blur_prob", "flip_prob"):
+        value = getattr(a, name)
+        checks.append((0.0 <= value <= 1.0, f"augment.{name}", f"must be in [0, 1], got {value}"))
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"{key}: {message}")
+
+
+VALIDATORS = {PretrainConfig: validate_pretrain}

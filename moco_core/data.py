@@ -1,0 +1,223 @@
+"""Image-folder datasets: scan an ImageFolder tree (or a flat folder of images), skip unreadable files.
+
+PIL's ``ImageFile.LOAD_TRUNCATED_IMAGES`` is deliberately left unset: truncated files must fail to decode,
+so that :class:`ImageDataset` can report them and substitute another image.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+from PIL import Image, UnidentifiedImageError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+logger = logging.getLogger("moco.data")
+
+_VERIFY_CHUNK = 1024  # files checked per thread task (keeps the number of futures small on big trees)
+_warned_paths: set[str] = set()  # files already reported as undecodable by this process
+
+
+class DatasetError(Exception):
+    """A dataset directory is missing, not a directory, empty, or holds no readable image."""
+
+
+@dataclass(frozen=True)
+class ImageList:
+    """What :func:`scan_images` found: ``(path, label)`` samples, class names, skipped ``(path, reason)``."""
+
+    samples: list[tuple[str, int]]
+    classes: list[str]
+    skipped: list[tuple[str, str]]
+
+
+def is_image_file(name: str) -> bool:
+    """True when ``name`` has an image extension (case-insensitive) and is not hidden."""
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def _images_under(directory: str) -> list[str]:
+    """All image files below ``directory`` (recursive, hidden entries skipped), sorted by path."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(directory, followlinks=True):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found.extend(os.path.join(dirpath, f) for f in filenames if is_image_file(f))
+    return sorted(found)
+
+
+def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """Samples and classes of ``base``: class subfolders if any hold images, else its own image files."""
+    entries = sorted(e for e in os.listdir(base) if not e.startswith("."))
+    per_class: list[tuple[str, list[str]]] = []
+    for name in entries:
+        path = base / name
+        if path.is_dir():
+            files = _images_under(str(path))
+            if files:
+                per_class.append((name, files))
+    if per_class:
+        classes = [name for name, _ in per_class]
+        samples = [(f, label) for label, (_, files) in enumerate(per_class) for f in files]
+        return samples, classes
+    flat = [str(base / e) for e in entries if is_image_file(e) and (base / e).is_file()]
+    return [(f, -1) for f in flat], []
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_image(path: str) -> str | None:
+    """Cheap header check: None when PIL can identify ``path``, else a short reason."""
+    try:
+        if os.path.getsize(path) == 0:
+            return "empty file"
+        with Image.open(path) as img:
+            width, height = img.size
+        if width <= 0 or height <= 0:
+            return "zero-sized image"
+    except UnidentifiedImageError:
+        return "cannot identify image"
+    except Exception as err:  # any failure means the file is unusable
+        return _one_line(f"{type(err).__name__}: {err}")
+    return None
+
+
+def _check_chunk(paths: Sequence[str]) -> list[str | None]:
+    return [check_image(p) for p in paths]
+
+
+def _verify(
+    samples: list[tuple[str, int]], workers: int
+) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """Split samples into readable ones and skipped ``(path, reason)``, preserving order."""
+    paths = [p for p, _ in samples]
+    if workers <= 1 or len(paths) < 64:
+        results = _check_chunk(paths)
+    else:
+        # Several chunks per thread so the work evenly spreads; capped so huge trees make few futures.
+        size = min(_VERIFY_CHUNK, max(1, len(paths) // (workers * 4)))
+        chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = [r for chunk_result in pool.map(_check_chunk, chunks) for r in chunk_result]
+    kept: list[tuple[str, int]] = []
+    skipped: list[tuple[str, str]] = []
+    for sample, reason in zip(samples, results, strict=True):
+        if reason is None:
+            kept.append(sample)
+        else:
+            skipped.append((sample[0], reason))
+    return kept, skipped
+
+
+def scan_images(
+    root: str | Path, *, split: str = "train", verify: bool = True, workers: int = 8
+) -> ImageList:
+    """Find the images of an ImageFolder root (``root/split`` when present, else ``root`` itself).
+
+    Class subfolders give labels 0..C-1 in sorted order; a flat folder of images gives label -1.
+    With ``verify`` every file's header is opened and unreadable files go to ``skipped``.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise DatasetError(f"dataset directory not found: {root}")
+    if not root.is_dir():
+        raise DatasetError(f"dataset path is not a directory: {root}")
+    base = root / split if split and (root / split).is_dir() else root
+    samples, classes = _collect(base)
+    if not samples:
+        raise DatasetError(
+            f"no images found under {base} (expected ImageFolder layout: "
+            f"{root}/{split or 'train'}/<class>/*.jpg or a folder of images)"
+        )
+    skipped: list[tuple[str, str]] = []
+    if verify:
+        samples, skipped = _verify(samples, workers)
+        if not samples:
+            raise DatasetError(f"none of the {len(skipped)} image files under {base} could be read")
+    return ImageList(samples=samples, classes=classes, skipped=skipped)
+
+
+def warn_skipped(skipped: Sequence[tuple[str, str]], *, limit: int = 5) -> str | None:
+    """One line naming up to ``limit`` skipped files and their reasons, or None when none were skipped."""
+    if not skipped:
+        return None
+    count = len(skipped)
+    shown = [f"{_one_line(os.path.basename(p), 80)} ({_one_line(r)})" for p, r in skipped[: max(limit, 0)]]
+    noun = "image" if count == 1 else "images"
+    line = f"skipped {count} unreadable {noun}: " + ", ".join(shown)
+    if count > len(shown):
+        line += f"{', ' if shown else ''}and {count - len(shown)} more"
+    return line
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    """Scale 16/32-bit integer and float single-channel images to 8-bit grayscale ("L")."""
+    arr = np.asarray(img).astype(np.float64)
+    if img.mode.startswith("I;16"):
+        arr = arr / 257.0
+    elif img.mode == "I" and arr.size and arr.max() > 255:
+        arr = arr / 257.0 if arr.max() <= 65535 else arr * (255.0 / arr.max())
+    elif img.mode == "F" and arr.size and arr.max() <= 1.0:
+        arr = arr * 255.0
+    return Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), mode="L")
+
+
+def load_rgb(path: str | Path) -> Image.Image:
+    """Open ``path``, decode it fully and return an RGB image (alpha dropped, high bit depths scaled)."""
+    with Image.open(path) as img:
+        img.load()
+        if img.mode.startswith("I") or img.mode == "F":
+            return _to_8bit(img).convert("RGB")
+        if img.mode == "P" and "transparency" in img.info:
+            return img.convert("RGBA").convert("RGB")
+        return img.convert("RGB")
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """``(transform(image), label, index)`` items; an image that fails to decode is replaced by the next."""
+
+    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], Any]) -> None:
+        self.samples = list(samples)
+        self.transform = transform
+        self._bad: set[int] = set()  # positions known not to decode (per process)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _load(self, position: int) -> Image.Image | None:
+        """The decoded image at ``position``, or None (with one warning per file) when it fails."""
+        path = self.samples[position][0]
+        try:
+            return load_rgb(path)
+        except Exception as err:  # a corrupt file can fail in many ways
+            self._bad.add(position)
+            if path not in _warned_paths:
+                _warned_paths.add(path)
+                reason = _one_line(str(err))
+                logger.warning("cannot decode %s (%s); using the next image instead", path, reason)
+            return None
+
+    def __getitem__(self, index: int) -> tuple[Any, int, int]:
+        i = operator.index(index)
+        n = len(self.samples)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for a dataset of {n} images")
+        for step in range(n):
+            position = (i + step) % n
+            if position in self._bad:
+                continue
+            img = self._load(position)
+            if img is not None:
+                return self.transform(img), self.samples[position][1], i
+        raise DatasetError(f"none of the {n} images in the dataset could be decoded")

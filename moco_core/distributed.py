@@ -1,0 +1,102 @@
+"""torch.distributed helpers that degrade to no-ops in a single process.
+
+``rank()`` is 0, ``world_size()`` is 1 and gathers return their input when no process group is running, so
+every code path runs unchanged in one CPU process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+@torch.no_grad()
+def all_gather_cat(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` (n, ...) from all ranks along dim 0 -> (world * n, ...), in rank order. No gradient."""
+    if world_size() == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+def broadcast_(x: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """In place: every rank ends with rank ``src``'s ``x``."""
+    if world_size() > 1:
+        dist.broadcast(x, src)
+    return x
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
+    if world_size() == 1:
+        return x
+    x = x.clone()
+    dist.all_reduce(x)
+    return x / world_size()
+
+
+def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
+    """Join the process group described by torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...).
+
+    Returns whether a group of more than one process was started. NCCL on CUDA, gloo on CPU.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
+        return is_distributed()
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return True
+
+
+def shutdown() -> None:
+    if is_distributed():
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned(local_rank: int, nproc: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    os.environ.update(
+        RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
+        LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )
+    fn(*args)
+
+
+def launch(nproc: int, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` in ``nproc`` local processes wired as one torch.distributed group (like torchrun)."""
+    if nproc <= 1:
+        fn(*args)
+        return
+    mp.start_processes(_spawned, args=(nproc, free_port(), fn, args), nprocs=nproc, start_method="spawn")

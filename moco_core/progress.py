@@ -1,0 +1,80 @@
+"""Progress on long work: a one-line bar on a terminal, plain log lines otherwise; metrics as JSON lines."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class Progress:
+    """Shows step counts, the given metrics, images/s and the ETA of the whole run.
+
+    On a terminal the line is redrawn in place; elsewhere (a log file, CI) one line is printed every
+    ``every`` steps, so logs stay readable.
+    """
+
+    def __init__(self, total_steps: int, *, done_steps: int = 0, every: int = 10, stream: TextIO | None = None,
+                 enabled: bool = True) -> None:
+        self.total = total_steps
+        self.start_done = done_steps
+        self.every = every
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.interactive = enabled and self.stream.isatty()
+        self.started = time.perf_counter()
+
+    def update(self, done_steps: int, epoch: int, epochs: int, **metrics: float) -> None:
+        if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
+            return
+        elapsed = time.perf_counter() - self.started
+        rate = (done_steps - self.start_done) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - done_steps) / rate if rate > 0 else math.inf
+        fields = " ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        line = f"epoch {epoch + 1}/{epochs} step {done_steps}/{self.total} {fields} eta {format_duration(eta)}"
+        if self.interactive:
+            self.stream.write("\r\033[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line that stays (an epoch summary, a warning), printed above the bar."""
+        if not self.enabled:
+            return
+        self.stream.write(("\r\033[K" if self.interactive else "") + text + "\n")
+        self.stream.flush()
+
+
+class MetricsWriter:
+    """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing."""
+
+    def __init__(self, path: Path, *, enabled: bool = True) -> None:
+        self.path = path
+        self.enabled = enabled
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop lines a killed run wrote after the checkpoint we resume from."""
+        if not self.enabled or not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, **record: Any) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, sort_keys=False) + "\n")

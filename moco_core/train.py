@@ -1,0 +1,219 @@
+"""The pretraining run: build data, model and optimizer from a config, train, checkpoint, resume."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from moco_core import checkpoint, distributed
+from moco_core.augment import TwoCrops, build_pretrain_transform
+from moco_core.batchnorm import split_batchnorm
+from moco_core.config import ConfigError, ModelConfig, OptimConfig, PretrainConfig, from_dict, to_dict
+from moco_core.data import ImageDataset, scan_images, warn_skipped
+from moco_core.encoders import build_encoder
+from moco_core.engine import train_one_epoch
+from moco_core.moco import MoCo
+from moco_core.progress import MetricsWriter, Progress
+from moco_core.rundir import code_version, write_run_files
+from moco_core.shapes import ensure_shapes
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" is CUDA when available, else CPU; several CUDA processes use their LOCAL_RANK's GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("run.device: CUDA was asked for but is not available")
+        if device.index is None:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    return device
+
+
+def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:
+    """Translate the model config into a MoCo module, with the BN handling it asks for."""
+    encoder = build_encoder(cfg.arch, dim=cfg.dim, mlp=cfg.mlp)
+    if cfg.shuffle_bn == "sync":
+        encoder = nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
+    elif cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1:
+        encoder = split_batchnorm(encoder, cfg.bn_groups)  # emulate bn_groups GPUs in one process
+    return MoCo(encoder, dim=cfg.dim, queue_size=cfg.queue_size, momentum=cfg.momentum,
+                temperature=cfg.temperature, shuffle_keys=cfg.shuffle_bn == "shuffle")
+
+
+def learning_rate(cfg: OptimConfig, epoch: int) -> float:
+    """lr for ``epoch`` (0-based), set once per epoch as the official code does.
+
+    Base lr = cfg.lr * batch / 256 (the paper: 0.03 at batch 256). Step: x0.1 at each milestone passed.
+    Cosine (v2): base * (1 + cos(pi * epoch / epochs)) / 2.
+    """
+    base = cfg.lr * cfg.batch_size / 256
+    if cfg.schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.epochs))
+    return base * 0.1 ** sum(epoch >= m for m in cfg.milestones)
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """Seed of an epoch's augmentations and shuffles: a run resumed at an epoch boundary replays it exactly."""
+    return (seed * 1_000_003 + epoch * 1009 + rank) % (2**63)
+
+
+def check_batch(cfg: PretrainConfig, world_size: int, dataset_size: int) -> int:
+    """Per-process batch size, after checking that the global batch divides as the run needs it to."""
+    batch = cfg.optim.batch_size
+    if batch % world_size:
+        raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
+    local = batch // world_size
+    if cfg.model.shuffle_bn == "shuffle" and world_size == 1 and local % cfg.model.bn_groups:
+        raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
+    if batch > dataset_size:
+        raise ConfigError(f"optim.batch_size: {batch} is larger than the dataset ({dataset_size} images)")
+    return local
+
+
+def resolve_data(path: str) -> Path:
+    """The dataset root; "embedded" generates (once) the shapes dataset in the data cache."""
+    return ensure_shapes() if path == "embedded" else Path(path).expanduser()
+
+
+@dataclass
+class Resumed:
+    epoch: int  # next epoch to run (0-based), the official 'epoch' field
+    step: int
+
+
+def restore(path: Path, moco: MoCo, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
+    """Load model, queue, pointer, optimizer, RNG states and position from one of our or an official checkpoint."""
+    ckpt = checkpoint.load(path)
+    if "state_dict" not in ckpt:
+        raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a MoCo pretraining checkpoint")
+    state = checkpoint.from_official(ckpt["state_dict"])
+    try:
+        moco.load_state_dict(state)
+    except RuntimeError as err:
+        raise checkpoint.CheckpointError(
+            f"{path}: does not match the configured model ({str(err).splitlines()[0]}…)"
+        ) from None
+    if "optimizer" in ckpt:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    if "rng" in ckpt:
+        checkpoint.set_rng_state(ckpt["rng"])
+    epoch = int(ckpt.get("epoch", 0))
+    return Resumed(epoch=epoch, step=int(ckpt.get("global_step", epoch * steps_per_epoch)))
+
+
+def checkpoint_dict(cfg: PretrainConfig, moco: MoCo, optimizer: torch.optim.Optimizer, *, epoch: int,
+                    step: int) -> dict[str, Any]:
+    """The official four fields, then ours. ``epoch`` is the next epoch to run, as main_moco.py writes it."""
+    return {
+        "epoch": epoch,
+        "arch": cfg.model.arch,
+        "state_dict": checkpoint.to_official(moco.state_dict()),
+        "optimizer": optimizer.state_dict(),
+        "format": "moco-suite",
+        "format_version": checkpoint.FORMAT_VERSION,
+        "method": "moco",
+        "config": to_dict(cfg),
+        "global_step": step,
+        "queue_ptr": int(moco.queue_ptr),
+        "sampler": {"epoch": epoch, "position": 0},
+        "rng": checkpoint.rng_state(),
+        "code_version": code_version(),
+    }
+
+
+def config_from_checkpoint(path: Path) -> PretrainConfig | None:
+    """The config stored in one of our checkpoints (None for official ones, which store none)."""
+    stored = checkpoint.load(path).get("config")
+    return from_dict(PretrainConfig, stored) if isinstance(stored, dict) else None
+
+
+def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool = True) -> Path:
+    """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
+    device = resolve_device(cfg.run.device)
+    distributed.init_from_env(device)
+    try:
+        return _pretrain(cfg, device, resume, show_progress)
+    finally:
+        distributed.shutdown()
+
+
+def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | None, show_progress: bool) -> Path:
+    world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
+    run_dir = Path(cfg.run.output_dir)
+    resume_path = checkpoint.resolve(resume) if resume else None
+    if resume_path is None and (run_dir / checkpoint.LAST).exists():
+        raise ConfigError(f"run.output_dir: {run_dir} already holds a run; pass --resume {run_dir} to continue "
+                          f"it, or choose another --output-dir")
+    images = scan_images(resolve_data(cfg.data.path), split="train", verify=cfg.data.verify_images,
+                         workers=max(cfg.data.workers, 1))
+    local_batch = check_batch(cfg, world, len(images.samples))
+    note = warn_skipped(images.skipped)
+    if note and main:
+        print(f"warning: {note}", file=sys.stderr)
+
+    torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
+    moco = build_moco(cfg.model, world_size=world).to(device)
+    # All parameters, as the official code: the key encoder's never get gradients, so SGD skips them, and
+    # optimizer state indices then match official checkpoints.
+    optimizer = torch.optim.SGD(moco.parameters(), lr=learning_rate(cfg.optim, 0), momentum=cfg.optim.momentum,
+                                weight_decay=cfg.optim.weight_decay)
+    dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
+                                 drop_last=True)
+    loader = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
+                        pin_memory=device.type == "cuda", drop_last=True)
+    steps_per_epoch = len(loader)
+    start = Resumed(epoch=0, step=0)
+    if resume_path is not None:
+        start = restore(resume_path, moco, optimizer, steps_per_epoch)
+    model: nn.Module = moco
+    if world > 1:
+        model = DistributedDataParallel(moco, device_ids=[device.index] if device.type == "cuda" else None,
+                                        broadcast_buffers=False)
+
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {
+            "world_size": world, "device": str(device), "dataset": str(resolve_data(cfg.data.path)),
+            "images": len(images.samples), "skipped_images": len(images.skipped),
+            "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
+        })
+        metrics.truncate_after(start.step)
+    total_steps = steps_per_epoch * cfg.optim.epochs
+    progress = Progress(total_steps, done_steps=start.step, every=cfg.run.log_every, enabled=main and show_progress)
+    step = start.step
+    for epoch in range(start.epoch, cfg.optim.epochs):
+        lr = learning_rate(cfg.optim, epoch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        sampler.set_epoch(epoch)
+        torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
+        stats = train_one_epoch(model, moco, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs, step=step,
+                                lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
+                                progress=progress, metrics=metrics)
+        step = stats.step
+        if main:
+            metrics.write(step=step, epoch=epoch, epoch_loss=stats.loss, epoch_accuracy=stats.accuracy, lr=lr,
+                          images_per_s=stats.images_per_s, data_wait=stats.data_wait)
+            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
+                             f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
+            last = epoch + 1 == cfg.optim.epochs
+            if last or (epoch + 1) % cfg.run.checkpoint_every == 0:
+                path = run_dir / checkpoint.LAST
+                checkpoint.save_atomic(checkpoint_dict(cfg, moco, optimizer, epoch=epoch + 1, step=step), path)
+                if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
+                    checkpoint.keep_copy(path, f"checkpoint_{epoch:04d}.pth.tar")
+        distributed.barrier()
+    return run_dir

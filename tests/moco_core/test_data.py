@@ -1,0 +1,240 @@
+"""Tests for moco_core.data: scanning layouts, unreadable files, errors, RGB loading, decode fallback."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageFile
+
+from moco_core import data
+from moco_core.data import (
+    IMAGE_EXTENSIONS,
+    DatasetError,
+    ImageDataset,
+    ImageList,
+    load_rgb,
+    scan_images,
+    warn_skipped,
+)
+
+
+def _save(path: Path, size: tuple[int, int] = (8, 6), colour: int = 0, mode: str = "RGB") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, colour).save(path)
+    return path
+
+
+def _noise_jpeg(path: Path, size: int = 64) -> Path:
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8), "RGB").save(path, quality=95)
+    return path
+
+
+def _identity(img: Image.Image) -> Image.Image:
+    return img
+
+
+def test_extensions_are_lowercase() -> None:
+    assert all(ext == ext.lower() and ext.startswith(".") for ext in IMAGE_EXTENSIONS)
+    assert {".jpg", ".jpeg", ".png", ".webp", ".tiff"} <= set(IMAGE_EXTENSIONS)
+
+
+def test_truncated_images_are_not_loaded_silently() -> None:
+    assert not ImageFile.LOAD_TRUNCATED_IMAGES
+
+
+def test_imagefolder_layout(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _save(root / "dog" / "b.jpg")
+    _save(root / "dog" / "a.PNG")
+    _save(root / "dog" / "nested" / "c.jpeg")
+    _save(root / "cat" / "z.bmp")
+    _save(root / "cat" / ".hidden.jpg")
+    (root / "cat" / "notes.txt").write_text("not an image")
+    _save(root / ".cache" / "x.jpg")
+    (root / "empty").mkdir()
+    found = scan_images(root)
+    assert isinstance(found, ImageList)
+    assert found.classes == ["cat", "dog"]
+    assert found.samples == [
+        (str(root / "cat" / "z.bmp"), 0),
+        (str(root / "dog" / "a.PNG"), 1),
+        (str(root / "dog" / "b.jpg"), 1),
+        (str(root / "dog" / "nested" / "c.jpeg"), 1),
+    ]
+    assert found.skipped == []
+
+
+def test_train_split_is_preferred(tmp_path: Path) -> None:
+    _save(tmp_path / "train" / "a" / "1.jpg")
+    _save(tmp_path / "train" / "b" / "2.jpg")
+    _save(tmp_path / "val" / "c" / "3.jpg")
+    found = scan_images(tmp_path)
+    assert found.classes == ["a", "b"]
+    assert [label for _, label in found.samples] == [0, 1]
+    assert scan_images(tmp_path, split="val").classes == ["c"]
+    assert scan_images(tmp_path / "train").classes == ["a", "b"]  # a bare train dir works too
+
+
+def test_flat_folder_gets_label_minus_one(tmp_path: Path) -> None:
+    for name in ("b.png", "a.jpg", "c.webp"):
+        _save(tmp_path / name)
+    found = scan_images(tmp_path, verify=False)
+    assert found.classes == []
+    assert found.samples == [(str(tmp_path / n), -1) for n in ("a.jpg", "b.png", "c.webp")]
+
+
+def test_corrupt_files_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    (tmp_path / "text.png").write_text("this is not a png\n")
+    good = _save(tmp_path / "good.jpg")
+    found = scan_images(tmp_path, workers=4)
+    assert found.samples == [(str(good), -1)]
+    reasons = dict(found.skipped)
+    assert set(reasons) == {str(tmp_path / "empty.jpg"), str(tmp_path / "text.png")}
+    assert reasons[str(tmp_path / "empty.jpg")] == "empty file"
+    assert reasons[str(tmp_path / "text.png")] == "cannot identify image"
+    line = warn_skipped(found.skipped)
+    assert line is not None and "\n" not in line
+    assert line.startswith("skipped 2 unreadable images:")
+    assert "empty.jpg (empty file)" in line and "text.png (cannot identify image)" in line
+    unchecked = scan_images(tmp_path, verify=False)
+    assert len(unchecked.samples) == 3 and unchecked.skipped == []
+
+
+def test_verification_with_many_files_keeps_order(tmp_path: Path) -> None:
+    names = [f"{i:03d}.png" for i in range(150)]
+    for i, name in enumerate(names):
+        if i % 50 == 7:
+            (tmp_path / name).write_bytes(b"")
+        else:
+            _save(tmp_path / name, size=(2, 2))
+    found = scan_images(tmp_path, workers=4)
+    expected = [str(tmp_path / n) for i, n in enumerate(names) if i % 50 != 7]
+    assert [p for p, _ in found.samples] == expected
+    assert [p for p, _ in found.skipped] == [str(tmp_path / names[i]) for i in (7, 57, 107)]
+
+
+def test_all_files_unreadable_raises(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"")
+    (tmp_path / "b.jpg").write_bytes(b"junk")
+    with pytest.raises(DatasetError, match="could be read") as info:
+        scan_images(tmp_path)
+    assert str(tmp_path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_warn_skipped_limit() -> None:
+    assert warn_skipped([]) is None
+    skipped = [(f"/d/{i}.jpg", "empty file") for i in range(8)]
+    line = warn_skipped(skipped, limit=3)
+    assert line == (
+        "skipped 8 unreadable images: 0.jpg (empty file), 1.jpg (empty file), 2.jpg (empty file), and 5 more"
+    )
+    assert warn_skipped(skipped[:1]) == "skipped 1 unreadable image: 0.jpg (empty file)"
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty", "no_images"])
+def test_bad_roots_raise_one_line_errors(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "dataset"
+    if kind == "file":
+        root.write_text("x")
+    elif kind == "empty":
+        root.mkdir()
+    elif kind == "no_images":
+        (root / "train" / "cls").mkdir(parents=True)
+        (root / "train" / "cls" / "readme.txt").write_text("x")
+    with pytest.raises(DatasetError) as info:
+        scan_images(root)
+    message = str(info.value)
+    assert str(root) in message
+    assert "\n" not in message
+    if kind in ("empty", "no_images"):
+        assert message.startswith("no images found under")
+
+
+@pytest.mark.parametrize(
+    ("mode", "suffix", "colour"),
+    [
+        ("L", ".png", 128),
+        ("P", ".png", 3),
+        ("RGBA", ".png", (10, 20, 30, 0)),
+        ("LA", ".png", (90, 128)),
+        ("CMYK", ".jpg", (0, 128, 255, 0)),
+        ("I;16", ".png", 40000),
+    ],
+)
+def test_load_rgb_modes(tmp_path: Path, mode: str, suffix: str, colour: object) -> None:
+    path = _save(tmp_path / f"img{suffix}", size=(7, 5), colour=colour, mode=mode)
+    img = load_rgb(path)
+    assert img.mode == "RGB"
+    assert img.size == (7, 5)
+
+
+def test_load_rgb_scales_16_bit(tmp_path: Path) -> None:
+    path = _save(tmp_path / "deep.png", size=(4, 4), colour=65535, mode="I;16")
+    assert load_rgb(path).getpixel((0, 0)) == (255, 255, 255)
+    path = _save(tmp_path / "mid.png", size=(4, 4), colour=32896, mode="I;16")
+    assert load_rgb(path).getpixel((0, 0)) == (128, 128, 128)
+
+
+def test_rgba_alpha_is_dropped(tmp_path: Path) -> None:
+    path = _save(tmp_path / "a.png", size=(3, 3), colour=(10, 20, 30, 0), mode="RGBA")
+    assert load_rgb(path).getpixel((1, 1)) == (10, 20, 30)
+
+
+def test_truncated_jpeg_is_replaced_by_next_sample(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(data, "_warned_paths", set())
+    first = _save(tmp_path / "a.jpg", colour=(255, 0, 0))
+    broken = _noise_jpeg(tmp_path / "b.jpg")
+    payload = broken.read_bytes()
+    broken.write_bytes(payload[: len(payload) // 2])
+    third = _save(tmp_path / "c.jpg", colour=(0, 0, 255))
+    found = scan_images(tmp_path)
+    assert [p for p, _ in found.samples] == [str(first), str(broken), str(third)]  # header check passes it
+
+    dataset = ImageDataset(found.samples, _identity)
+    assert len(dataset) == 3
+    with caplog.at_level(logging.WARNING, logger="moco.data"):
+        img, label, index = dataset[1]
+        again = dataset[1]
+    assert index == 1 and label == -1 and again[2] == 1
+    assert img.getpixel((0, 0))[2] > 200  # the next sample (blue) stood in
+    warnings = [r for r in caplog.records if r.name == "moco.data" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once per file
+    assert str(broken) in warnings[0].getMessage()
+
+    img, _, index = dataset[0]
+    assert index == 0 and img.getpixel((0, 0))[0] > 200
+
+
+def test_dataset_wraps_around_and_gives_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data, "_warned_paths", set())
+    good = _save(tmp_path / "a.png", colour=(0, 255, 0))
+    bad = tmp_path / "b.png"
+    bad.write_bytes(b"garbage")
+    dataset = ImageDataset([(str(good), 0), (str(bad), 1)], _identity)
+    img, label, index = dataset[1]
+    assert (label, index) == (0, 1) and img.getpixel((0, 0)) == (0, 255, 0)
+    with pytest.raises(IndexError):
+        dataset[2]
+    hopeless = ImageDataset([(str(bad), 0)], _identity)
+    with pytest.raises(DatasetError):
+        hopeless[0]
+
+
+def test_names_with_spaces_and_unicode(tmp_path: Path) -> None:
+    names = ["with space.jpg", "ünïcødé_图像.png", "emoji 🐱.jpeg"]
+    for name in names:
+        _save(tmp_path / "klasse é" / name, colour=(1, 2, 3))
+    found = scan_images(tmp_path)
+    assert found.classes == ["klasse é"]
+    assert sorted(Path(p).name for p, _ in found.samples) == sorted(names)
+    dataset = ImageDataset(found.samples, _identity)
+    for i in range(len(dataset)):
+        img, label, index = dataset[i]
+        assert img.mode == "RGB" and label == 0 and index == i
