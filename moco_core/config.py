@@ -141,7 +141,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise ConfigError(f"{key}: expected a list of {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if annotation is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")

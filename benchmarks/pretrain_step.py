@@ -1,0 +1,237 @@
+"""Throughput of one full MoCo pretraining step (images/s), on CPU or CUDA, unchanged.
+
+What is measured: the step of ``moco_core.engine.train_one_epoch`` itself (the benchmark calls it), i.e. per batch
+forward of the query encoder, momentum update, shuffled-BN forward of the key encoder, InfoNCE logits,
+F.cross_entropy, backward, SGD step, ``moco.enqueue(keys)`` and the engine's running loss/accuracy sums. The model
+comes from ``build_moco(ModelConfig(...), world_size=1)``, so split/shuffled BN is exactly what a real
+single-process run uses. ``--warmup`` steps run first (not timed); then ``--steps`` steps are timed, with a CUDA
+synchronize before the clock is read.
+
+Data (``--data``): ``synthetic`` = random tensors already on the device (pure step speed, no loading);
+``embedded`` or a folder = real PNG/JPEG decoding with the MoCo v2 two-crop augmentation at ``--image-size``
+through a DataLoader with ``--workers``; the time blocked waiting for the next batch is reported as a fraction of
+the total (``data_wait_fraction``, as the engine computes it). With few images an epoch boundary (workers refill
+their prefetch) can fall inside the timed steps, as it does in a real run.
+
+Peak memory: CUDA ``max_memory_allocated`` (reset after warm-up); on CPU the peak RSS of the main process over
+its whole life (``ru_maxrss``; DataLoader workers not included).
+
+Queue share: the ops that touch the K-sized queue (the l_neg matmul q @ queue, its backward, and the enqueue) are
+timed again alone, in a loop at the same N, C, K; ``queue_fraction`` = their time / step time. ``head_ms`` also
+counts everything else that grows with K (concatenation, cross-entropy over 1+K logits and its backward, argmax).
+
+Run from the repository root:
+    .venv/bin/python benchmarks/pretrain_step.py --arch resnet18 --image-size 32 --batch 128
+    .venv/bin/python benchmarks/pretrain_step.py --arch resnet50 --image-size 224 --batch 256 --device cuda --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from moco_core.augment import TwoCrops, build_pretrain_transform
+from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, load_config
+from moco_core.data import ImageDataset, scan_images
+from moco_core.engine import train_one_epoch
+from moco_core.moco import MoCo, contrastive_logits, instance_accuracy
+from moco_core.progress import MetricsWriter, Progress
+from moco_core.train import build_moco, resolve_data, resolve_device
+
+Batch = tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="resnet18", choices=ARCHS)
+    p.add_argument("--image-size", type=int, default=32, help="crop size fed to the encoders (px)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--queue-size", type=int, default=65536, help="K")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--mlp", action="store_true", help="MoCo v2 MLP head")
+    p.add_argument("--shuffle-bn", default="shuffle", choices=("shuffle", "sync", "off"))
+    p.add_argument("--bn-groups", type=int, default=8)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CUDA only)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    p.add_argument("--data", default="synthetic", help="synthetic, embedded, or an image folder")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="DataLoader workers")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--json", action="store_true", help="also print one JSON line with every figure")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.image_size < 8:
+        p.error("need --steps >= 1, --warmup >= 0, --batch >= 1, --image-size >= 8")
+    if args.shuffle_bn == "shuffle" and args.bn_groups > 1 and args.batch % args.bn_groups:
+        p.error(f"--batch {args.batch} is not divisible by --bn-groups {args.bn_groups}")
+    return args
+
+
+def synthetic_batches(batch: int, size: int, device: torch.device) -> Iterator[Batch]:
+    """The same device-resident random batch forever: no loading, no host-to-device copy."""
+    im_q = torch.randn(batch, 3, size, size, device=device)
+    im_k = torch.randn(batch, 3, size, size, device=device)
+    labels = torch.zeros(batch, dtype=torch.long, device=device)
+    index = torch.arange(batch, device=device)
+    while True:
+        yield (im_q, im_k), labels, index
+
+
+def image_batches(args: argparse.Namespace, device: torch.device) -> Iterator[Batch]:
+    """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader."""
+    overrides = [f"augment.crop_size={args.image_size}", f"data.path={args.data}"]
+    cfg: PretrainConfig = load_config(PretrainConfig, "moco_v2_200ep", overrides)
+    images = scan_images(resolve_data(args.data), split="train", workers=max(args.workers, 1))
+    if len(images.samples) < args.batch:
+        raise SystemExit(f"--batch {args.batch} is larger than the dataset ({len(images.samples)} images)")
+    dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
+    loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True,
+                        pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
+    while True:
+        yield from loader
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_loop(fn: Callable[[], object], device: torch.device, iters: int, warmup: int = 3) -> float:
+    """Mean milliseconds of ``fn()`` over ``iters`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) * 1000 / iters
+
+
+def queue_costs(moco: MoCo, batch: int, device: torch.device, iters: int) -> tuple[float, float]:
+    """(queue_ms, head_ms) at the run's N, C, K, in fp32 as the model computes them.
+
+    queue_ms: l_neg = q @ queue, its backward (grad of q = grad_l_neg @ queue^T), and enqueue.
+    head_ms: all the K-dependent work: contrastive_logits, cross-entropy, backward, accuracy, enqueue.
+    """
+    dim = moco.queue.shape[0]
+    q = F.normalize(torch.randn(batch, dim, device=device), dim=1).requires_grad_(True)
+    k = F.normalize(torch.randn(batch, dim, device=device), dim=1)
+    grad_l_neg = torch.randn(batch, moco.queue_size, device=device)
+
+    def queue_part() -> None:
+        l_neg = torch.einsum("nc,ck->nk", q, moco.queue)
+        l_neg.backward(grad_l_neg)
+        moco.enqueue(k)
+
+    def head_part() -> None:
+        logits, labels = contrastive_logits(q, k, moco.queue, moco.temperature)
+        F.cross_entropy(logits, labels).backward()
+        instance_accuracy(logits.detach())
+        moco.enqueue(k)
+
+    return timed_loop(queue_part, device, iters), timed_loop(head_part, device, iters)
+
+
+def peak_memory(device: torch.device) -> tuple[float, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_memory_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return rss / (2**20 if sys.platform == "darwin" else 2**10), "cpu_peak_rss_main_process"
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {"processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+                            "torch": torch.__version__, "cuda_device": None}
+    try:  # platform.processor() is often just the architecture on Linux
+        model = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        info["cpu_model"] = model.split(":", 1)[1].strip()
+    except (OSError, StopIteration):
+        pass
+    if device.type == "cuda":
+        info["cuda_device"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def run_steps(moco: MoCo, source: Iterator[Batch], optimizer: torch.optim.Optimizer, steps: int,
+              device: torch.device, amp: bool) -> float:
+    """``steps`` steps of the engine's own loop; returns its data-wait fraction."""
+    batches: Iterable[Batch] = itertools.islice(source, steps)
+    stats = train_one_epoch(moco, moco, batches, optimizer, epoch=0, epochs=1, step=0, lr=optimizer.defaults["lr"],
+                            device=device, amp=amp, log_every=steps + 1, progress=Progress(steps, enabled=False),
+                            metrics=MetricsWriter(Path(os.devnull), enabled=False))
+    return stats.data_wait
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    if args.threads and device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    amp = args.amp and device.type == "cuda"
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch=args.arch, dim=args.dim, mlp=args.mlp, queue_size=args.queue_size,
+                      shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)
+    moco = build_moco(cfg, world_size=1).to(device)
+    lr = 0.03 * args.batch / 256
+    optimizer = torch.optim.SGD(moco.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    synthetic = args.data == "synthetic"
+    source = synthetic_batches(args.batch, args.image_size, device) if synthetic else image_batches(args, device)
+
+    if args.warmup:
+        run_steps(moco, source, optimizer, args.warmup, device, amp)
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    data_wait = run_steps(moco, source, optimizer, args.steps, device, amp)
+    sync(device)
+    elapsed = time.perf_counter() - start
+    memory_mb, memory_kind = peak_memory(device)
+    step_ms = elapsed * 1000 / args.steps
+    queue_ms, head_ms = queue_costs(moco, args.batch, device, iters=max(args.steps, 10))
+
+    result = {
+        "machine": machine(device), "arch": args.arch, "image_size": args.image_size, "batch": args.batch,
+        "queue_size": args.queue_size, "dim": args.dim, "mlp": args.mlp, "shuffle_bn": args.shuffle_bn,
+        "bn_groups": args.bn_groups, "device": str(device), "amp": amp, "threads": torch.get_num_threads(),
+        "data": args.data, "workers": None if synthetic else args.workers,
+        "images_per_s": args.batch / (step_ms / 1000), "step_ms": step_ms,
+        "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind,
+        "queue_ms": queue_ms, "queue_fraction": queue_ms / step_ms,
+        "head_ms": head_ms, "head_fraction": head_ms / step_ms, "steps": args.steps, "warmup": args.warmup,
+    }
+    m = result["machine"]
+    print(f"MoCo pretrain step: {args.arch} {args.image_size}px batch {args.batch} K {args.queue_size} "
+          f"dim {args.dim}{' mlp' if args.mlp else ''} bn {args.shuffle_bn}/{args.bn_groups}")
+    print(f"  device {device} ({m['cuda_device'] or m.get('cpu_model') or m['processor']}, "
+          f"{result['threads']} threads) amp {'bf16' if amp else 'off'}, torch {m['torch']}")
+    print(f"  data {args.data}" + ("" if synthetic else f" ({args.workers} workers)") +
+          f", {args.steps} timed steps after {args.warmup} warm-up")
+    print(f"  {result['images_per_s']:.1f} images/s, {step_ms:.1f} ms/step, data wait {data_wait:.1%}")
+    print(f"  peak memory {memory_mb:.0f} MiB ({memory_kind})")
+    print(f"  queue ops (l_neg fwd+bwd, enqueue) {queue_ms:.2f} ms = {result['queue_fraction']:.1%} of the step; "
+          f"all K-dependent head work {head_ms:.2f} ms = {result['head_fraction']:.1%}")
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Shared fixtures: a tiny embedded dataset and a tiny pretraining config that trains in about a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from moco_core.config import PretrainConfig, load_config, replace
+from moco_core.shapes import generate_shapes
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def shapes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 classes x 4 train images of 48 px (32 images), generated once per test session."""
+    root = tmp_path_factory.mktemp("shapes")
+    generate_shapes(root, seed=0, image_size=48, train_per_class=4, val_per_class=2)
+    return root
+
+
+def tiny_config(data: Path, output_dir: Path, **sections: dict) -> PretrainConfig:
+    """The embedded preset shrunk: resnet18 on 32-px crops, batch 16 in 4 BN groups, K 40, 2 epochs."""
+    cfg = load_config(PretrainConfig, "embedded", [
+        "model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=2",
+        "data.workers=0", "run.log_every=1",
+    ])
+    cfg = replace(cfg, data={"path": str(data)}, run={"output_dir": str(output_dir)})
+    return replace(cfg, **sections) if sections else cfg
+
+
+@pytest.fixture
+def tiny_cfg(shapes_root: Path, tmp_path: Path) -> PretrainConfig:
+    return tiny_config(shapes_root, tmp_path / "run")
+
+
+@pytest.fixture
+def make_config():  # noqa: ANN201 - returns tiny_config, for tests that need several configs
+    return tiny_config

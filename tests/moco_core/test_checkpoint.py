@@ -1,0 +1,154 @@
+"""Checkpoint format: the official layout both ways, weights_only loading, atomic writes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+
+from moco_core import checkpoint
+from moco_core.config import ModelConfig
+from moco_core.train import build_moco, checkpoint_dict
+
+
+def official_lincls_load(path: Path, arch: str) -> set[str]:
+    """What facebookresearch/moco main_lincls.py does with --pretrained, restated: keep the
+    module.encoder_q.* weights except fc, strip the prefix, load non-strictly into a fresh torchvision model,
+    and require that exactly fc.weight and fc.bias are missing."""
+    state = torch.load(path, map_location="cpu")["state_dict"]
+    prefix = "module.encoder_q."
+    backbone = {k[len(prefix):]: v for k, v in state.items()
+                if k.startswith(prefix) and not k.startswith(prefix + "fc")}
+    model = getattr(torchvision.models, arch)()
+    result = model.load_state_dict(backbone, strict=False)
+    assert not result.unexpected_keys
+    return set(result.missing_keys)
+
+
+def official_detectron2_names(path: Path) -> dict[str, tuple[int, ...]]:
+    """The renaming of facebookresearch/moco detection/convert-pretrain-to-detectron2.py, restated."""
+    state = torch.load(path, map_location="cpu")["state_dict"]
+    out = {}
+    for key, value in state.items():
+        if not key.startswith("module.encoder_q."):
+            continue
+        name = key.replace("module.encoder_q.", "")
+        if "layer" not in name:
+            name = "stem." + name
+        for i in range(1, 5):
+            name = name.replace(f"layer{i}", f"res{i + 1}")
+        for i in range(1, 4):
+            name = name.replace(f"bn{i}", f"conv{i}.norm")
+        name = name.replace("downsample.0", "shortcut").replace("downsample.1", "shortcut.norm")
+        out[name] = tuple(value.numpy().shape)
+    return out
+
+
+@pytest.fixture(params=[False, True], ids=["v1", "v2"])
+def saved(request: pytest.FixtureRequest, tmp_path: Path, make_config) -> Path:  # noqa: ANN001
+    cfg = make_config(tmp_path, tmp_path, model={"mlp": request.param})
+    moco = build_moco(cfg.model, world_size=1)
+    opt = torch.optim.SGD(moco.parameters(), lr=0.1, momentum=0.9)
+    path = tmp_path / "ckpt.pth.tar"
+    checkpoint.save_atomic(checkpoint_dict(cfg, moco, opt, epoch=3, step=30), path)
+    return path
+
+
+def test_official_layout_and_weights_only(saved: Path) -> None:
+    ckpt = torch.load(saved, map_location="cpu", weights_only=True)
+    assert {"epoch", "arch", "state_dict", "optimizer"} <= set(ckpt)
+    assert ckpt["epoch"] == 3 and ckpt["arch"] == "resnet18"
+    keys = list(ckpt["state_dict"])
+    # nn.Module.state_dict lists a module's own buffers before its children: the official order too.
+    assert keys[:3] == ["module.queue", "module.queue_ptr", "module.encoder_q.conv1.weight"]
+    assert {k.split(".")[1] for k in keys if k.startswith("module.encoder")} == {"encoder_q", "encoder_k"}
+    q = [k.replace("encoder_q", "X") for k in keys if "encoder_q" in k]
+    assert q == [k.replace("encoder_k", "X") for k in keys if "encoder_k" in k]
+    assert ckpt["state_dict"]["module.queue"].shape == (128, 40)
+    assert ckpt["state_dict"]["module.queue_ptr"].dtype == torch.long
+    assert ckpt["queue_ptr"] == 0 and ckpt["global_step"] == 30 and ckpt["config"]["model"]["queue_size"] == 40
+
+
+def test_official_main_lincls_accepts_our_checkpoint(saved: Path) -> None:
+    assert official_lincls_load(saved, "resnet18") == {"fc.weight", "fc.bias"}
+
+
+def test_official_detectron2_conversion_names(saved: Path) -> None:
+    names = official_detectron2_names(saved)
+    assert names["stem.conv1.weight"] == (64, 3, 7, 7)
+    assert names["stem.conv1.norm.weight"] == (64,)
+    assert names["res2.0.conv1.weight"] == (64, 64, 3, 3)
+    assert names["res3.0.shortcut.weight"] == (128, 64, 1, 1)
+    assert names["res5.1.conv2.norm.running_var"] == (512,)
+
+
+def test_round_trip_through_official_names() -> None:
+    moco = build_moco(ModelConfig(arch="resnet18", queue_size=16, bn_groups=2), world_size=1)
+    state = moco.state_dict()
+    official = checkpoint.to_official(state)
+    assert list(checkpoint.from_official(official)) == list(state)
+    # A single-GPU official save has no "module." prefix; it is read too.
+    bare = {k[len("module."):]: v for k, v in official.items()}
+    assert list(checkpoint.from_official(bare)) == list(state)
+    with pytest.raises(checkpoint.CheckpointError, match="not a MoCo pretraining checkpoint"):
+        checkpoint.from_official({"conv1.weight": torch.zeros(1)})
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (self.marker,))  # would run at unpickling time
+
+
+def test_pickles_carrying_code_are_refused_without_running(tmp_path: Path) -> None:
+    marker = tmp_path / "code-ran"
+    evil = tmp_path / "evil.pth.tar"
+    torch.save({"state_dict": {}, "payload": _Payload(str(marker))}, evil)
+    with pytest.raises(checkpoint.CheckpointError, match="refused"):
+        checkpoint.load(evil)
+    assert not marker.exists()
+
+
+def test_truncated_and_missing_files(tmp_path: Path, saved: Path) -> None:
+    data = saved.read_bytes()
+    cut = tmp_path / "cut.pth.tar"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(checkpoint.CheckpointError, match="truncated or corrupt") as err:
+        checkpoint.load(cut)
+    assert "\n" not in str(err.value)
+    with pytest.raises(checkpoint.CheckpointError, match="not found"):
+        checkpoint.load(tmp_path / "nope.pth.tar")
+
+
+def test_atomic_save_keeps_previous_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.pth.tar"
+    checkpoint.save_atomic({"epoch": 1, "w": torch.ones(3)}, path)
+
+    def fail(obj: object, f: object) -> None:
+        f.write(b"partial")  # type: ignore[attr-defined]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", fail)
+    with pytest.raises(OSError, match="No space"):
+        checkpoint.save_atomic({"epoch": 2}, path)
+    monkeypatch.undo()
+    assert checkpoint.load(path)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pth.tar"]  # no temporary file left behind
+    assert oct(path.stat().st_mode & 0o777) != oct(0o600)
+
+
+def test_rng_state_round_trip() -> None:
+    import random
+
+    import numpy as np
+
+    state = checkpoint.rng_state()
+    a = (torch.rand(3), random.random(), np.random.rand())
+    checkpoint.set_rng_state(state)
+    b = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]

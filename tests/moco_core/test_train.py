@@ -1,0 +1,103 @@
+"""The pretraining run: schedule, run directory, resume equality, NaN stop, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from moco_core import checkpoint
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, replace
+from moco_core.data import DatasetError
+from moco_core.engine import NonFiniteLossError
+from moco_core.train import learning_rate, pretrain
+
+
+def test_learning_rate_schedules() -> None:
+    step = OptimConfig()  # paper: 0.03, x0.1 at 120 and 160 of 200
+    assert [learning_rate(step, e) for e in (0, 119, 120, 159, 160, 199)] == pytest.approx(
+        [0.03, 0.03, 0.003, 0.003, 0.0003, 0.0003])
+    scaled = OptimConfig(batch_size=512)
+    assert learning_rate(scaled, 0) == pytest.approx(0.06)  # linear scaling with the batch
+    cosine = OptimConfig(schedule="cosine", epochs=200)
+    assert learning_rate(cosine, 0) == pytest.approx(0.03)
+    assert learning_rate(cosine, 100) == pytest.approx(0.015)
+    assert learning_rate(cosine, 150) == pytest.approx(0.03 * (1 + math.cos(math.pi * 0.75)) / 2)
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(run_dir / checkpoint.LAST)["state_dict"]
+
+
+def test_run_directory_contents(tiny_cfg: PretrainConfig) -> None:
+    run_dir = pretrain(tiny_cfg, show_progress=False)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["queue_size"] == 40
+    reloaded = from_dict(PretrainConfig, yaml.safe_load((run_dir / "config.yaml").read_text()))
+    assert reloaded == tiny_cfg
+    info = json.loads((run_dir / "run.json").read_text())["starts"][0]
+    assert info["code_version"] and info["images"] == 32 and info["world_size"] == 1
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]  # 32 images / batch 16 = 2 steps an epoch, 2 epochs
+    assert {"step", "epoch", "loss", "accuracy", "lr", "images_per_s"} <= set(steps[0])
+    assert all(math.isfinite(r["loss"]) for r in steps)
+    ckpt = checkpoint.load(run_dir / checkpoint.LAST)
+    assert ckpt["epoch"] == 2 and ckpt["global_step"] == 4
+    assert ckpt["queue_ptr"] == (4 * 16) % 40 == int(ckpt["state_dict"]["module.queue_ptr"])
+    with pytest.raises(ConfigError, match="already holds a run"):
+        pretrain(tiny_cfg, show_progress=False)
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tiny_cfg: PretrainConfig, tmp_path: Path) -> None:
+    straight = pretrain(replace(tiny_cfg, optim={"epochs": 3}, run={"output_dir": str(tmp_path / "a")}),
+                        show_progress=False)
+    first = pretrain(replace(tiny_cfg, optim={"epochs": 1}, run={"output_dir": str(tmp_path / "b")}),
+                     show_progress=False)
+    resumed = pretrain(replace(tiny_cfg, optim={"epochs": 3}, run={"output_dir": str(first)}), resume=first,
+                       show_progress=False)
+    a, b = weights(straight), weights(resumed)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert checkpoint.load(resumed / checkpoint.LAST)["optimizer"]["state"].keys()
+    steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps)  # resumed log continues without duplicate steps
+    assert len(json.loads((resumed / "run.json").read_text())["starts"]) == 2
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny_cfg: PretrainConfig) -> None:
+    run_dir = pretrain(replace(tiny_cfg, optim={"epochs": 1}), show_progress=False)
+    good = (run_dir / checkpoint.LAST).read_bytes()
+    exploding = replace(tiny_cfg, optim={"epochs": 3, "lr": 1e30})
+    with pytest.raises(NonFiniteLossError, match="loss became"):
+        pretrain(exploding, resume=run_dir, show_progress=False)
+    assert (run_dir / checkpoint.LAST).read_bytes() == good
+
+
+def test_corrupt_images_are_skipped_with_one_warning(shapes_root: Path, tmp_path: Path, make_config,  # noqa: ANN001
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(shapes_root / "train", data / "train")
+    (data / "train" / "circle" / "empty.jpg").write_bytes(b"")
+    (data / "train" / "square" / "notes.png").write_text("not an image")
+    pretrain(make_config(data, tmp_path / "run", optim={"epochs": 1}), show_progress=False)
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if "skipped" in line]
+    assert len(warnings) == 1 and "empty.jpg" in warnings[0] and "notes.png" in warnings[0]
+
+
+def test_missing_dataset_and_oversized_batch(tmp_path: Path, shapes_root: Path, make_config) -> None:  # noqa: ANN001
+    with pytest.raises(DatasetError, match="not found"):
+        pretrain(make_config(tmp_path / "nowhere", tmp_path / "r1"), show_progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="no images"):
+        pretrain(make_config(tmp_path / "empty", tmp_path / "r2"), show_progress=False)
+    with pytest.raises(ConfigError, match="optim.batch_size: 64 is larger than the dataset"):
+        pretrain(make_config(shapes_root, tmp_path / "r3", optim={"batch_size": 64}), show_progress=False)
+    with pytest.raises(ConfigError, match="bn_groups"):
+        pretrain(make_config(shapes_root, tmp_path / "r4", model={"bn_groups": 3}), show_progress=False)

@@ -1,0 +1,106 @@
+"""The moco command: help, errors with exit codes, and real runs through a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from moco_core import checkpoint
+
+runner = CliRunner()
+TINY = ["--set", "model.queue_size=40", "--set", "model.bn_groups=4", "--set", "optim.batch_size=16",
+        "--set", "optim.epochs=1", "--workers", "0", "--quiet"]
+
+
+def moco(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=cwd or Path.cwd(),
+                          env=env, timeout=600)
+
+
+def test_help_lists_every_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("pretrain", "eval", "report", "convert"):
+        assert command in result.output
+    result = runner.invoke(app, ["eval", "--help"])
+    assert result.exit_code == 0
+    for command in ("linear", "knn", "voc", "coco"):
+        assert command in result.output
+
+
+def test_pretrain_help_shows_operational_flags() -> None:
+    result = runner.invoke(app, ["pretrain", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--config", "--set", "--data", "--output-dir", "--device", "--seed", "--workers", "--resume",
+                 "--nproc"):
+        assert flag in result.output
+
+
+@pytest.mark.parametrize("command", [["eval", "linear"], ["eval", "knn", "x"], ["eval", "voc"], ["eval", "coco"],
+                                     ["report", "runs/"], ["convert", "a", "b"]])
+def test_unbuilt_commands_say_so_and_fail(command: list[str]) -> None:
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2
+    assert "not built yet" in result.output
+
+
+def test_print_config_applies_flags_last() -> None:
+    result = runner.invoke(app, ["pretrain", "-c", "embedded", "--set", "run.seed=5", "--seed", "7",
+                                 "--set", "model.temperature=0.3", "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "seed: 7" in result.output and "temperature: 0.3" in result.output
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    res = moco("pretrain", "-c", "embedded", "--set", "model.momentum=2")
+    assert res.returncode == 2
+    assert res.stderr.strip() == "error: model.momentum: must be in [0, 1], got 2.0"
+    res = moco("pretrain", "-c", "embedded", "--data", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "r"))
+    assert res.returncode == 2
+    assert res.stderr.strip().startswith("error: ") and "missing" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = moco("pretrain", "-c", "embedded", "--resume", str(tmp_path / "nothing-here"))
+    assert res.returncode == 2 and "no checkpoint at" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_real_pretrain_run_and_resume(shapes_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), *TINY)
+    assert res.returncode == 0, res.stderr
+    assert (out / checkpoint.LAST).is_file() and (out / "config.yaml").is_file()
+    # Resume from the run directory with more epochs: the stored config is reused, --set extends it.
+    res = moco("pretrain", "--resume", str(out), "--set", "optim.epochs=2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert checkpoint.load(out / checkpoint.LAST)["epoch"] == 2
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(line["epoch"] for line in lines) == 1
+
+
+def test_progress_lines_when_not_a_terminal(shapes_root: Path, tmp_path: Path) -> None:
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(tmp_path / "r"),
+               *TINY[:-1])
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert any(line.startswith("epoch 1/1 step 2/2 loss") and "img/s" in line and "eta" in line for line in lines)
+    assert any(line.startswith("epoch 1/1: loss") and "data-wait" in line for line in lines)
+    assert "\r" not in res.stderr
+
+
+@pytest.mark.slow
+def test_two_process_gloo_pretrain(shapes_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), "--nproc", "2",
+               "--device", "cpu", *TINY)
+    assert res.returncode == 0, res.stderr
+    ckpt = checkpoint.load(out / checkpoint.LAST)
+    # Global batch 16 over 2 ranks: each step enqueues the 16 keys gathered from both.
+    assert ckpt["global_step"] == 2 and ckpt["queue_ptr"] == 32
+    assert json.loads((out / "run.json").read_text())["starts"][0]["world_size"] == 2
