@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,15 +37,14 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
     """Run in this process; user errors become one line on stderr and a non-zero exit, never a traceback."""
     from moco_core.train import pretrain  # torch and torchvision load only when a run starts
 
+    main = int(os.environ.get("RANK", "0")) == 0  # the process group is gone by the time we report
     try:
         run_dir = pretrain(cfg, resume=resume, show_progress=not quiet)
-    except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except NonFiniteLossError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
-    if distributed.rank() == 0 and not quiet:
+    except (*USER_ERRORS, NonFiniteLossError) as err:
+        if main:  # every rank meets the same bad input: one report is enough
+            print(f"error: {err}", file=sys.stderr)
+        sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
+    if main and not quiet:
         print(f"run directory: {run_dir}")
 
 
@@ -88,6 +88,9 @@ def pretrain_cli(
 
     try:
         distributed.launch(nproc, run_pretrain, cfg, resume, quiet)
-    except mp.ProcessExitedException as err:
-        print(f"error: process {err.error_index} exited with code {err.exit_code}", file=sys.stderr)
+    except mp.ProcessExitedException as err:  # a user error, already reported by that process
         raise typer.Exit(err.exit_code or 1) from None
+    except mp.ProcessRaisedException as err:  # a crash: that process printed its traceback
+        last = str(err).strip().splitlines()[-1]
+        print(f"error: process {err.error_index} failed: {last}", file=sys.stderr)
+        raise typer.Exit(1) from None

@@ -36,8 +36,9 @@ class ModelConfig:
     # How batch statistics are kept from leaking the positive (paper section 3.3):
     # "shuffle": several processes shuffle the key batch across ranks; one process splits every BN layer of
     #   both encoders into `bn_groups` groups and feeds the key encoder a shuffled batch (emulates bn_groups GPUs).
-    # "sync": SyncBatchNorm over all ranks (no shuffling); "off": plain per-process BN, no shuffling.
-    shuffle_bn: Literal["shuffle", "sync", "off"] = "shuffle"
+    # "sync": SyncBatchNorm over all ranks (no shuffling); "none": plain per-process BN, no shuffling
+    # (not "off": YAML reads a bare off as false).
+    shuffle_bn: Literal["shuffle", "sync", "none"] = "shuffle"
     bn_groups: int = 8  # single-process emulation of the paper's 8 GPUs (32 images a group at batch 256)
 
 
@@ -119,7 +120,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(annotation)
         if value not in choices:
-            raise ConfigError(f"{key}: expected one of {list(choices)}, got {value!r}")
+            hint = " (YAML reads bare yes/no/on/off as booleans)" if isinstance(value, bool) else ""
+            raise ConfigError(f"{key}: expected one of {list(choices)}, got {value!r}{hint}")
         return value
     if origin in (typing.Union, types.UnionType):
         errors = []

@@ -69,8 +69,11 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return (seed * 1_000_003 + epoch * 1009 + rank) % (2**63)
 
 
-def check_batch(cfg: PretrainConfig, world_size: int, dataset_size: int) -> int:
-    """Per-process batch size, after checking that the global batch divides as the run needs it to."""
+def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, dataset_size: int) -> int:
+    """Per-process batch size, after checking that the run can go as configured on these processes."""
+    if cfg.model.shuffle_bn == "sync" and world_size > 1 and device.type != "cuda":
+        raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
+                          "use shuffle")
     batch = cfg.optim.batch_size
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
@@ -156,9 +159,9 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     if resume_path is None and (run_dir / checkpoint.LAST).exists():
         raise ConfigError(f"run.output_dir: {run_dir} already holds a run; pass --resume {run_dir} to continue "
                           f"it, or choose another --output-dir")
-    images = scan_images(resolve_data(cfg.data.path), split="train", verify=cfg.data.verify_images,
-                         workers=max(cfg.data.workers, 1))
-    local_batch = check_batch(cfg, world, len(images.samples))
+    data_root = resolve_data(cfg.data.path)
+    images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1))
+    local_batch = check_run(cfg, world, device, len(images.samples))
     note = warn_skipped(images.skipped)
     if note and main:
         print(f"warning: {note}", file=sys.stderr)
@@ -186,7 +189,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
     if main:
         write_run_files(run_dir, to_dict(cfg), {
-            "world_size": world, "device": str(device), "dataset": str(resolve_data(cfg.data.path)),
+            "world_size": world, "device": str(device), "dataset": str(data_root),
             "images": len(images.samples), "skipped_images": len(images.skipped),
             "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
         })

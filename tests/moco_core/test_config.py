@@ -53,6 +53,7 @@ def test_precedence_file_then_overrides(tmp_path: Path) -> None:
     ("model.temperature=0", "model.temperature: must be > 0"),
     ("model.arch=vgg16", "model.arch: expected one of"),
     ("model.shuffle_bn=maybe", "model.shuffle_bn: expected one of"),
+    ("model.shuffle_bn=off", "model.shuffle_bn: expected one of .* got False .YAML reads bare"),
     ("optim.schedule=linear", "optim.schedule: expected one of"),
     ("augment.crop_scale=[0.5]", "augment.crop_scale: expected a list of 2 values"),
     ("augment.crop_scale=[0.8, 0.2]", "augment.crop_scale: need 0 < min <= max <= 1"),

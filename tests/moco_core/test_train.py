@@ -15,7 +15,7 @@ from moco_core import checkpoint
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, replace
 from moco_core.data import DatasetError
 from moco_core.engine import NonFiniteLossError
-from moco_core.train import learning_rate, pretrain
+from moco_core.train import check_run, learning_rate, pretrain
 
 
 def test_learning_rate_schedules() -> None:
@@ -101,3 +101,14 @@ def test_missing_dataset_and_oversized_batch(tmp_path: Path, shapes_root: Path, 
         pretrain(make_config(shapes_root, tmp_path / "r3", optim={"batch_size": 64}), show_progress=False)
     with pytest.raises(ConfigError, match="bn_groups"):
         pretrain(make_config(shapes_root, tmp_path / "r4", model={"bn_groups": 3}), show_progress=False)
+
+
+def test_run_checks_for_several_processes(tiny_cfg: PretrainConfig) -> None:
+    cpu = torch.device("cpu")
+    assert check_run(tiny_cfg, 1, cpu, 32) == 16
+    assert check_run(tiny_cfg, 2, cpu, 32) == 8  # bn_groups applies to one process only
+    with pytest.raises(ConfigError, match="not divisible by the 3 processes"):
+        check_run(tiny_cfg, 3, cpu, 32)
+    with pytest.raises(ConfigError, match="model.shuffle_bn: sync needs CUDA"):
+        check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 2, cpu, 32)
+    assert check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 1, cpu, 32) == 16
