@@ -16,8 +16,8 @@ app = typer.Typer(
 app.command("pretrain")(core_cli.pretrain_cli)
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a pretrained backbone.")
-eval_app.command("linear", **lincls_cli.PENDING)(lincls_cli.linear_cli)
-eval_app.command("knn", **lincls_cli.PENDING)(lincls_cli.knn_cli)
+eval_app.command("linear")(lincls_cli.linear_cli)
+eval_app.command("knn")(lincls_cli.knn_cli)
 eval_app.command("voc", **transfer_cli.PENDING)(transfer_cli.voc_cli)
 eval_app.command("coco", **transfer_cli.PENDING)(transfer_cli.coco_cli)
 app.add_typer(eval_app, name="eval")

@@ -75,6 +75,7 @@ class DataConfig:
     path: str | None = None  # an ImageFolder root (train/ inside, or a folder of images), or "embedded"
     workers: int = 8  # DataLoader worker processes per training process
     verify_images: bool = True  # open every image's header at start-up and skip unreadable ones
+    knn_path: str | None = None  # labelled root (train/, val/ class folders) for the kNN monitor; "embedded"
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RunConfig:
     log_every: int = 10  # steps between metrics.jsonl lines
     checkpoint_every: int = 1  # epochs between writes of checkpoint_last.pth.tar (the end always writes one)
     keep_every: int = 0  # also keep checkpoint_<epoch>.pth.tar every this many epochs (0: keep only the last)
+    knn_every: int = 0  # kNN monitor (k 200, T 0.07) on data.knn_path every this many epochs (0: off)
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,9 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (r.log_every >= 1, "run.log_every", f"must be >= 1, got {r.log_every}"),
         (r.checkpoint_every >= 1, "run.checkpoint_every", f"must be >= 1, got {r.checkpoint_every}"),
         (r.keep_every >= 0, "run.keep_every", f"must be >= 0, got {r.keep_every}"),
+        (r.knn_every >= 0, "run.knn_every", f"must be >= 0, got {r.knn_every}"),
+        (r.knn_every == 0 or d.knn_path is not None, "data.knn_path", "not set, but run.knn_every asks for the "
+         "kNN monitor: give a labelled root with train/ and val/ (or embedded)"),
         (min(a.color_jitter) >= 0 and a.color_jitter[3] <= 0.5, "augment.color_jitter",
          f"need values >= 0 and hue <= 0.5, got {list(a.color_jitter)}"),
     ]

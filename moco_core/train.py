@@ -21,6 +21,7 @@ from moco_core.config import ConfigError, ModelConfig, OptimConfig, PretrainConf
 from moco_core.data import ImageDataset, scan_images, warn_skipped
 from moco_core.encoders import build_encoder
 from moco_core.engine import train_one_epoch
+from moco_core.knn import KnnMonitor
 from moco_core.moco import MoCo
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, write_run_files
@@ -194,6 +195,10 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
         })
         metrics.truncate_after(start.step)
+    monitor = None
+    if cfg.run.knn_every and main:
+        monitor = KnnMonitor(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size, device=device,
+                             workers=cfg.data.workers)
     total_steps = steps_per_epoch * cfg.optim.epochs
     progress = Progress(total_steps, done_steps=start.step, every=cfg.run.log_every, enabled=main and show_progress)
     step = start.step
@@ -212,6 +217,10 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
                           images_per_s=stats.images_per_s, data_wait=stats.data_wait)
             progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
                              f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
+            if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
+                knn = monitor(moco.encoder)
+                metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
+                progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
             last = epoch + 1 == cfg.optim.epochs
             if last or (epoch + 1) % cfg.run.checkpoint_every == 0:
                 path = run_dir / checkpoint.LAST

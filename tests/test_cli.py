@@ -44,8 +44,7 @@ def test_pretrain_help_shows_operational_flags() -> None:
         assert flag in result.output
 
 
-@pytest.mark.parametrize("command", [["eval", "linear"], ["eval", "knn", "x"], ["eval", "voc"], ["eval", "coco"],
-                                     ["report", "runs/"], ["convert", "a", "b"]])
+@pytest.mark.parametrize("command", [["eval", "voc"], ["eval", "coco"], ["report", "runs/"], ["convert", "a", "b"]])
 def test_unbuilt_commands_say_so_and_fail(command: list[str]) -> None:
     result = runner.invoke(app, command)
     assert result.exit_code == 2
@@ -104,3 +103,22 @@ def test_two_process_gloo_pretrain(shapes_root: Path, tmp_path: Path) -> None:
     # Global batch 16 over 2 ranks: each step enqueues the 16 keys gathered from both.
     assert ckpt["global_step"] == 2 and ckpt["queue_ptr"] == 32
     assert json.loads((out / "run.json").read_text())["starts"][0]["world_size"] == 2
+
+
+def test_eval_linear_and_knn_commands(shapes_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pre"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), *TINY)
+    assert res.returncode == 0, res.stderr
+    ckpt = str(out / checkpoint.LAST)
+    res = moco("eval", "linear", ckpt, "-c", "lincls_embedded", "--data", str(shapes_root), "--output-dir",
+               str(tmp_path / "lin"), "--set", "optim.epochs=1", "--set", "optim.batch_size=16", "--workers", "0",
+               "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "sanity check passed" in res.stderr
+    assert json.loads((tmp_path / "lin" / "result.json").read_text())["protocol"] == "linear"
+    res = moco("eval", "knn", ckpt, "--data", str(shapes_root), "--output-dir", str(tmp_path / "knn"), "--crop-size",
+               "32", "--resize", "32", "--workers", "0")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "knn" / "result.json").read_text())["metrics"]["top1"] >= 0
+    res = moco("eval", "linear", str(tmp_path / "nothing.pth"), "-c", "lincls_embedded", "--data", str(shapes_root))
+    assert res.returncode == 2 and res.stderr.startswith("error: checkpoint not found")

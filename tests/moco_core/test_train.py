@@ -112,3 +112,15 @@ def test_run_checks_for_several_processes(tiny_cfg: PretrainConfig) -> None:
     with pytest.raises(ConfigError, match="model.shuffle_bn: sync needs CUDA"):
         check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 2, cpu, 32)
     assert check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 1, cpu, 32) == 16
+
+
+def test_knn_monitor_is_logged(tiny_cfg: PretrainConfig, shapes_root: Path) -> None:
+    cfg = replace(tiny_cfg, run={"knn_every": 1}, data={"knn_path": str(shapes_root)})
+    run_dir = pretrain(cfg, show_progress=False)
+    knn = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if "knn_top1" in line]
+    assert [r["epoch"] for r in knn] == [0, 1]
+    assert all(0 <= r["knn_top1"] <= r["knn_top5"] <= 100 for r in knn)
+    with pytest.raises(ConfigError, match="data.knn_path: not set"):
+        from moco_core.config import validated
+
+        validated(replace(tiny_cfg, run={"knn_every": 1}, data={"knn_path": None}))

@@ -1,0 +1,117 @@
+"""Backbones for evaluation: the query encoder of a MoCo checkpoint, a torchvision state_dict, or random init.
+
+The format is detected from the file, never from its name. Every file is read with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+
+from moco_core import checkpoint
+from moco_core.config import ARCHS
+
+QUERY_PREFIX = "module.encoder_q."
+# Bottleneck blocks per stage, by arch; BasicBlock archs have no conv3.
+_DEPTHS = {(2, 2, 2, 2): "resnet18", (3, 4, 6, 3): "resnet34"}
+_BOTTLENECK_DEPTHS = {(3, 4, 6, 3): "resnet50", (3, 4, 23, 3): "resnet101", (3, 8, 36, 3): "resnet152"}
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    """Where the weights came from, for the result record."""
+
+    source: str  # the path, or "random"
+    format: str  # "moco-suite", "official-moco", "torchvision", "random"
+    arch: str
+    sha256: str | None  # of the file, so results trace to the exact weights
+    pretrain: dict[str, Any]  # method, epochs, config of our checkpoints; what is known otherwise
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def infer_arch(state: dict[str, torch.Tensor]) -> str:
+    """The torchvision ResNet a backbone state_dict (no prefix) belongs to, from its block counts and widths."""
+    depths = tuple(
+        1 + max((int(k.split(".")[1]) for k in state if k.startswith(f"layer{i}.")), default=-1) for i in range(1, 5)
+    )
+    if "layer1.0.conv3.weight" not in state:
+        arch = _DEPTHS.get(depths)
+    else:
+        arch = _BOTTLENECK_DEPTHS.get(depths)
+        if arch and state["layer1.0.conv2.weight"].shape[0] == 128:  # wide: twice the bottleneck width
+            arch = {"resnet50": "wide_resnet50_2", "resnet101": "wide_resnet101_2"}.get(arch)
+    if arch is None:
+        raise checkpoint.CheckpointError(f"cannot tell which ResNet these weights are for (blocks per stage {depths})")
+    return arch
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    keys = list(obj)[:4]
+    hint = " (a detectron2 model?)" if "model" in obj or "__author__" in obj else ""
+    return f"a dict with keys {', '.join(map(str, keys))}{'...' if len(obj) > 4 else ''}{hint}"
+
+
+def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
+    """(backbone state_dict without fc, format, pretraining facts) from a checkpoint file of any known format."""
+    obj = checkpoint.load(path)
+    state = obj.get("state_dict")
+    if isinstance(state, dict) and any(k.startswith(QUERY_PREFIX) for k in state):
+        fmt = "moco-suite" if obj.get("format") == "moco-suite" else "official-moco"
+        backbone = {k[len(QUERY_PREFIX):]: v for k, v in state.items()
+                    if k.startswith(QUERY_PREFIX) and not k.startswith(QUERY_PREFIX + "fc.")}
+        config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
+        facts = {"method": obj.get("method", "moco"), "epochs": obj.get("epoch"), "arch": obj.get("arch"),
+                 "config": config, "code_version": obj.get("code_version")}
+        return backbone, fmt, facts
+    if isinstance(state, dict) and any(k.startswith("module.") for k in state):
+        raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* keys; not a MoCo "
+                                         f"pretraining checkpoint")
+    if "conv1.weight" in obj and "layer1.0.conv1.weight" in obj and all(isinstance(v, torch.Tensor)
+                                                                         for v in obj.values()):
+        backbone = {k: v for k, v in obj.items() if not k.startswith("fc.")}
+        return backbone, "torchvision", {"method": "supervised"}
+    raise checkpoint.CheckpointError(f"{path}: not a MoCo checkpoint nor a torchvision ResNet state_dict; found "
+                                     f"{_describe(obj)}")
+
+
+def load_backbone(source: str, num_classes: int, *, arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
+    """A torchvision ResNet with the given weights and a new fc (N(0, 0.01), bias 0) for ``num_classes``.
+
+    ``source`` is a checkpoint path or "random". Loading must leave exactly fc.weight and fc.bias missing
+    (the check of the official main_lincls.py); anything else fails with a one-line CheckpointError.
+    """
+    if source == "random":
+        chosen = arch or "resnet50"
+        if chosen not in ARCHS:
+            raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)}")
+        model = getattr(torchvision.models, chosen)(num_classes=num_classes)
+        info = BackboneInfo("random", "random", chosen, None, {"method": "random init"})
+    else:
+        path = Path(source)
+        state, fmt, facts = read_backbone_state(path)
+        found = infer_arch(state)
+        if arch is not None and arch != found:
+            raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but --arch {arch} was asked for")
+        model = getattr(torchvision.models, found)(num_classes=num_classes)
+        result = model.load_state_dict(state, strict=False)
+        if set(result.missing_keys) != {"fc.weight", "fc.bias"} or result.unexpected_keys:
+            raise checkpoint.CheckpointError(
+                f"{path}: loading left missing {sorted(result.missing_keys)[:4]} and unexpected "
+                f"{sorted(result.unexpected_keys)[:4]}; expected exactly fc.weight and fc.bias missing")
+        info = BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+    nn.init.normal_(model.fc.weight, mean=0.0, std=0.01)
+    nn.init.zeros_(model.fc.bias)
+    return model, info

@@ -1,0 +1,292 @@
+"""Linear classification on frozen features: the paper's section 4.1 protocol (official main_lincls.py).
+
+A new fc on the pooled features of a frozen backbone, trained by SGD (lr 30, momentum 0.9, wd 0, batch 256,
+100 epochs, lr x0.1 at 60 and 80). The whole model stays in eval mode, so BN statistics never move, and the
+sanity check at the end proves that nothing but fc changed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from lincls.backbone import BackboneInfo, load_backbone, read_backbone_state
+from lincls.records import write_record
+from moco_core import checkpoint, distributed
+from moco_core.augment import build_eval_transform
+from moco_core.config import ConfigError, load_config, to_dict
+from moco_core.data import ImageDataset, scan_images, warn_skipped
+from moco_core.engine import autocast
+from moco_core.knn import topk_accuracy
+from moco_core.progress import MetricsWriter, Progress, format_duration
+from moco_core.rundir import write_run_files
+from moco_core.train import resolve_data, resolve_device
+
+
+@dataclass(frozen=True)
+class LinearOptimConfig:
+    lr: float = 30.0  # official main_lincls.py default
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    batch_size: int = 256  # global, over all processes
+    epochs: int = 100
+    milestones: tuple[int, ...] = (60, 80)  # lr x0.1 at these epochs
+
+
+@dataclass(frozen=True)
+class LinearDataConfig:
+    path: str | None = None  # ImageFolder root with train/ and val/, or "embedded"
+    crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
+    resize: int = 256
+    workers: int = 8
+
+
+@dataclass(frozen=True)
+class LinearRunConfig:
+    output_dir: str = "runs/lincls"
+    device: str = "auto"
+    seed: int = 0
+    amp: bool = True  # bf16 autocast on CUDA
+    log_every: int = 10
+    # Not the paper's protocol: features of center crops are extracted once and fc is trained on them (no
+    # augmentation). Much faster; results are labelled "linear-cached".
+    cached_features: bool = False
+
+
+@dataclass(frozen=True)
+class LinearConfig:
+    arch: str | None = None  # None: read from the weights ("random" needs it; default resnet50)
+    optim: LinearOptimConfig = field(default_factory=LinearOptimConfig)
+    data: LinearDataConfig = field(default_factory=LinearDataConfig)
+    run: LinearRunConfig = field(default_factory=LinearRunConfig)
+
+
+def validate_linear(cfg: LinearConfig) -> LinearConfig:
+    o, d = cfg.optim, cfg.data
+    checks = [
+        (o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}"),
+        (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
+        (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (o.momentum >= 0 and o.weight_decay >= 0, "optim", "momentum and weight_decay must be >= 0"),
+        (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
+        (d.crop_size >= 8 and d.resize >= d.crop_size, "data.crop_size", "need 8 <= crop_size <= resize"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+    ]
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"{key}: {message}")
+    return cfg
+
+
+def load_linear_config(config: str | None, overrides: list[str]) -> LinearConfig:
+    return validate_linear(load_config(LinearConfig, config, overrides))
+
+
+def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
+    return cfg.lr * 0.1 ** sum(epoch >= m for m in cfg.milestones)
+
+
+def train_transform(crop: int) -> Any:
+    from torchvision import transforms as T
+
+    from moco_core.augment import IMAGENET_MEAN, IMAGENET_STD
+
+    return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+@dataclass
+class Splits:
+    train: ImageDataset
+    val: ImageDataset
+    classes: list[str]
+
+
+def load_splits(cfg: LinearDataConfig, *, augment: bool) -> Splits:
+    """Labelled train/ and val/ with the same classes. ``augment``: the paper's train crops, else center crops."""
+    root = resolve_data(cfg.path or "")
+    train = scan_images(root, split="train", workers=max(cfg.workers, 1))
+    val = scan_images(root, split="val", workers=max(cfg.workers, 1))
+    if not (root / "val").is_dir() or not (root / "train").is_dir():
+        raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
+    if not train.classes:
+        raise ConfigError(f"data.path: {root / 'train'} has no class folders; linear evaluation needs labels")
+    if train.classes != val.classes:
+        raise ConfigError(f"data.path: train/ and val/ have different classes ({len(train.classes)} vs "
+                          f"{len(val.classes)})")
+    for note in (warn_skipped(train.skipped), warn_skipped(val.skipped)):
+        if note and distributed.is_main():
+            print(f"warning: {note}", file=sys.stderr)
+    evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)
+    return Splits(ImageDataset(train.samples, train_transform(cfg.crop_size) if augment else evaluate),
+                  ImageDataset(val.samples, evaluate), train.classes)
+
+
+def freeze_all_but_fc(model: nn.Module) -> list[nn.Parameter]:
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in ("fc.weight", "fc.bias"))
+    return [model.fc.weight, model.fc.bias]
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bool,
+             num_classes: int) -> dict[str, float]:
+    """Top-1/top-5 (%) over the whole validation set, summed across ranks."""
+    model.eval()
+    counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, images
+    for images, target, _ in loader:
+        with autocast(device, amp):
+            scores = model(images.to(device, non_blocking=True)).float()
+        acc = topk_accuracy(scores, target.to(device), (1, min(5, num_classes)))
+        n = target.shape[0]
+        counts += torch.tensor([acc["top1"] * n / 100, list(acc.values())[1] * n / 100, n], device=device,
+                               dtype=torch.float64)
+    if distributed.world_size() > 1:
+        torch.distributed.all_reduce(counts)
+    return {"top1": (counts[0] / counts[2]).item() * 100, "top5": (counts[1] / counts[2]).item() * 100}
+
+
+def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.Tensor]) -> None:
+    """Every non-fc tensor must equal the pretrained weights (re-read from the file) or the initial ones."""
+    reference = initial if info.source == "random" else read_backbone_state(Path(info.source))[0]
+    state = {k: v.cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    changed = [k for k in state if k in reference and not torch.equal(state[k], reference[k].cpu())]
+    if changed or state.keys() != reference.keys():
+        raise RuntimeError(f"sanity check failed: {len(changed)} frozen tensors changed (first: {changed[:3]}) "
+                           f"during linear training; the evaluation is invalid")
+
+
+def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True) -> Path:
+    """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path."""
+    device = resolve_device(cfg.run.device)
+    distributed.init_from_env(device)
+    try:
+        return _linear_eval(cfg, pretrained, device, show_progress)
+    finally:
+        distributed.shutdown()
+
+
+def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool) -> Path:
+    main, world = distributed.is_main(), distributed.world_size()
+    run_dir = Path(cfg.run.output_dir)
+    if cfg.optim.batch_size % world:
+        raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
+    if cfg.run.cached_features and world > 1:
+        raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
+    splits = load_splits(cfg.data, augment=not cfg.run.cached_features)
+    torch.manual_seed(cfg.run.seed)
+    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch)
+    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    model = model.to(device)
+    params = freeze_all_but_fc(model)
+    optimizer = torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                                weight_decay=cfg.optim.weight_decay)
+    local_batch = cfg.optim.batch_size // world
+    val_loader = DataLoader(splits.val, batch_size=local_batch, num_workers=cfg.data.workers,
+                            sampler=DistributedSampler(splits.val, shuffle=False) if world > 1 else None)
+    if cfg.run.cached_features:
+        train_source, val_source, head = _cached(model, splits, local_batch, cfg, device)
+    else:
+        train_source = splits.train
+        val_source, head = val_loader, model
+    sampler = DistributedSampler(train_source, num_replicas=world, rank=distributed.rank(), shuffle=True,
+                                 seed=cfg.run.seed)
+    train_loader = DataLoader(train_source, batch_size=local_batch, sampler=sampler,
+                              num_workers=0 if cfg.run.cached_features else cfg.data.workers,
+                              pin_memory=device.type == "cuda")
+    trained: nn.Module = head
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(head, device_ids=[device.index] if device.type == "cuda"
+                                                      else None)
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": info.format,
+                                                 "world_size": world, "device": str(device)})
+    progress = Progress(len(train_loader) * cfg.optim.epochs, every=cfg.run.log_every, enabled=main and show_progress)
+    history: list[dict[str, float]] = []
+    step, started = 0, time.perf_counter()
+    for epoch in range(cfg.optim.epochs):
+        lr = linear_lr(cfg.optim, epoch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        sampler.set_epoch(epoch)
+        trained.eval()  # BN statistics must not move: fc is trained on the frozen network's features
+        for inputs, target, _ in train_loader:
+            with autocast(device, cfg.run.amp):
+                loss = F.cross_entropy(trained(inputs.to(device, non_blocking=True)).float(), target.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            progress.update(step, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
+        if not math.isfinite(loss.item()):
+            raise RuntimeError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower optim.lr")
+        acc = evaluate(head, val_source, device, cfg.run.amp, len(splits.classes))
+        history.append({"epoch": epoch, **acc})
+        metrics.write(epoch=epoch, step=step, loss=loss.item(), lr=lr, **acc)
+        progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 {acc['top5']:.2f}")
+    sanity_check(model, info, initial)
+    best = max(history, key=lambda h: h["top1"])
+    result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],
+              "best_top5": best["top5"], "best_epoch": best["epoch"]}
+    record = run_dir / "result.json"
+    if main:
+        checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": info.arch, "state_dict": model.state_dict(),
+                                "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
+        protocol = "linear-cached" if cfg.run.cached_features else "linear"
+        write_record(record, task="linear", protocol=protocol, metrics=result, backbone=info,
+                     dataset={"path": cfg.data.path, "classes": len(splits.classes), "train_images": len(splits.train),
+                              "val_images": len(splits.val)}, config=to_dict(cfg), history=history,
+                     extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
+                            "note": "not the paper's protocol: fc trained on cached center-crop features"
+                            if cfg.run.cached_features else "the paper's protocol"})
+        print(f"{protocol}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
+              f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
+              file=sys.stderr)
+    return record
+
+
+class _FeatureHead(nn.Module):
+    """fc alone, for cached features: the same parameters as the model's fc, so the sanity check still applies."""
+
+    def __init__(self, fc: nn.Module) -> None:
+        super().__init__()
+        self.fc = fc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def _cached(model: nn.Module, splits: Splits, batch: int, cfg: LinearConfig,
+            device: torch.device) -> tuple[TensorDataset, DataLoader, nn.Module]:
+    """Pooled features of center crops, extracted once; fc is then trained on them."""
+    fc = model.fc
+    model.fc = nn.Identity()
+    loaders = [DataLoader(ds, batch_size=batch, num_workers=cfg.data.workers) for ds in (splits.train, splits.val)]
+    with autocast(device, cfg.run.amp):
+        (train_x, train_y), (val_x, val_y) = (_raw_features(model, loader, device) for loader in loaders)
+    model.fc = fc
+    index = torch.arange(len(train_y))
+    train = TensorDataset(train_x.float().cpu(), train_y.cpu(), index)
+    val = DataLoader(TensorDataset(val_x.float().cpu(), val_y.cpu(), torch.arange(len(val_y))), batch_size=batch)
+    return train, val, _FeatureHead(fc)
+
+
+@torch.no_grad()
+def _raw_features(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    model.eval()
+    feats, labels = [], []
+    for images, target, _ in loader:
+        feats.append(model(images.to(device, non_blocking=True)))
+        labels.append(target)
+    return torch.cat(feats), torch.cat(labels)
+

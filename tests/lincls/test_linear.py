@@ -1,0 +1,99 @@
+"""The linear protocol: only fc changes, BN stays put, the sanity check bites, records are complete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lincls.backbone import load_backbone
+from lincls.linear import LinearConfig, freeze_all_but_fc, linear_eval, load_linear_config, sanity_check
+from moco_core import checkpoint
+from moco_core.config import ConfigError, replace
+from moco_core.train import pretrain
+
+
+def tiny_linear(shapes_root: Path, out: Path, **run: object) -> LinearConfig:
+    cfg = load_linear_config("lincls_embedded", ["optim.epochs=2", "optim.batch_size=16", "optim.milestones=[1]",
+                                                 "data.workers=0", "run.log_every=1"])
+    return replace(cfg, data={"path": str(shapes_root)}, run={"output_dir": str(out), **run})
+
+
+@pytest.fixture(scope="module")
+def pretrained(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import tiny_config
+
+    out = tmp_path_factory.mktemp("pre") / "run"
+    return pretrain(tiny_config(shapes_root, out, optim={"epochs": 1}), show_progress=False) / checkpoint.LAST
+
+
+def test_only_fc_gets_gradients_and_bn_statistics_stay(pretrained: Path) -> None:
+    model, _ = load_backbone(str(pretrained), 8)
+    freeze_all_but_fc(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=30.0, momentum=0.9)
+    model.eval()
+    for _ in range(2):
+        loss = F.cross_entropy(model(torch.randn(4, 3, 32, 32)), torch.tensor([0, 1, 2, 3]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert grads == {"fc.weight", "fc.bias"}
+    after = model.state_dict()
+    changed = {k for k in after if not torch.equal(after[k], before[k])}
+    assert changed == {"fc.weight", "fc.bias"}  # running_mean/var and num_batches_tracked did not move
+
+
+def test_linear_eval_runs_and_records(pretrained: Path, shapes_root: Path, tmp_path: Path) -> None:
+    record_path = linear_eval(tiny_linear(shapes_root, tmp_path / "lin"), str(pretrained), show_progress=False)
+    record = json.loads(record_path.read_text())
+    assert record["schema"] == "moco.result" and record["task"] == "linear" and record["protocol"] == "linear"
+    assert record["sanity_check"] == "passed" and record["wall_time_s"] > 0
+    assert record["backbone"]["format"] == "moco-suite" and len(record["backbone"]["sha256"]) == 64
+    assert record["backbone"]["pretrain"]["config"]["model"]["queue_size"] == 40
+    assert [h["epoch"] for h in record["history"]] == [0, 1]
+    assert 0 <= record["metrics"]["top1"] <= record["metrics"]["top5"] <= 100
+    assert record["dataset"]["classes"] == 8 and record["dataset"]["val_images"] == 16
+    final = checkpoint.load(tmp_path / "lin" / "linear_final.pth.tar")
+    assert final["arch"] == "resnet18" and "fc.weight" in final["state_dict"]
+
+
+def test_cached_features_mode_is_labelled(shapes_root: Path, tmp_path: Path) -> None:
+    cfg = tiny_linear(shapes_root, tmp_path / "cached", cached_features=True)
+    record = json.loads(linear_eval(replace(cfg, optim={"lr": 1.0}), "random", show_progress=False).read_text())
+    assert record["protocol"] == "linear-cached" and "not the paper's protocol" in record["note"]
+    assert record["backbone"]["format"] == "random"
+
+
+def test_sanity_check_catches_a_modified_weight(pretrained: Path) -> None:
+    model, info = load_backbone(str(pretrained), 8)
+    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    sanity_check(model, info, initial)  # untouched: passes
+    with torch.no_grad():
+        model.layer3[0].conv1.weight[0, 0, 0, 0] += 1e-3
+    with pytest.raises(RuntimeError, match="sanity check failed: 1 frozen tensors changed .*layer3.0.conv1.weight"):
+        sanity_check(model, info, initial)
+    model, info = load_backbone("random", 8, arch="resnet18")
+    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    model.layer1[0].bn1.running_mean += 1
+    with pytest.raises(RuntimeError, match="layer1.0.bn1.running_mean"):
+        sanity_check(model, info, initial)
+
+
+def test_bad_config_and_unlabelled_data(tmp_path: Path, shapes_root: Path) -> None:
+    with pytest.raises(ConfigError, match="data.path: not set"):
+        load_linear_config(None, [])
+    with pytest.raises(ConfigError, match="optim.lr: must be > 0"):
+        load_linear_config("lincls_embedded", ["optim.lr=0"])
+    flat = tmp_path / "flat"
+    (flat / "train").mkdir(parents=True)
+    (flat / "val").mkdir()
+    for split in ("train", "val"):
+        for src in sorted((shapes_root / split / "circle").iterdir())[:2]:
+            (flat / split / src.name).write_bytes(src.read_bytes())
+    with pytest.raises(ConfigError, match="no class folders"):
+        linear_eval(tiny_linear(flat, tmp_path / "x"), "random", show_progress=False)
