@@ -76,6 +76,13 @@ def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[
         facts = {"method": obj.get("method", "moco"), "epochs": obj.get("epoch"), "arch": obj.get("arch"),
                  "config": config, "code_version": obj.get("code_version")}
         return backbone, fmt, facts
+    if isinstance(state, dict) and "conv1.weight" in state and "layer1.0.conv1.weight" in state:
+        # our supervised baseline (or any wrapper around a torchvision ResNet state_dict)
+        backbone = {k: v for k, v in state.items() if not k.startswith("fc.")}
+        config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
+        return backbone, "torchvision", {"method": obj.get("method", "supervised"), "epochs": obj.get("epoch"),
+                                         "arch": obj.get("arch"), "config": config,
+                                         "code_version": obj.get("code_version")}
     if isinstance(state, dict) and any(k.startswith("module.") for k in state):
         raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* keys; not a MoCo "
                                          f"pretraining checkpoint")

@@ -106,3 +106,13 @@ def build_eval_transform(
             T.Normalize(mean=list(mean), std=list(std)),
         ]
     )
+
+
+def build_supervised_transform(cfg: AugmentConfig) -> Callable[[Image.Image], torch.Tensor]:
+    """The standard supervised view (torchvision's ImageNet recipe): RandomResizedCrop (scale 0.08-1), flip."""
+    return T.Compose([
+        T.RandomResizedCrop(cfg.crop_size),
+        T.RandomHorizontalFlip(),
+        T.ToTensor(),
+        T.Normalize(cfg.mean, cfg.std),
+    ])

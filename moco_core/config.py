@@ -92,6 +92,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
+    method: Literal["moco", "supervised"] = "moco"  # "supervised": the labelled baseline on the same data
     model: ModelConfig = field(default_factory=ModelConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -261,9 +262,10 @@ def validated(cfg: Any) -> Any:
     return cfg
 
 
-def replace(cfg: Any, **sections: dict[str, Any]) -> Any:
-    """Return ``cfg`` with fields of its sections replaced: ``replace(cfg, run={'seed': 1})``."""
-    updates = {name: dataclasses.replace(getattr(cfg, name), **values) for name, values in sections.items()}
+def replace(cfg: Any, **changes: Any) -> Any:
+    """``cfg`` with fields replaced; a dict replaces fields of a section: ``replace(cfg, run={'seed': 1})``."""
+    updates = {name: dataclasses.replace(getattr(cfg, name), **value) if isinstance(value, dict) else value
+               for name, value in changes.items()}
     return dataclasses.replace(cfg, **updates)
 
 

@@ -1,4 +1,4 @@
-"""One pretraining epoch: forward q and k, InfoNCE, backward, SGD, enqueue."""
+"""One pretraining epoch: the method's forward, cross-entropy, backward, SGD, the method's after-step."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from moco_core import distributed
-from moco_core.moco import MoCo, instance_accuracy
+from moco_core.methods import Method
 from moco_core.progress import MetricsWriter, Progress
 
 
@@ -39,8 +40,8 @@ def autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManag
 
 def train_one_epoch(
     model: nn.Module,
-    moco: MoCo,
-    loader: Iterable[tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]],
+    method: Method,
+    loader: Iterable[tuple[Any, torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     *,
     epoch: int,
@@ -53,7 +54,10 @@ def train_one_epoch(
     progress: Progress,
     metrics: MetricsWriter,
 ) -> EpochStats:
-    """Train ``model`` (``moco``, possibly wrapped in DDP) for one pass over ``loader``.
+    """Train ``model`` (``method.module``, possibly wrapped in DDP) for one pass over ``loader``.
+
+    Accuracy is top-1 of the logits against the labels: instance discrimination for MoCo, the class for the
+    supervised baseline.
 
     The loss is checked for NaN/inf every ``log_every`` steps and at the end of the epoch (checking every step
     would make each CUDA step wait for the host); the caller writes a checkpoint only after a clean epoch.
@@ -69,25 +73,29 @@ def train_one_epoch(
     while True:
         fetch_start = time.perf_counter()
         try:
-            (im_q, im_k), _, _ = next(loader_iter)
+            images, target, _ = next(loader_iter)
         except StopIteration:
             break
         wait += time.perf_counter() - fetch_start
-        im_q = im_q.to(device, non_blocking=True)
-        im_k = im_k.to(device, non_blocking=True)
+        if isinstance(images, (tuple, list)):
+            images = tuple(view.to(device, non_blocking=True) for view in images)
+            batch = images[0].shape[0]
+        else:
+            images = images.to(device, non_blocking=True)
+            batch = images.shape[0]
         with autocast(device, amp):
-            logits, labels, keys = model(im_q, im_k)
-        loss = F.cross_entropy(logits, labels)  # logits are fp32: the MoCo module computes them so
+            logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True))
+        loss = F.cross_entropy(logits.float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        moco.enqueue(keys)  # after backward: the logits of this step used the queue before this write
-        sums += torch.stack([loss.detach(), instance_accuracy(logits.detach())]).double()
+        method.after_step(state)
+        sums += torch.stack([loss.detach(), top1(logits.detach(), labels)]).double()
         step += 1
         window_steps += 1
         epoch_steps += 1
-        window_images += im_q.shape[0] * world
-        epoch_images += im_q.shape[0] * world
+        window_images += batch * world
+        epoch_images += batch * world
         if step % log_every == 0:
             loss_v, acc_v = _close_window(sums, window_steps, totals, epoch, step)
             now = time.perf_counter()
@@ -117,3 +125,8 @@ def _close_window(sums: torch.Tensor, steps: int, totals: list[float], epoch: in
     totals[1] += acc_v * steps
     sums.zero_()
     return loss_v, acc_v
+
+
+def top1(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Top-1 accuracy in % (for MoCo, the instance-discrimination accuracy: labels are all 0)."""
+    return (logits.argmax(dim=1) == labels).float().mean() * 100.0

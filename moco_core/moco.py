@@ -118,6 +118,7 @@ class MoCo(nn.Module):
         self.queue_ptr.add_(total).remainder_(self.queue_size)
 
 
+
 def instance_accuracy(logits: torch.Tensor) -> torch.Tensor:
     """Top-1 accuracy (in %) of the instance-discrimination task: how often the positive scores highest."""
     return (logits.argmax(dim=1) == 0).float().mean() * 100.0

@@ -15,14 +15,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from moco_core import checkpoint, distributed
-from moco_core.augment import TwoCrops, build_pretrain_transform
-from moco_core.batchnorm import split_batchnorm
-from moco_core.config import ConfigError, ModelConfig, OptimConfig, PretrainConfig, from_dict, to_dict
+from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_skipped
-from moco_core.encoders import build_encoder
 from moco_core.engine import train_one_epoch
 from moco_core.knn import KnnMonitor
-from moco_core.moco import MoCo
+from moco_core.methods import METHODS, Method
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, write_run_files
 from moco_core.shapes import ensure_shapes
@@ -40,17 +38,6 @@ def resolve_device(name: str) -> torch.device:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     return device
-
-
-def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:
-    """Translate the model config into a MoCo module, with the BN handling it asks for."""
-    encoder = build_encoder(cfg.arch, dim=cfg.dim, mlp=cfg.mlp)
-    if cfg.shuffle_bn == "sync":
-        encoder = nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
-    elif cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1:
-        encoder = split_batchnorm(encoder, cfg.bn_groups)  # emulate bn_groups GPUs in one process
-    return MoCo(encoder, dim=cfg.dim, queue_size=cfg.queue_size, momentum=cfg.momentum,
-                temperature=cfg.temperature, shuffle_keys=cfg.shuffle_bn == "shuffle")
 
 
 def learning_rate(cfg: OptimConfig, epoch: int) -> float:
@@ -97,14 +84,15 @@ class Resumed:
     step: int
 
 
-def restore(path: Path, moco: MoCo, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
+def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
     """Load model, queue, pointer, optimizer, RNG states and position from one of our or an official checkpoint."""
     ckpt = checkpoint.load(path)
     if "state_dict" not in ckpt:
-        raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a MoCo pretraining checkpoint")
-    state = checkpoint.from_official(ckpt["state_dict"])
+        raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a pretraining checkpoint")
+    if ckpt.get("method", "moco") != method.name:
+        raise checkpoint.CheckpointError(f"{path}: was written by method {ckpt.get('method')!r}, not {method.name!r}")
     try:
-        moco.load_state_dict(state)
+        method.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
         raise checkpoint.CheckpointError(
             f"{path}: does not match the configured model ({str(err).splitlines()[0]}…)"
@@ -117,20 +105,20 @@ def restore(path: Path, moco: MoCo, optimizer: torch.optim.Optimizer, steps_per_
     return Resumed(epoch=epoch, step=int(ckpt.get("global_step", epoch * steps_per_epoch)))
 
 
-def checkpoint_dict(cfg: PretrainConfig, moco: MoCo, optimizer: torch.optim.Optimizer, *, epoch: int,
+def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optimizer, *, epoch: int,
                     step: int) -> dict[str, Any]:
     """The official four fields, then ours. ``epoch`` is the next epoch to run, as main_moco.py writes it."""
     return {
         "epoch": epoch,
         "arch": cfg.model.arch,
-        "state_dict": checkpoint.to_official(moco.state_dict()),
+        "state_dict": method.state_dict(),
         "optimizer": optimizer.state_dict(),
         "format": "moco-suite",
         "format_version": checkpoint.FORMAT_VERSION,
-        "method": "moco",
+        "method": method.name,
         "config": to_dict(cfg),
         "global_step": step,
-        "queue_ptr": int(moco.queue_ptr),
+        **method.extras(),
         "sampler": {"epoch": epoch, "position": 0},
         "rng": checkpoint.rng_state(),
         "code_version": code_version(),
@@ -166,14 +154,20 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     note = warn_skipped(images.skipped)
     if note and main:
         print(f"warning: {note}", file=sys.stderr)
+    method_cls = METHODS[cfg.method]
+    if method_cls.needs_labels and not images.classes:
+        raise ConfigError(f"method: {cfg.method} needs labels: {data_root} has no class folders")
 
     torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
-    moco = build_moco(cfg.model, world_size=world).to(device)
+    method = method_cls(cfg.model, world_size=world, num_classes=len(images.classes))
+    module = method.module.to(device)
     # All parameters, as the official code: the key encoder's never get gradients, so SGD skips them, and
     # optimizer state indices then match official checkpoints.
-    optimizer = torch.optim.SGD(moco.parameters(), lr=learning_rate(cfg.optim, 0), momentum=cfg.optim.momentum,
+    optimizer = torch.optim.SGD(module.parameters(), lr=learning_rate(cfg.optim, 0), momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)
-    dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
+    transform = (TwoCrops(build_pretrain_transform(cfg.augment)) if method.views == 2
+                 else build_supervised_transform(cfg.augment))
+    dataset = ImageDataset(images.samples, transform)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                  drop_last=True)
     loader = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
@@ -181,10 +175,10 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     steps_per_epoch = len(loader)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
-        start = restore(resume_path, moco, optimizer, steps_per_epoch)
-    model: nn.Module = moco
+        start = restore(resume_path, method, optimizer, steps_per_epoch)
+    model: nn.Module = module
     if world > 1:
-        model = DistributedDataParallel(moco, device_ids=[device.index] if device.type == "cuda" else None,
+        model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
                                         broadcast_buffers=False)
 
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
@@ -208,7 +202,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             group["lr"] = lr
         sampler.set_epoch(epoch)
         torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
-        stats = train_one_epoch(model, moco, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs, step=step,
+        stats = train_one_epoch(model, method, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs, step=step,
                                 lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
                                 progress=progress, metrics=metrics)
         step = stats.step
@@ -218,13 +212,13 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
                              f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
             if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
-                knn = monitor(moco.encoder)
+                knn = monitor(method.encoder)
                 metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
                 progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
             last = epoch + 1 == cfg.optim.epochs
             if last or (epoch + 1) % cfg.run.checkpoint_every == 0:
                 path = run_dir / checkpoint.LAST
-                checkpoint.save_atomic(checkpoint_dict(cfg, moco, optimizer, epoch=epoch + 1, step=step), path)
+                checkpoint.save_atomic(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
                 if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
                     checkpoint.keep_copy(path, f"checkpoint_{epoch:04d}.pth.tar")
         distributed.barrier()

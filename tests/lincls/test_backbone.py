@@ -12,7 +12,7 @@ import torchvision
 from lincls.backbone import infer_arch, load_backbone
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
-from moco_core.train import build_moco
+from moco_core.methods import build_moco
 
 
 @pytest.fixture(scope="module")

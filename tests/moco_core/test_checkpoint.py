@@ -11,7 +11,8 @@ import torchvision
 
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
-from moco_core.train import build_moco, checkpoint_dict
+from moco_core.methods import MocoMethod, build_moco
+from moco_core.train import checkpoint_dict
 
 
 def official_lincls_load(path: Path, arch: str) -> set[str]:
@@ -50,10 +51,10 @@ def official_detectron2_names(path: Path) -> dict[str, tuple[int, ...]]:
 @pytest.fixture(params=[False, True], ids=["v1", "v2"])
 def saved(request: pytest.FixtureRequest, tmp_path: Path, make_config) -> Path:  # noqa: ANN001
     cfg = make_config(tmp_path, tmp_path, model={"mlp": request.param})
-    moco = build_moco(cfg.model, world_size=1)
-    opt = torch.optim.SGD(moco.parameters(), lr=0.1, momentum=0.9)
+    method = MocoMethod(cfg.model, world_size=1, num_classes=0)
+    opt = torch.optim.SGD(method.module.parameters(), lr=0.1, momentum=0.9)
     path = tmp_path / "ckpt.pth.tar"
-    checkpoint.save_atomic(checkpoint_dict(cfg, moco, opt, epoch=3, step=30), path)
+    checkpoint.save_atomic(checkpoint_dict(cfg, method, opt, epoch=3, step=30), path)
     return path
 
 

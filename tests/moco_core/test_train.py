@@ -124,3 +124,28 @@ def test_knn_monitor_is_logged(tiny_cfg: PretrainConfig, shapes_root: Path) -> N
         from moco_core.config import validated
 
         validated(replace(tiny_cfg, run={"knn_every": 1}, data={"knn_path": None}))
+
+
+def test_supervised_baseline_learns_a_separable_set(tmp_path: Path) -> None:
+    """Two classes that differ in brightness: the supervised method must reach high training accuracy."""
+    from PIL import Image
+
+    from lincls.backbone import load_backbone
+    from tests.conftest import tiny_config
+
+    for label, value in (("dark", 30), ("light", 220)):
+        folder = tmp_path / "data" / "train" / label
+        folder.mkdir(parents=True)
+        for i in range(16):
+            Image.new("RGB", (40, 40), (value + i, value, value - i)).save(folder / f"{i}.png")
+    cfg = tiny_config(tmp_path / "data", tmp_path / "sup", optim={"epochs": 8, "lr": 2.0, "schedule": "step",
+                                                                   "milestones": ()})
+    run_dir = pretrain(replace(cfg, method="supervised"), show_progress=False)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["epoch_accuracy"] >= 90.0
+    ckpt = checkpoint.load(run_dir / checkpoint.LAST)
+    assert ckpt["method"] == "supervised" and "fc.weight" in ckpt["state_dict"] and "queue_ptr" not in ckpt
+    _, info = load_backbone(str(run_dir / checkpoint.LAST), 2)  # read like torchvision weights
+    assert (info.format, info.pretrain["method"]) == ("torchvision", "supervised")
+    with pytest.raises(checkpoint.CheckpointError, match="written by method 'supervised', not 'moco'"):
+        pretrain(replace(cfg, optim={"epochs": 7}), resume=run_dir, show_progress=False)
