@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 
 from moco_core.checkpoint import CheckpointError
+from moco_core.cli import launch
 from moco_core.config import ConfigError, replace
 from moco_core.data import DatasetError
 
@@ -36,10 +38,11 @@ def linear_cli(
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     cached_features: Annotated[bool, typer.Option(help="Train fc on features extracted once (fast; NOT the "
                                                   "paper's protocol, and labelled so).")] = False,
+    nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
 ) -> None:
     """Linear classification on frozen features (lr 30, 100 epochs, BN in eval mode), with the sanity check."""
-    from lincls.linear import linear_eval, load_linear_config
+    from lincls.linear import load_linear_config
 
     try:
         cfg = load_linear_config(config, set_ or [])
@@ -48,10 +51,26 @@ def linear_cli(
                       run={k: v for k, v in {"output_dir": output_dir, "device": device,
                                               "cached_features": cached_features or cfg.run.cached_features}.items()
                            if v is not None})
-        record = linear_eval(cfg, pretrained, show_progress=not quiet)
     except USER_ERRORS as err:
         raise _fail(err) from None
-    print(f"result: {record}")
+    if nproc < 1:
+        raise _fail(ConfigError("--nproc: must be >= 1"))
+    launch(nproc, run_linear, cfg, pretrained, quiet)
+
+
+def run_linear(cfg: object, pretrained: str, quiet: bool) -> None:
+    """One process of ``moco eval linear``: user errors are one line (from rank 0) and exit code 2."""
+    from lincls.linear import linear_eval
+
+    main = int(os.environ.get("RANK", "0")) == 0
+    try:
+        record = linear_eval(cfg, pretrained, show_progress=not quiet)  # type: ignore[arg-type]
+    except USER_ERRORS as err:
+        if main:
+            print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if main:
+        print(f"result: {record}")
 
 
 def knn_cli(

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from lincls.backbone import BackboneInfo, load_backbone, read_backbone_state
 from lincls.records import write_record
@@ -191,8 +191,9 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
     optimizer = torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)
     local_batch = cfg.optim.batch_size // world
-    val_loader = DataLoader(splits.val, batch_size=local_batch, num_workers=cfg.data.workers,
-                            sampler=DistributedSampler(splits.val, shuffle=False) if world > 1 else None)
+    # Each rank evaluates a disjoint shard (no padding, unlike DistributedSampler): the summed counts are exact.
+    shard = Subset(splits.val, range(distributed.rank(), len(splits.val), world))
+    val_loader = DataLoader(shard, batch_size=local_batch, num_workers=cfg.data.workers)
     if cfg.run.cached_features:
         train_source, val_source, head = _cached(model, splits, local_batch, cfg, device)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,13 +82,18 @@ def pretrain_cli(
     if nproc < 1:
         print("error: --nproc: must be >= 1", file=sys.stderr)
         raise typer.Exit(2)
+    launch(nproc, run_pretrain, cfg, resume, quiet)
+
+
+def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn(*args)`` here, or in ``nproc`` processes; a failed process becomes this command's exit code."""
     if nproc == 1:
-        run_pretrain(cfg, resume, quiet)
+        fn(*args)
         return
     import torch.multiprocessing as mp
 
     try:
-        distributed.launch(nproc, run_pretrain, cfg, resume, quiet)
+        distributed.launch(nproc, fn, *args)
     except mp.ProcessExitedException as err:  # a user error, already reported by that process
         raise typer.Exit(err.exit_code or 1) from None
     except mp.ProcessRaisedException as err:  # a crash: that process printed its traceback

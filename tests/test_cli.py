@@ -122,3 +122,17 @@ def test_eval_linear_and_knn_commands(shapes_root: Path, tmp_path: Path) -> None
     assert json.loads((tmp_path / "knn" / "result.json").read_text())["metrics"]["top1"] >= 0
     res = moco("eval", "linear", str(tmp_path / "nothing.pth"), "-c", "lincls_embedded", "--data", str(shapes_root))
     assert res.returncode == 2 and res.stderr.startswith("error: checkpoint not found")
+
+
+@pytest.mark.slow
+def test_two_process_linear_eval(shapes_root: Path, tmp_path: Path) -> None:
+    """Same result in 1 and 2 processes for the cheap parts: every val image is counted once."""
+    res = moco("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data", str(shapes_root),
+               "--output-dir", str(tmp_path / "ddp"), "--set", "optim.epochs=1", "--set", "optim.batch_size=16",
+               "--workers", "0", "--nproc", "2", "--device", "cpu", "--quiet")
+    assert res.returncode == 0, res.stderr
+    record = json.loads((tmp_path / "ddp" / "result.json").read_text())
+    assert record["sanity_check"] == "passed" and record["dataset"]["val_images"] == 16
+    assert json.loads((tmp_path / "ddp" / "run.json").read_text())["starts"][0]["world_size"] == 2
+    # 16 val images over 8 classes: any exact count gives a multiple of 100/16
+    assert (record["metrics"]["top1"] * 16 / 100) == pytest.approx(round(record["metrics"]["top1"] * 16 / 100))
