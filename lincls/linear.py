@@ -168,11 +168,8 @@ def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.
 def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True) -> Path:
     """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path."""
     device = resolve_device(cfg.run.device)
-    distributed.init_from_env(device)
-    try:
+    with distributed.process_group(device):
         return _linear_eval(cfg, pretrained, device, show_progress)
-    finally:
-        distributed.shutdown()
 
 
 def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool) -> Path:

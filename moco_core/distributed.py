@@ -6,10 +6,11 @@ every code path runs unchanged in one CPU process.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -78,6 +79,16 @@ def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
 def shutdown() -> None:
     if is_distributed():
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[None]:
+    """Join the launcher's process group (if any) for the duration of a run, and leave it however it ends."""
+    init_from_env(device)
+    try:
+        yield
+    finally:
+        shutdown()
 
 
 def free_port() -> int:

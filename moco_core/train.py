@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, to_dict
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_skipped
 from moco_core.engine import train_one_epoch
 from moco_core.knn import KnnMonitor
@@ -125,20 +125,11 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
     }
 
 
-def config_from_checkpoint(path: Path) -> PretrainConfig | None:
-    """The config stored in one of our checkpoints (None for official ones, which store none)."""
-    stored = checkpoint.load(path).get("config")
-    return from_dict(PretrainConfig, stored) if isinstance(stored, dict) else None
-
-
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
     device = resolve_device(cfg.run.device)
-    distributed.init_from_env(device)
-    try:
+    with distributed.process_group(device):
         return _pretrain(cfg, device, resume, show_progress)
-    finally:
-        distributed.shutdown()
 
 
 def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | None, show_progress: bool) -> Path:
