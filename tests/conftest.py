@@ -25,7 +25,7 @@ def tiny_config(data: Path, output_dir: Path, **sections: dict) -> PretrainConfi
     """The embedded preset shrunk: resnet18 on 32-px crops, batch 16 in 4 BN groups, K 40, 2 epochs."""
     cfg = load_config(PretrainConfig, "embedded", [
         "model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=2",
-        "data.workers=0", "run.log_every=1", "run.knn_every=0",
+        "data.workers=0", "run.log_every=1", "run.knn_every=0", "augment.crop_size=32",
     ])
     cfg = replace(cfg, data={"path": str(data)}, run={"output_dir": str(output_dir)})
     return replace(cfg, **sections) if sections else cfg

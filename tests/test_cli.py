@@ -16,7 +16,10 @@ from moco_core import checkpoint
 
 runner = CliRunner()
 TINY = ["--set", "model.queue_size=40", "--set", "model.bn_groups=4", "--set", "optim.batch_size=16",
-        "--set", "optim.epochs=1", "--workers", "0", "--quiet"]
+        "--set", "optim.epochs=1", "--set", "augment.crop_size=32", "--set", "run.knn_every=0", "--workers", "0",
+        "--quiet"]
+TINY_LINEAR = ["--set", "optim.epochs=1", "--set", "optim.batch_size=16", "--set", "data.crop_size=32", "--set",
+               "data.resize=32", "--workers", "0", "--quiet"]
 
 
 def moco(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -111,8 +114,7 @@ def test_eval_linear_and_knn_commands(shapes_root: Path, tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr
     ckpt = str(out / checkpoint.LAST)
     res = moco("eval", "linear", ckpt, "-c", "lincls_embedded", "--data", str(shapes_root), "--output-dir",
-               str(tmp_path / "lin"), "--set", "optim.epochs=1", "--set", "optim.batch_size=16", "--workers", "0",
-               "--quiet")
+               str(tmp_path / "lin"), *TINY_LINEAR)
     assert res.returncode == 0, res.stderr
     assert "sanity check passed" in res.stderr
     assert json.loads((tmp_path / "lin" / "result.json").read_text())["protocol"] == "linear"
@@ -128,8 +130,7 @@ def test_eval_linear_and_knn_commands(shapes_root: Path, tmp_path: Path) -> None
 def test_two_process_linear_eval(shapes_root: Path, tmp_path: Path) -> None:
     """Same result in 1 and 2 processes for the cheap parts: every val image is counted once."""
     res = moco("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data", str(shapes_root),
-               "--output-dir", str(tmp_path / "ddp"), "--set", "optim.epochs=1", "--set", "optim.batch_size=16",
-               "--workers", "0", "--nproc", "2", "--device", "cpu", "--quiet")
+               "--output-dir", str(tmp_path / "ddp"), "--nproc", "2", "--device", "cpu", *TINY_LINEAR)
     assert res.returncode == 0, res.stderr
     record = json.loads((tmp_path / "ddp" / "result.json").read_text())
     assert record["sanity_check"] == "passed" and record["dataset"]["val_images"] == 16

@@ -18,7 +18,8 @@ from moco_core.train import pretrain
 
 def tiny_linear(shapes_root: Path, out: Path, **run: object) -> LinearConfig:
     cfg = load_linear_config("lincls_embedded", ["optim.epochs=2", "optim.batch_size=16", "optim.milestones=[1]",
-                                                 "data.workers=0", "run.log_every=1"])
+                                                 "data.workers=0", "run.log_every=1", "data.crop_size=32",
+                                                 "data.resize=32"])
     return replace(cfg, data={"path": str(shapes_root)}, run={"output_dir": str(out), **run})
 
 
