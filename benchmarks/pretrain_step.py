@@ -3,9 +3,9 @@
 What is measured: the step of ``moco_core.engine.train_one_epoch`` itself (the benchmark calls it), i.e. per batch
 forward of the query encoder, momentum update, shuffled-BN forward of the key encoder, InfoNCE logits,
 F.cross_entropy, backward, SGD step, ``moco.enqueue(keys)`` and the engine's running loss/accuracy sums. The model
-comes from ``build_moco(ModelConfig(...), world_size=1)``, so split/shuffled BN is exactly what a real
-single-process run uses. ``--warmup`` steps run first (not timed); then ``--steps`` steps are timed, with a CUDA
-synchronize before the clock is read.
+is ``MocoMethod``'s, i.e. ``build_moco(ModelConfig(...), world_size=1)`` as a real single-process run builds it,
+so split/shuffled BN is what that run uses. ``--warmup`` steps run first (not timed); then ``--steps`` steps are
+timed, with a CUDA synchronize before the clock is read.
 
 Data (``--data``): ``synthetic`` = random tensors already on the device (pure step speed, no loading);
 ``embedded`` or a folder = real PNG/JPEG decoding with the MoCo v2 two-crop augmentation at ``--image-size``
@@ -46,10 +46,11 @@ from torch.utils.data import DataLoader
 from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, load_config
 from moco_core.data import ImageDataset, scan_images
-from moco_core.engine import train_one_epoch
-from moco_core.moco import MoCo, contrastive_logits, instance_accuracy
+from moco_core.engine import top1, train_one_epoch
+from moco_core.methods import MocoMethod
+from moco_core.moco import MoCo, contrastive_logits
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.train import build_moco, resolve_data, resolve_device
+from moco_core.train import resolve_data, resolve_device
 
 Batch = tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]
 
@@ -62,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queue-size", type=int, default=65536, help="K")
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--mlp", action="store_true", help="MoCo v2 MLP head")
-    p.add_argument("--shuffle-bn", default="shuffle", choices=("shuffle", "sync", "off"))
+    p.add_argument("--shuffle-bn", default="shuffle", choices=("shuffle", "sync", "none", "off"),
+                   help="off is an alias of none (the config's name)")
     p.add_argument("--bn-groups", type=int, default=8)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CUDA only)")
@@ -73,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--json", action="store_true", help="also print one JSON line with every figure")
     args = p.parse_args(argv)
+    args.shuffle_bn = "none" if args.shuffle_bn == "off" else args.shuffle_bn
     if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.image_size < 8:
         p.error("need --steps >= 1, --warmup >= 0, --batch >= 1, --image-size >= 8")
     if args.shuffle_bn == "shuffle" and args.bn_groups > 1 and args.batch % args.bn_groups:
@@ -92,7 +95,7 @@ def synthetic_batches(batch: int, size: int, device: torch.device) -> Iterator[B
 
 def image_batches(args: argparse.Namespace, device: torch.device) -> Iterator[Batch]:
     """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader."""
-    overrides = [f"augment.crop_size={args.image_size}", f"data.path={args.data}"]
+    overrides = [f"augment.crop_size={args.image_size}", f"data.path={json.dumps(args.data)}"]
     cfg: PretrainConfig = load_config(PretrainConfig, "moco_v2_200ep", overrides)
     images = scan_images(resolve_data(args.data), split="train", workers=max(args.workers, 1))
     if len(images.samples) < args.batch:
@@ -140,7 +143,7 @@ def queue_costs(moco: MoCo, batch: int, device: torch.device, iters: int) -> tup
     def head_part() -> None:
         logits, labels = contrastive_logits(q, k, moco.queue, moco.temperature)
         F.cross_entropy(logits, labels).backward()
-        instance_accuracy(logits.detach())
+        top1(logits.detach(), labels)
         moco.enqueue(k)
 
     return timed_loop(queue_part, device, iters), timed_loop(head_part, device, iters)
@@ -166,13 +169,14 @@ def machine(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def run_steps(moco: MoCo, source: Iterator[Batch], optimizer: torch.optim.Optimizer, steps: int,
+def run_steps(method: MocoMethod, source: Iterator[Batch], optimizer: torch.optim.Optimizer, steps: int,
               device: torch.device, amp: bool) -> float:
     """``steps`` steps of the engine's own loop; returns its data-wait fraction."""
     batches: Iterable[Batch] = itertools.islice(source, steps)
-    stats = train_one_epoch(moco, moco, batches, optimizer, epoch=0, epochs=1, step=0, lr=optimizer.defaults["lr"],
-                            device=device, amp=amp, log_every=steps + 1, progress=Progress(steps, enabled=False),
-                            metrics=MetricsWriter(Path(os.devnull), enabled=False))
+    quiet_progress, no_metrics = Progress(steps, enabled=False), MetricsWriter(Path(os.devnull), enabled=False)
+    stats = train_one_epoch(method.module, method, batches, optimizer, epoch=0, epochs=1, step=0,
+                            lr=optimizer.defaults["lr"], device=device, amp=amp, log_every=steps + 1,
+                            progress=quiet_progress, metrics=no_metrics)
     return stats.data_wait
 
 
@@ -188,19 +192,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(0)
     cfg = ModelConfig(arch=args.arch, dim=args.dim, mlp=args.mlp, queue_size=args.queue_size,
                       shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)
-    moco = build_moco(cfg, world_size=1).to(device)
+    method = MocoMethod(cfg, world_size=1, num_classes=0)  # its module is build_moco(cfg, world_size=1)
+    moco = method.module.to(device)
     lr = 0.03 * args.batch / 256
     optimizer = torch.optim.SGD(moco.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
     synthetic = args.data == "synthetic"
     source = synthetic_batches(args.batch, args.image_size, device) if synthetic else image_batches(args, device)
 
     if args.warmup:
-        run_steps(moco, source, optimizer, args.warmup, device, amp)
+        run_steps(method, source, optimizer, args.warmup, device, amp)
     sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    data_wait = run_steps(moco, source, optimizer, args.steps, device, amp)
+    data_wait = run_steps(method, source, optimizer, args.steps, device, amp)
     sync(device)
     elapsed = time.perf_counter() - start
     memory_mb, memory_kind = peak_memory(device)
