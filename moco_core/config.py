@@ -40,6 +40,7 @@ class ModelConfig:
     # (not "off": YAML reads a bare off as false).
     shuffle_bn: Literal["shuffle", "sync", "none"] = "shuffle"
     bn_groups: int = 8  # single-process emulation of the paper's 8 GPUs (32 images a group at batch 256)
+    bank_momentum: float = 0.5  # memory-bank method: bank rows <- m * row + (1 - m) * feature (InstDisc: 0.5)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    method: Literal["moco", "supervised"] = "moco"  # "supervised": the labelled baseline on the same data
+    # "moco"; the paper's comparisons: "end2end" (the batch is the dictionary), "memory-bank" (InstDisc, K =
+    # model.queue_size sampled negatives); "supervised": the labelled baseline on the same data.
+    method: Literal["moco", "end2end", "memory-bank", "supervised"] = "moco"
     model: ModelConfig = field(default_factory=ModelConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -279,6 +282,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
         (m.temperature > 0, "model.temperature", f"must be > 0, got {m.temperature}"),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),
+        (0.0 <= m.bank_momentum <= 1.0, "model.bank_momentum", f"must be in [0, 1], got {m.bank_momentum}"),
         (o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}"),
         (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
         (o.momentum >= 0, "optim.momentum", f"must be >= 0, got {o.momentum}"),

@@ -73,7 +73,7 @@ def train_one_epoch(
     while True:
         fetch_start = time.perf_counter()
         try:
-            images, target, _ = next(loader_iter)
+            images, target, index = next(loader_iter)
         except StopIteration:
             break
         wait += time.perf_counter() - fetch_start
@@ -84,7 +84,8 @@ def train_one_epoch(
             images = images.to(device, non_blocking=True)
             batch = images.shape[0]
         with autocast(device, amp):
-            logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True))
+            logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True),
+                                                   index.to(device, non_blocking=True))
         loss = F.cross_entropy(logits.float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

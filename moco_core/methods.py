@@ -2,7 +2,9 @@
 
 Data loading, schedules, checkpoints, resume, distributed running and metrics are shared (train.py, engine.py).
 A method turns a batch into (logits, labels) for cross-entropy, and may update its state after the optimizer
-step (MoCo enqueues its keys). Adding a mechanism means adding one small class here.
+step (MoCo enqueues its keys, the memory bank updates its rows). Adding a mechanism means adding one small
+class here. ``transform`` names the views a sample gives: "two_crops" (query and key), "one_crop" (the
+pretraining augmentation once) or "supervised" (torchvision's classification crop).
 """
 
 from __future__ import annotations
@@ -17,17 +19,13 @@ from moco_core import checkpoint
 from moco_core.batchnorm import split_batchnorm
 from moco_core.config import ModelConfig
 from moco_core.encoders import build_encoder
+from moco_core.mechanisms import EndToEnd, MemoryBank
 from moco_core.moco import MoCo
 
 
 def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:
     """Translate the model config into a MoCo module, with the BN handling it asks for."""
-    encoder = build_encoder(cfg.arch, dim=cfg.dim, mlp=cfg.mlp)
-    if cfg.shuffle_bn == "sync":
-        encoder = nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
-    elif cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1:
-        encoder = split_batchnorm(encoder, cfg.bn_groups)  # emulate bn_groups GPUs in one process
-    return MoCo(encoder, dim=cfg.dim, queue_size=cfg.queue_size, momentum=cfg.momentum,
+    return MoCo(_contrastive_encoder(cfg, world_size), dim=cfg.dim, queue_size=cfg.queue_size, momentum=cfg.momentum,
                 temperature=cfg.temperature, shuffle_keys=cfg.shuffle_bn == "shuffle")
 
 
@@ -35,10 +33,10 @@ class MocoMethod:
     """MoCo (arXiv 1911.05722): queue + momentum encoder; two views of each image."""
 
     name = "moco"
-    views = 2
+    transform = "two_crops"
     needs_labels = False
 
-    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int) -> None:
+    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
         self.module = build_moco(cfg, world_size=world_size)
 
     @property
@@ -46,7 +44,8 @@ class MocoMethod:
         """The network whose backbone evaluations use (the query encoder)."""
         return self.module.encoder
 
-    def forward(self, model: nn.Module, images: Any, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
         im_q, im_k = images
         return model(im_q, im_k)  # logits (N, 1+K), labels (N,), keys to enqueue
 
@@ -71,10 +70,10 @@ class SupervisedMethod:
     """
 
     name = "supervised"
-    views = 1
+    transform = "supervised"
     needs_labels = True
 
-    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int) -> None:
+    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
         self.module = getattr(torchvision.models, cfg.arch)(num_classes=num_classes)
         if cfg.shuffle_bn == "sync":
             self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
@@ -83,7 +82,8 @@ class SupervisedMethod:
     def encoder(self) -> nn.Module:
         return self.module
 
-    def forward(self, model: nn.Module, images: Any, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
         return model(images), target, None
 
     def after_step(self, state: Any) -> None:
@@ -99,5 +99,93 @@ class SupervisedMethod:
         return {}
 
 
-Method = MocoMethod | SupervisedMethod
-METHODS: dict[str, type[MocoMethod] | type[SupervisedMethod]] = {"moco": MocoMethod, "supervised": SupervisedMethod}
+def _contrastive_encoder(cfg: ModelConfig, world_size: int) -> nn.Module:
+    encoder = build_encoder(cfg.arch, dim=cfg.dim, mlp=cfg.mlp)
+    if cfg.shuffle_bn == "sync":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
+    if cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1:
+        return split_batchnorm(encoder, cfg.bn_groups)
+    return encoder
+
+
+def _to_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """encoder.* -> module.encoder_q.* (what the evaluations read, as in MoCo checkpoints); x -> module.x."""
+    return {("module.encoder_q." + k[len("encoder."):]) if k.startswith("encoder.") else "module." + k: v
+            for k, v in state.items()}
+
+
+def _from_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {("encoder." + k[len("module.encoder_q."):]) if k.startswith("module.encoder_q.")
+            else k.removeprefix("module."): v for k, v in state.items()}
+
+
+class EndToEndMethod:
+    """End-to-end (paper Figure 2a): the dictionary is the batch; both branches are trained by backprop."""
+
+    name = "end2end"
+    transform = "two_crops"
+    needs_labels = False
+
+    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
+        self.module = EndToEnd(_contrastive_encoder(cfg, world_size), temperature=cfg.temperature,
+                               shuffle_keys=cfg.shuffle_bn == "shuffle")
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.module.encoder
+
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        logits, labels = model(*images)
+        return logits, labels, None
+
+    def after_step(self, state: Any) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return _to_checkpoint(self.module.state_dict())
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(_from_checkpoint(state))
+
+    def extras(self) -> dict[str, Any]:
+        return {}
+
+
+class MemoryBankMethod:
+    """Memory bank (paper Figure 2b, InstDisc): K = model.queue_size negatives sampled from the bank."""
+
+    name = "memory-bank"
+    transform = "one_crop"
+    needs_labels = False
+
+    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
+        self.module = MemoryBank(_contrastive_encoder(cfg, world_size), dataset_size=dataset_size, dim=cfg.dim,
+                                 num_negatives=cfg.queue_size, temperature=cfg.temperature,
+                                 bank_momentum=cfg.bank_momentum)
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.module.encoder
+
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        logits, labels, features = model(images, index)
+        return logits, labels, (features, index)
+
+    def after_step(self, state: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.module.update(*state)  # after the step, as InstDisc: the batch's logits used the old rows
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return _to_checkpoint(self.module.state_dict())
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(_from_checkpoint(state))
+
+    def extras(self) -> dict[str, Any]:
+        return {}
+
+
+Method = MocoMethod | SupervisedMethod | EndToEndMethod | MemoryBankMethod
+METHODS: dict[str, type[Method]] = {"moco": MocoMethod, "supervised": SupervisedMethod, "end2end": EndToEndMethod,
+                                    "memory-bank": MemoryBankMethod}

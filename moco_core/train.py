@@ -62,6 +62,9 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     if cfg.model.shuffle_bn == "sync" and world_size > 1 and device.type != "cuda":
         raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
                           "use shuffle")
+    if cfg.method in ("end2end", "memory-bank") and world_size > 1:
+        # Both hang under DDP with gloo in our tests; until that is understood they run in one process.
+        raise ConfigError(f"method: {cfg.method} runs in one process for now; drop --nproc / torchrun")
     batch = cfg.optim.batch_size
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
@@ -150,14 +153,15 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         raise ConfigError(f"method: {cfg.method} needs labels: {data_root} has no class folders")
 
     torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
-    method = method_cls(cfg.model, world_size=world, num_classes=len(images.classes))
+    method = method_cls(cfg.model, world_size=world, num_classes=len(images.classes), dataset_size=len(images.samples))
     module = method.module.to(device)
     # All parameters, as the official code: the key encoder's never get gradients, so SGD skips them, and
     # optimizer state indices then match official checkpoints.
     optimizer = torch.optim.SGD(module.parameters(), lr=learning_rate(cfg.optim, 0), momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)
-    transform = (TwoCrops(build_pretrain_transform(cfg.augment)) if method.views == 2
-                 else build_supervised_transform(cfg.augment))
+    transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
+                 "one_crop": lambda: build_pretrain_transform(cfg.augment),
+                 "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
     dataset = ImageDataset(images.samples, transform)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                  drop_last=True)

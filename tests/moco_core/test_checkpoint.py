@@ -51,7 +51,7 @@ def official_detectron2_names(path: Path) -> dict[str, tuple[int, ...]]:
 @pytest.fixture(params=[False, True], ids=["v1", "v2"])
 def saved(request: pytest.FixtureRequest, tmp_path: Path, make_config) -> Path:  # noqa: ANN001
     cfg = make_config(tmp_path, tmp_path, model={"mlp": request.param})
-    method = MocoMethod(cfg.model, world_size=1, num_classes=0)
+    method = MocoMethod(cfg.model, world_size=1, num_classes=0, dataset_size=0)
     opt = torch.optim.SGD(method.module.parameters(), lr=0.1, momentum=0.9)
     path = tmp_path / "ckpt.pth.tar"
     checkpoint.save_atomic(checkpoint_dict(cfg, method, opt, epoch=3, step=30), path)
