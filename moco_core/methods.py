@@ -119,25 +119,14 @@ def _from_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             else k.removeprefix("module."): v for k, v in state.items()}
 
 
-class EndToEndMethod:
-    """End-to-end (paper Figure 2a): the dictionary is the batch; both branches are trained by backprop."""
+class _EncoderMethod:
+    """What end2end and memory-bank share: ``module.encoder`` is the query encoder, saved as module.encoder_q.*."""
 
-    name = "end2end"
-    transform = "two_crops"
-    needs_labels = False
-
-    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
-        self.module = EndToEnd(_contrastive_encoder(cfg, world_size), temperature=cfg.temperature,
-                               shuffle_keys=cfg.shuffle_bn == "shuffle")
+    module: nn.Module
 
     @property
     def encoder(self) -> nn.Module:
         return self.module.encoder
-
-    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
-                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        logits, labels = model(*images)
-        return logits, labels, None
 
     def after_step(self, state: Any) -> None:
         pass
@@ -152,7 +141,24 @@ class EndToEndMethod:
         return {}
 
 
-class MemoryBankMethod:
+class EndToEndMethod(_EncoderMethod):
+    """End-to-end (paper Figure 2a): the dictionary is the batch; both branches are trained by backprop."""
+
+    name = "end2end"
+    transform = "two_crops"
+    needs_labels = False
+
+    def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
+        self.module = EndToEnd(_contrastive_encoder(cfg, world_size), temperature=cfg.temperature,
+                               shuffle_keys=cfg.shuffle_bn == "shuffle")
+
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        logits, labels = model(*images)
+        return logits, labels, None
+
+
+class MemoryBankMethod(_EncoderMethod):
     """Memory bank (paper Figure 2b, InstDisc): K = model.queue_size negatives sampled from the bank."""
 
     name = "memory-bank"
@@ -164,10 +170,6 @@ class MemoryBankMethod:
                                  num_negatives=cfg.queue_size, temperature=cfg.temperature,
                                  bank_momentum=cfg.bank_momentum)
 
-    @property
-    def encoder(self) -> nn.Module:
-        return self.module.encoder
-
     def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
                 index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
         logits, labels, features = model(images, index)
@@ -175,15 +177,6 @@ class MemoryBankMethod:
 
     def after_step(self, state: tuple[torch.Tensor, torch.Tensor]) -> None:
         self.module.update(*state)  # after the step, as InstDisc: the batch's logits used the old rows
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return _to_checkpoint(self.module.state_dict())
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(_from_checkpoint(state))
-
-    def extras(self) -> dict[str, Any]:
-        return {}
 
 
 Method = MocoMethod | SupervisedMethod | EndToEndMethod | MemoryBankMethod
