@@ -25,7 +25,7 @@ class EndToEnd(nn.Module):
         self.shuffle_keys = shuffle_keys
 
     def forward(self, im_q: torch.Tensor, im_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (N, N) / T with query i's positive in column i, and those labels. One process only."""
+        """Logits (N, N * world) / T with query i's positive in column rank * N + i, and those labels."""
         q = F.normalize(self.encoder(im_q), dim=1)  # (N, C)
         if self.shuffle_keys:
             # The key batch runs through BN in another order (and, in one process, other BN groups) than the
@@ -34,8 +34,10 @@ class EndToEnd(nn.Module):
             k = F.normalize(self.encoder(im_k[perm]), dim=1)[torch.argsort(perm)]
         else:
             k = F.normalize(self.encoder(im_k), dim=1)  # (N, C)
-        logits = q.float() @ k.float().t() / self.temperature  # (N, N)
-        labels = torch.arange(q.shape[0], device=q.device)
+        # Several processes: the dictionary is the global batch, gathered with gradients.
+        k = distributed.all_gather_with_grad(k)  # (N * world, C)
+        logits = q.float() @ k.float().t() / self.temperature  # (N, N * world)
+        labels = torch.arange(q.shape[0], device=q.device) + distributed.rank() * q.shape[0]
         return logits, labels
 
 

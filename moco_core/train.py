@@ -62,9 +62,6 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     if cfg.model.shuffle_bn == "sync" and world_size > 1 and device.type != "cuda":
         raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
                           "use shuffle")
-    if cfg.method in ("end2end", "memory-bank") and world_size > 1:
-        # Both hang under DDP with gloo in our tests; until that is understood they run in one process.
-        raise ConfigError(f"method: {cfg.method} runs in one process for now; drop --nproc / torchrun")
     batch = cfg.optim.batch_size
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")

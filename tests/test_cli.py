@@ -137,3 +137,12 @@ def test_two_process_linear_eval(shapes_root: Path, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "ddp" / "run.json").read_text())["starts"][0]["world_size"] == 2
     # 16 val images over 8 classes: any exact count gives a multiple of 100/16
     assert (record["metrics"]["top1"] * 16 / 100) == pytest.approx(round(record["metrics"]["top1"] * 16 / 100))
+
+
+@pytest.mark.slow
+def test_two_process_end2end(shapes_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "e2e"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), "--nproc", "2",
+               "--device", "cpu", "--set", "method=end2end", *TINY)
+    assert res.returncode == 0, res.stderr
+    assert checkpoint.load(out / checkpoint.LAST)["method"] == "end2end"

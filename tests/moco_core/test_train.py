@@ -112,8 +112,6 @@ def test_run_checks_for_several_processes(tiny_cfg: PretrainConfig) -> None:
     with pytest.raises(ConfigError, match="model.shuffle_bn: sync needs CUDA"):
         check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 2, cpu, 32)
     assert check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 1, cpu, 32) == 16
-    with pytest.raises(ConfigError, match="method: memory-bank runs in one process"):
-        check_run(replace(tiny_cfg, method="memory-bank"), 2, cpu, 32)
 
 
 def test_knn_monitor_is_logged(tiny_cfg: PretrainConfig, shapes_root: Path) -> None:
