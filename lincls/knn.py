@@ -5,13 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from torch import nn
-from torch.utils.data import DataLoader
-
 from lincls.backbone import load_backbone
 from lincls.linear import LinearDataConfig, load_splits
 from lincls.records import write_record
-from moco_core.knn import extract_features, knn_scores, topk_accuracy
+from moco_core.knn import KnnMonitor
 from moco_core.train import resolve_device
 
 
@@ -23,12 +20,9 @@ def knn_eval(
     device = resolve_device(device_name)
     splits = load_splits(data, augment=False)
     model, info = load_backbone(pretrained, len(splits.classes), arch=arch)
-    model.fc = nn.Identity()  # pooled backbone features
-    model = model.to(device)
-    loaders = [DataLoader(ds, batch_size=batch_size, num_workers=data.workers) for ds in (splits.train, splits.val)]
-    (bank, bank_labels), (queries, labels) = (extract_features(model, loader, device) for loader in loaders)
-    scores = knn_scores(queries, bank, bank_labels, len(splits.classes), k=k, temperature=temperature)
-    metrics = topk_accuracy(scores, labels, (1, min(5, len(splits.classes))))
+    monitor = KnnMonitor(splits.train, splits.val, len(splits.classes), device=device, workers=data.workers,
+                         batch_size=batch_size, k=k, temperature=temperature)
+    metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc
     record = output_dir / "result.json"
     write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
                  dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),

@@ -114,10 +114,10 @@ class Splits:
 def load_splits(cfg: LinearDataConfig, *, augment: bool) -> Splits:
     """Labelled train/ and val/ with the same classes. ``augment``: the paper's train crops, else center crops."""
     root = resolve_data(cfg.path or "")
+    if root.is_dir() and not ((root / "val").is_dir() and (root / "train").is_dir()):  # else scan says "not found"
+        raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
     train = scan_images(root, split="train", workers=max(cfg.workers, 1))
     val = scan_images(root, split="val", workers=max(cfg.workers, 1))
-    if not (root / "val").is_dir() or not (root / "train").is_dir():
-        raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
     if not train.classes:
         raise ConfigError(f"data.path: {root / 'train'} has no class folders; linear evaluation needs labels")
     if train.classes != val.classes:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from moco_core.config import ConfigError
 
@@ -60,14 +61,21 @@ def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...
 
 
 class KnnMonitor:
-    """kNN accuracy of the query encoder's pooled features during pretraining, on a labelled train/val root.
+    """kNN accuracy of an encoder's pooled features: ``train`` is the bank, ``val`` the queries.
 
-    The image lists and loaders are built once; each call extracts features with the projection head
-    bypassed and BN in eval mode, then restores the encoder as it was.
+    The loaders are built once; each call extracts features with the encoder's fc (the projection head, or a
+    classifier) bypassed and BN in eval mode, then restores the encoder as it was.
     """
 
-    def __init__(self, root: Path, *, crop_size: int, device: torch.device, workers: int, batch_size: int = 256,
-                 k: int = 200, temperature: float = 0.07) -> None:
+    def __init__(self, train: Dataset, val: Dataset, num_classes: int, *, device: torch.device, workers: int,
+                 batch_size: int = 256, k: int = 200, temperature: float = 0.07) -> None:
+        self.num_classes = num_classes
+        self.loaders = [DataLoader(ds, batch_size=batch_size, num_workers=workers) for ds in (train, val)]
+        self.device, self.k, self.temperature = device, k, temperature
+
+    @classmethod
+    def from_root(cls, root: Path, *, crop_size: int, device: torch.device, workers: int) -> KnnMonitor:
+        """The pretraining monitor on a labelled train/val root, with center crops of ``crop_size``."""
         from moco_core.augment import build_eval_transform
         from moco_core.data import ImageDataset, scan_images
 
@@ -75,10 +83,8 @@ class KnnMonitor:
         splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", "val")]
         if not splits[0].classes or splits[0].classes != splits[1].classes:
             raise ConfigError(f"data.knn_path: {root} needs train/ and val/ with the same class folders")
-        self.num_classes = len(splits[0].classes)
-        self.loaders = [torch.utils.data.DataLoader(ImageDataset(s.samples, transform), batch_size=batch_size,
-                                                    num_workers=workers) for s in splits]
-        self.device, self.k, self.temperature = device, k, temperature
+        train, val = (ImageDataset(s.samples, transform) for s in splits)
+        return cls(train, val, len(splits[0].classes), device=device, workers=workers)
 
     def __call__(self, encoder: nn.Module) -> dict[str, float]:
         head = encoder.fc

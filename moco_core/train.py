@@ -183,8 +183,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         metrics.truncate_after(start.step)
     monitor = None
     if cfg.run.knn_every and main:
-        monitor = KnnMonitor(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size, device=device,
-                             workers=cfg.data.workers)
+        monitor = KnnMonitor.from_root(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size,
+                                       device=device, workers=cfg.data.workers)
     total_steps = steps_per_epoch * cfg.optim.epochs
     progress = Progress(total_steps, done_steps=start.step, every=cfg.run.log_every, enabled=main and show_progress)
     step = start.step
