@@ -129,5 +129,11 @@ def _close_window(sums: torch.Tensor, steps: int, totals: list[float], epoch: in
 
 
 def top1(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Top-1 accuracy in % (for MoCo, the instance-discrimination accuracy: labels are all 0)."""
-    return (logits.argmax(dim=1) == labels).float().mean() * 100.0
+    """Top-1 accuracy in % (for MoCo, the instance-discrimination accuracy: labels are all 0).
+
+    A row counts only when its label's logit is strictly above every other logit. ``argmax`` would break ties
+    towards index 0, so a collapsed encoder (all logits equal) would score 100% on MoCo's positive-first logits.
+    """
+    target = logits.gather(1, labels[:, None])
+    others = logits.scatter(1, labels[:, None], float("-inf"))
+    return (target[:, 0] > others.amax(dim=1)).float().mean() * 100.0

@@ -116,9 +116,3 @@ class MoCo(nn.Module):
         columns = (start + torch.arange(kept.shape[0], device=keys.device)) % self.queue_size
         self.queue.index_copy_(1, columns, kept.t().to(self.queue.dtype))
         self.queue_ptr.add_(total).remainder_(self.queue_size)
-
-
-
-def instance_accuracy(logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 accuracy (in %) of the instance-discrimination task: how often the positive scores highest."""
-    return (logits.argmax(dim=1) == 0).float().mean() * 100.0
