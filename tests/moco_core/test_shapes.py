@@ -31,7 +31,7 @@ def _mask(polygon: list[float], size: int) -> np.ndarray:
 
 def test_classes_and_version() -> None:
     assert CLASSES == ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross")
-    assert SHAPES_VERSION == 1
+    assert SHAPES_VERSION == 2
 
 
 def test_layout(dataset: Path) -> None:
@@ -91,7 +91,8 @@ def test_main_object_is_labelled_largest_and_sized(dataset: Path) -> None:
         assert main["category_id"] == img["label"]
         assert img["file"].split("/")[1] == main["category"] == CLASSES[img["label"]]
         x0, y0, x1, y1 = main["bbox"]
-        assert 0.25 * 48 <= max(x1 - x0, y1 - y0) <= 0.61 * 48
+        assert 0.45 * 48 - 0.01 <= max(x1 - x0, y1 - y0) <= 0.75 * 48 + 0.01
+        assert len(distractors) <= 1
         for d in distractors:
             assert d["category_id"] != img["label"]
             dx0, dy0, dx1, dy1 = d["bbox"]
