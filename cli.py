@@ -7,6 +7,7 @@ import typer
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from reports import cli as reports_cli
+from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli
 
 app = typer.Typer(
@@ -14,6 +15,7 @@ app = typer.Typer(
     help="MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol.",
 )
 app.command("pretrain")(core_cli.pretrain_cli)
+app.command("sweep")(sweeps_cli.sweep_cli)
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a pretrained backbone.")
 eval_app.command("linear")(lincls_cli.linear_cli)
@@ -23,7 +25,7 @@ eval_app.command("coco", **transfer_cli.PENDING)(transfer_cli.coco_cli)
 app.add_typer(eval_app, name="eval")
 
 app.command("convert", **transfer_cli.PENDING)(transfer_cli.convert_cli)
-app.command("report", **reports_cli.PENDING)(reports_cli.report_cli)
+app.command("report")(reports_cli.report_cli)
 
 
 def main() -> None:

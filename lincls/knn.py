@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from lincls.backbone import load_backbone
 from lincls.linear import LinearDataConfig, load_splits
@@ -14,9 +15,12 @@ from moco_core.train import resolve_device
 
 def knn_eval(
     pretrained: str, data: LinearDataConfig, output_dir: Path, *, k: int = 200, temperature: float = 0.07,
-    batch_size: int = 256, arch: str | None = None, device_name: str = "auto",
+    batch_size: int = 256, arch: str | None = None, device_name: str = "auto", extra: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, float]]:
-    """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank, val/ the queries."""
+    """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank, val/ the queries.
+
+    ``extra``: more top-level fields for the record (a sweep's point, for example).
+    """
     device = resolve_device(device_name)
     splits = load_splits(data, augment=False)
     model, info = load_backbone(pretrained, len(splits.classes), arch=arch)
@@ -27,6 +31,7 @@ def knn_eval(
     write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
                  dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),
                           "val_images": len(splits.val)},
-                 config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize})
+                 config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize},
+                 extra=extra)
     print(f"knn (k={k}, T={temperature}): " + " ".join(f"{n} {v:.2f}" for n, v in metrics.items()), file=sys.stderr)
     return record, metrics

@@ -165,14 +165,19 @@ def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.
                            f"during linear training; the evaluation is invalid")
 
 
-def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True) -> Path:
-    """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path."""
+def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True,
+                extra: dict[str, Any] | None = None) -> Path:
+    """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path.
+
+    ``extra``: more top-level fields for the record (a sweep's point, for example).
+    """
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device):
-        return _linear_eval(cfg, pretrained, device, show_progress)
+        return _linear_eval(cfg, pretrained, device, show_progress, extra or {})
 
 
-def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool) -> Path:
+def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool,
+                 extra: dict[str, Any]) -> Path:
     main, world = distributed.is_main(), distributed.world_size()
     run_dir = Path(cfg.run.output_dir)
     if cfg.optim.batch_size % world:
@@ -246,7 +251,7 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
                               "val_images": len(splits.val)}, config=to_dict(cfg), history=history,
                      extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
                             "note": "not the paper's protocol: fc trained on cached center-crop features"
-                            if cfg.run.cached_features else "the paper's protocol"})
+                            if cfg.run.cached_features else "the paper's protocol", **extra})
         print(f"{protocol}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
               f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
               file=sys.stderr)

@@ -1,1 +1,12 @@
-"""Tables like the paper's from evaluation records. Imports no other package of ours and no torch."""
+"""Tables like the paper's from evaluation records. Imports no other package of ours and no torch.
+
+``moco report DIR... [--out report] [--formats md,csv,tex,html]`` reads every ``result.json`` and
+``*.result.json`` below the directories and writes report.md, report.csv (long form), report.tex (booktabs) and a
+self-contained report.html (plots as data URIs). Modules, in the order data flows:
+
+* ``records``: finding and validating records; unusable files are listed with the reason.
+* ``summary``: grouping trials by setting and pretraining; mean, sample std, n; differences to supervised.
+* ``published``: the paper's and the official repository's numbers (published.csv) and when they match a setting.
+* ``tables``: the tables as plain data; ``report``: building a report and the tidy CSV rows.
+* ``render``: Markdown, CSV, LaTeX, HTML with escaping; ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
+"""

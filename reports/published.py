@@ -1,0 +1,123 @@
+"""Published reference numbers (``published.csv``, a copy of shared/reference/moco_published.csv) and when to show
+them beside ours.
+
+Matching rule (a published row is shown in one of our tables only when the evaluation setting is the same):
+
+* ImageNet linear classification: our table is task ``linear`` with protocol ``linear`` (the paper's; never
+  ``linear-cached`` nor kNN), its evaluation dataset's name or path contains "imagenet" or "ilsvrc"
+  (case-insensitive), and the published ``backbone`` is the short name of an arch in the table (R50 = resnet50).
+  The momentum-ablation rows (backbone "R50 (K=4096)") are shown in our momentum ablation table under the same
+  conditions.
+* VOC detection: task ``voc``, dataset name or path contains "voc", engine ``detectron2`` (the published numbers
+  are Detectron2's), the detector model equals the published backbone (R50-C4) and the schedule equals it (24k)
+  where our record names one.
+* COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
+
+Nothing matches the embedded toy data. Published rows are labelled "published" ("published (secondary)" where the
+CSV's ``checked`` is ``secondary``: read from a re-typed copy of the paper), keep their source, and never enter our
+means. Their differences are to the published supervised row of the same task, backbone and schedule.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reports.records import short_arch
+from reports.summary import Setting
+
+PUBLISHED_CSV = Path(__file__).with_name("published.csv")
+# Published metric name -> ours (by task)
+METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75", "APmk": "segm_AP",
+                "APmk50": "segm_AP50", "APmk75": "segm_AP75"}
+TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg"}
+_MOMENTUM = re.compile(r"\bm=([0-9.]+)")
+
+
+@dataclass
+class PublishedRow:
+    """The published metrics of one (task, backbone, schedule, pretraining data, pretraining, source)."""
+
+    task: str
+    backbone: str
+    schedule: str
+    pretrain_data: str
+    pretrain: str
+    source: str
+    checked: str
+    values: dict[str, float] = field(default_factory=dict)  # by our metric names
+    deltas: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def secondary(self) -> bool:
+        return self.checked != "primary"
+
+    @property
+    def origin(self) -> str:
+        return "published (secondary)" if self.secondary else "published"
+
+    @property
+    def label(self) -> str:
+        details = ", ".join(p for p in (self.pretrain_data, self.backbone) if p and p != "none")
+        return f"{self.origin}: {self.pretrain} ({details})"
+
+    @property
+    def momentum(self) -> float | None:
+        found = _MOMENTUM.search(self.pretrain)
+        return float(found.group(1)) if found else None
+
+
+def load_published(path: Path = PUBLISHED_CSV) -> list[PublishedRow]:
+    """One row per published setting, in the file's order, with the published supervised differences."""
+    rows: dict[tuple[str, ...], PublishedRow] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        for line in csv.DictReader(f):
+            key = tuple(line[k] for k in ("task", "backbone", "schedule", "pretrain_data", "pretrain", "source",
+                                          "checked"))
+            row = rows.setdefault(key, PublishedRow(*key))
+            row.values[METRIC_NAMES.get(line["metric"], line["metric"])] = float(line["value"])
+    result = list(rows.values())
+    for row in result:
+        _add_deltas(row, result)
+    return result
+
+
+def _add_deltas(row: PublishedRow, rows: list[PublishedRow]) -> None:
+    if row.pretrain == "supervised":
+        return
+    for metric, value in row.values.items():
+        refs = [r.values[metric] for r in rows if r.pretrain == "supervised" and metric in r.values
+                and (r.task, r.backbone, r.schedule) == (row.task, row.backbone, row.schedule)]
+        if len(refs) == 1:
+            row.deltas[metric] = value - refs[0]
+
+
+def _named(setting: Setting, *words: str) -> bool:
+    text = f"{setting.dataset} {setting.dataset_path}".lower()
+    return any(w in text for w in words)
+
+
+def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
+    """The published rows to show in the main table of ``setting`` (whose rows have these archs)."""
+    if setting.task == "linear":
+        if setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
+            return []
+        shorts = {short_arch(a) for a in archs}
+        return [r for r in rows if r.task == TASKS["linear"] and r.backbone in shorts]
+    if setting.task in ("voc", "coco"):
+        if setting.engine != "detectron2" or not _named(setting, setting.task):
+            return []
+        return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
+                and (setting.schedule is None or r.schedule == setting.schedule)]
+    return []
+
+
+def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
+    """The published momentum-ablation rows to show in our momentum ablation table of ``setting``."""
+    if setting.task != "linear" or setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
+        return []
+    shorts = {short_arch(a) for a in archs}
+    return [r for r in rows if r.task == TASKS["linear"] and r.momentum is not None
+            and r.backbone.split(" ")[0] in shorts and r.backbone.startswith(tuple(f"{s} (K=" for s in shorts))]

@@ -1,0 +1,364 @@
+"""Reading evaluation result records (schema ``moco.result``, version 1) into typed, validated objects.
+
+Every evaluation writes ``result.json`` (a sweep writes many, in subdirectories); ``*.result.json`` files are read
+too. A file that cannot be used -- malformed JSON, another schema, an unknown version, missing or ill-typed
+fields -- becomes a :class:`Skipped` with the reason, never an exception and never a silent drop.
+
+Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco), ``protocol``,
+``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
+metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
+a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
+
+Records of task ``voc`` and ``coco`` are not produced by the code yet; their reader follows the schema as
+specified: ``metrics`` holds ``AP50``/``AP``/``AP75`` (and optionally ``per_class_AP50``) for VOC and
+``bbox_*``/``segm_*`` for COCO, ``engine`` ("detectron2" or "torchvision") is a top-level key, and ``config``
+holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "2x"; required there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "moco.result"
+VERSION = 1
+RECORD_NAME = "result.json"
+RECORD_SUFFIX = ".result.json"
+
+# Metrics every successful record of a task must carry, in table order.
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "linear": ("top1", "top5"),
+    "knn": ("top1", "top5"),
+    "voc": ("AP50", "AP", "AP75"),
+    "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
+}
+TASK_ORDER = tuple(TASK_METRICS)
+SWEEP_PARAMS = ("queue_size", "momentum")
+ENGINES = ("detectron2", "torchvision")
+DEFAULT_VOC_MODEL = "R50-C4"
+
+# Pretraining kinds, in the order rows appear in a table (the paper's: random init, supervised, then ours).
+KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "unknown")
+METHOD_NAMES = {"moco": "MoCo", "end2end": "end-to-end", "memory-bank": "memory bank", "supervised": "supervised"}
+METHOD_ORDER = ("moco", "end2end", "memory-bank")
+_ABSENT_METHODS = (None, "", "unknown")
+
+
+class RecordError(ValueError):
+    """Why one record cannot be used (becomes a :class:`Skipped`)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file that looked like a record but was not used, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """Where a backbone's weights came from: the identity trials are grouped by, and a readable label."""
+
+    kind: str  # one of KIND_ORDER
+    method: str | None
+    arch: str
+    data: str | None  # readable name of the pretraining data ("embedded", "imagenet", ...)
+    data_path: str | None
+    epochs: int | None
+    sha256: str | None
+    source: str
+    format: str
+
+    @property
+    def short_hash(self) -> str:
+        return (self.sha256 or "")[:6]
+
+    @property
+    def is_supervised(self) -> bool:
+        return self.kind in ("supervised", "torchvision")
+
+    @property
+    def label(self) -> str:
+        """E.g. "MoCo (R18, 15 ep, embedded) a1b2c3", "supervised (torchvision weights, R50) 0f1e2d", "random init
+        (R18)"."""
+        arch = short_arch(self.arch)
+        if self.kind == "random":
+            return f"random init ({arch})"
+        if self.kind == "torchvision":
+            return _with_hash(f"supervised (torchvision weights, {arch})", self.short_hash)
+        details = ", ".join(p for p in (arch, _epochs(self.epochs), self.data) if p)
+        if self.kind == "official":
+            name = method_name(self.method) if self.method not in _ABSENT_METHODS else "MoCo"
+            return _with_hash(f"{name} (official checkpoint, {details})", self.short_hash)
+        if self.kind == "unknown":
+            return _with_hash(f"unknown pretraining ({self.format}, {details})", self.short_hash)
+        return _with_hash(f"{method_name(self.method)} ({details})", self.short_hash)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "", self.epochs or 0,
+                self.sha256 or "", self.source)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """An ablation run: which hyper-parameter was varied, its value, and the mechanism."""
+
+    param: str  # "queue_size" or "momentum"
+    value: float
+    method: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """One validated evaluation record."""
+
+    path: str  # as shown in reports: the directory as given, joined with the path below it
+    task: str
+    protocol: str
+    dataset: str  # readable name
+    dataset_path: str
+    pretraining: Pretraining
+    metrics: dict[str, float] = field(default_factory=dict)
+    per_class: dict[str, float] = field(default_factory=dict)  # VOC per_class_AP50
+    engine: str | None = None
+    model: str | None = None
+    schedule: str | None = None
+    status: str = "ok"
+    failure: str | None = None
+    sweep: Sweep | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def short_arch(arch: str) -> str:
+    """resnet50 -> R50, wide_resnet50_2 -> R50w2; anything else unchanged."""
+    if arch.startswith("resnet") and arch[6:].isdigit():
+        return f"R{arch[6:]}"
+    if arch.startswith("wide_resnet") and "_" in arch[11:]:
+        depth, width = arch[11:].split("_", 1)
+        return f"R{depth}w{width}"
+    return arch
+
+
+def method_name(method: str | None) -> str:
+    return METHOD_NAMES.get(method or "", method or "unknown")
+
+
+def method_rank(method: str | None) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method or "")
+
+
+def data_name(path: str | None) -> str | None:
+    """The readable name of a dataset path: "embedded" stays, a directory becomes its last component."""
+    if not path:
+        return None
+    if path == "embedded":
+        return path
+    return Path(path.rstrip("/\\")).name or path
+
+
+def _epochs(epochs: int | None) -> str:
+    return f"{epochs} ep" if epochs is not None else ""
+
+
+def _with_hash(text: str, short: str) -> str:
+    return f"{text} {short}" if short else text
+
+
+# ---------------------------------------------------------------------------------------------------------- finding
+
+
+def is_record_name(name: str) -> bool:
+    return name == RECORD_NAME or name.endswith(RECORD_SUFFIX)
+
+
+def find_record_files(roots: Iterable[str]) -> list[tuple[str, Path]]:
+    """(display path, file) of every record file under the roots (a root may also be a record file), sorted and
+    without duplicates. The display path is the root as given joined with the path below it."""
+    found: dict[Path, str] = {}
+    for root in roots:
+        base = Path(root)
+        if base.is_file():
+            found.setdefault(base.resolve(), str(base))
+            continue
+        for file in sorted(base.rglob("*" + RECORD_NAME)):
+            if file.is_file() and is_record_name(file.name):
+                found.setdefault(file.resolve(), str(file))
+    return sorted(((shown, file) for file, shown in found.items()), key=lambda pair: pair[0])
+
+
+def load_records(roots: Iterable[str]) -> tuple[list[Record], list[Skipped]]:
+    """All usable records under ``roots``, and the skipped files with their reasons."""
+    records: list[Record] = []
+    skipped: list[Skipped] = []
+    for shown, file in find_record_files(roots):
+        try:
+            records.append(parse_record(read_json(file), shown))
+        except RecordError as err:
+            skipped.append(Skipped(shown, str(err)))
+    return records, skipped
+
+
+def read_json(file: Path) -> Any:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecordError(f"unreadable: {err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecordError(f"malformed JSON: {err}") from None
+
+
+# --------------------------------------------------------------------------------------------------------- parsing
+
+
+def parse_record(data: Any, shown: str) -> Record:
+    """Validate one decoded record; raises RecordError with the first problem found."""
+    if not isinstance(data, dict):
+        raise RecordError(f"not a JSON object (a {type(data).__name__})")
+    if data.get("schema") != SCHEMA:
+        raise RecordError(f"not a {SCHEMA} record (schema {data.get('schema')!r})")
+    version = data.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise RecordError(f"unknown version {version!r} (this report reads version {VERSION})")
+    task = _required(data, "task", str)
+    if task not in TASK_METRICS:
+        raise RecordError(f"unknown task {task!r} (expected one of {', '.join(TASK_METRICS)})")
+    protocol = _required(data, "protocol", str)
+    status, failure = _status(data)
+    metrics, per_class = _metrics(data, task, required=status == "ok")
+    dataset = _required(data, "dataset", dict)
+    dataset_path = _required(dataset, "path", str, "dataset.path")
+    name = dataset.get("name") if isinstance(dataset.get("name"), str) and dataset.get("name") else None
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    engine, model, schedule = _detection_setting(data, task, config)
+    return Record(
+        path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
+        dataset_path=dataset_path, pretraining=_pretraining(_required(data, "backbone", dict)), metrics=metrics,
+        per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
+        sweep=_sweep(data.get("sweep")),
+    )
+
+
+def _required(obj: dict[str, Any], key: str, kind: type, name: str | None = None) -> Any:
+    value = obj.get(key)
+    if value is None:
+        raise RecordError(f"missing field {name or key!r}")
+    if not isinstance(value, kind) or (kind is str and not value):
+        raise RecordError(f"field {name or key!r} is not a {'non-empty string' if kind is str else kind.__name__}")
+    return value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _status(data: dict[str, Any]) -> tuple[str, str | None]:
+    status = data.get("status", "ok")
+    if status not in ("ok", "failed"):
+        raise RecordError(f"unknown status {status!r} (expected 'ok' or 'failed')")
+    if status == "ok":
+        return status, None
+    failure = data.get("failure")
+    return status, failure if isinstance(failure, str) and failure.strip() else "no reason given"
+
+
+def _metrics(data: dict[str, Any], task: str, *, required: bool) -> tuple[dict[str, float], dict[str, float]]:
+    raw = data.get("metrics")
+    if raw is None and not required:
+        return {}, {}
+    if not isinstance(raw, dict):
+        raise RecordError("missing field 'metrics'" if raw is None else "field 'metrics' is not a dict")
+    metrics: dict[str, float] = {}
+    for name in TASK_METRICS[task]:
+        value = _number(raw.get(name))
+        if value is not None:
+            metrics[name] = value
+        elif required:
+            problem = "missing" if name not in raw else "not a finite number"
+            raise RecordError(f"metric {name!r} {problem} (task {task})")
+    return metrics, _per_class(raw.get("per_class_AP50")) if task == "voc" else {}
+
+
+def _per_class(raw: Any) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RecordError("metric 'per_class_AP50' is not a dict")
+    per_class: dict[str, float] = {}
+    for name, value in raw.items():
+        number = _number(value)
+        if number is None:
+            raise RecordError(f"metric per_class_AP50[{name!r}] is not a finite number")
+        per_class[str(name)] = number
+    return per_class
+
+
+def _detection_setting(data: dict[str, Any], task: str,
+                       config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(engine, model, schedule) of a VOC/COCO record; all None for classification."""
+    if task not in ("voc", "coco"):
+        return None, None, None
+    engine = _required(data, "engine", str)
+    model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
+    schedule = config.get("schedule")
+    if not isinstance(model, str) or not model:
+        raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
+    if task == "coco" and (not isinstance(schedule, str) or not schedule):
+        raise RecordError("missing field 'config.schedule' (1x or 2x) for task coco")
+    return engine, model, schedule if isinstance(schedule, str) and schedule else None
+
+
+def _pretraining(backbone: dict[str, Any]) -> Pretraining:
+    fmt = _required(backbone, "format", str, "backbone.format")
+    arch = _required(backbone, "arch", str, "backbone.arch")
+    source = backbone.get("source") if isinstance(backbone.get("source"), str) else ""
+    sha = backbone.get("sha256") if isinstance(backbone.get("sha256"), str) else None
+    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
+    method = pretrain.get("method") if isinstance(pretrain.get("method"), str) else None
+    config = pretrain.get("config") if isinstance(pretrain.get("config"), dict) else {}
+    data_cfg = config.get("data") if isinstance(config.get("data"), dict) else {}
+    data_path = data_cfg.get("path") if isinstance(data_cfg.get("path"), str) else None
+    epochs = pretrain.get("epochs")
+    epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+    if fmt == "random" or source == "random" or method == "random init":
+        kind, method, sha, data_path, epochs = "random", "random init", None, None, None
+    elif fmt == "official-moco":
+        kind = "official"
+    elif fmt == "torchvision" and (method in _ABSENT_METHODS or not config):
+        kind, method, data_path, epochs = "torchvision", "supervised", None, None  # a plain state_dict
+    elif method in _ABSENT_METHODS:
+        kind = "unknown"
+    elif method == "supervised":
+        kind = "supervised"
+    else:
+        kind = "ours"
+    return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
+                       epochs=epochs, sha256=sha, source=source, format=fmt)
+
+
+def _sweep(raw: Any) -> Sweep | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RecordError("field 'sweep' is not a dict")
+    param = raw.get("param")
+    if param not in SWEEP_PARAMS:
+        raise RecordError(f"unknown sweep.param {param!r} (expected one of {', '.join(SWEEP_PARAMS)})")
+    value = _number(raw.get("value"))
+    if value is None:
+        raise RecordError("field 'sweep.value' is not a finite number")
+    method = raw.get("method")
+    if not isinstance(method, str) or not method:
+        raise RecordError("field 'sweep.method' is not a non-empty string")
+    return Sweep(param=param, value=value, method=method)

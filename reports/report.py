@@ -1,0 +1,177 @@
+"""Building a report from directories of result records, and writing it in the requested formats.
+
+``build_report`` does the reading, grouping and table building (no files written, no plots drawn);
+``write_report`` renders Markdown, CSV, LaTeX and HTML (plots are drawn only for HTML).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reports.published import PublishedRow, load_published
+from reports.records import TASK_METRICS, Record, Skipped, load_records
+from reports.summary import Entry, Stat, delta, group, supervised_reference
+from reports.tables import Shown, Table, all_tables, mechanism_label
+
+FORMATS = ("md", "csv", "tex", "html")
+FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
+CSV_COLUMNS = (
+    "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "engine", "model", "schedule",
+    "pretraining", "method", "arch", "pretrain_data", "pretrain_epochs", "sha256", "sweep_param", "sweep_value",
+    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
+)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A pretraining run's metrics.jsonl to plot, with the run's label."""
+
+    label: str
+    path: Path
+    supervised: bool = False
+
+
+@dataclass
+class Report:
+    """Everything the renderers need."""
+
+    roots: list[str]
+    records: list[Record]
+    skipped: list[Skipped]
+    tables: list[Table]
+    tidy: list[dict[str, str]]
+    curves: list[Curve] = field(default_factory=list)
+
+
+def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None) -> Report:
+    records, skipped = load_records(roots)
+    main, ablation = group(records)
+    pub = load_published() if published is None else published
+    tables, shown = all_tables(main, ablation, pub)
+    tidy = tidy_rows(main, ablation, shown, skipped)
+    return Report(list(roots), records, skipped, tables, tidy, find_curves(main + ablation))
+
+
+# ------------------------------------------------------------------------------------------------------------- CSV
+
+
+def num(value: float | None) -> str:
+    return "" if value is None else repr(round(value, 6))
+
+
+def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
+              skipped: list[Skipped]) -> list[dict[str, str]]:
+    """The long (tidy) form: one row per (table row, metric[, class]); published rows and skipped files too."""
+    rows: list[dict[str, str]] = []
+    for setting_key in dict.fromkeys(e.setting.key for e in main):
+        entries = [e for e in main if e.setting.key == setting_key]
+        reference = supervised_reference(entries)[0] if entries[0].setting.task in ("voc", "coco") else None
+        for entry in entries:
+            rows.extend(_entry_rows(setting_key, entry, reference))
+    for entry in ablation:
+        assert entry.sweep is not None
+        rows.extend(_entry_rows(f"ablation-{entry.sweep.param}:{entry.setting.key}", entry, None))
+    for item in shown:
+        rows.extend(_published_rows(item))
+    rows.extend({"section": "skipped", "origin": "skipped", "status": "skipped", "note": s.reason, "files": s.path}
+                for s in skipped)
+    return [{c: row.get(c, "") for c in CSV_COLUMNS} for row in rows]
+
+
+def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dict[str, str]]:
+    s, p = entry.setting, entry.pretraining
+    base = {
+        "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
+        "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "engine": s.engine or "",
+        "model": s.model or "", "schedule": s.schedule or "",
+        "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",
+        "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": "" if p.epochs is None else str(p.epochs),
+        "sha256": p.sha256 or "", "n": str(entry.n), "n_failed": str(len(entry.failures)),
+        "note": "; ".join(dict.fromkeys(entry.failures)), "files": "; ".join(entry.files),
+    }
+    if entry.sweep:
+        base.update(sha256="", method=entry.sweep.method, sweep_param=entry.sweep.param,
+                    sweep_value=num(entry.sweep.value))
+    metrics = TASK_METRICS[s.task] if entry.failed else list(entry.metrics)
+    rows = [{**base, "metric": m, **_stat_fields(entry.metrics.get(m)), "delta_vs_supervised":
+             num(delta(entry, reference, m))} for m in metrics]
+    rows += [{**base, "metric": "AP50", "class": name, **_stat_fields(stat)} for name, stat in entry.per_class.items()]
+    return rows
+
+
+def _stat_fields(stat: Stat | None) -> dict[str, str]:
+    if stat is None or stat.n == 0:
+        return {}
+    return {"mean": num(stat.mean), "std": num(stat.std), "n": str(stat.n)}
+
+
+def _published_rows(item: Shown) -> list[dict[str, str]]:
+    s = item.setting
+    section = f"ablation-{item.sweep_param}:{s.key}" if item.sweep_param else item.key
+    rows = []
+    for row in item.rows:
+        base = {"section": section, "origin": row.origin, "status": "published", "task": s.task,
+                "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path,
+                "engine": s.engine or "", "model": s.model or "", "schedule": row.schedule, "pretraining": row.pretrain,
+                "arch": row.backbone, "pretrain_data": row.pretrain_data, "source": row.source}
+        if item.sweep_param:
+            base.update(sweep_param=item.sweep_param, sweep_value=num(row.momentum))
+        rows += [{**base, "metric": m, "mean": num(v), "delta_vs_supervised": num(row.deltas.get(m))}
+                 for m, v in row.values.items()]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------- curves
+
+
+def find_curves(entries: Iterable[Entry]) -> list[Curve]:
+    """Each pretraining run whose metrics.jsonl lies beside its checkpoint, by label."""
+    found: dict[Path, Curve] = {}
+    for entry in entries:
+        p = entry.pretraining
+        if p.kind == "random" or not p.source:
+            continue
+        path = metrics_path(p.source, entry.files[0])
+        if path is not None:
+            label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
+            found.setdefault(path.resolve(), Curve(label, path.resolve(), p.is_supervised))
+    return sorted(found.values(), key=lambda curve: curve.label)
+
+
+def metrics_path(source: str, record_path: str) -> Path | None:
+    """``Path(source).parent / "metrics.jsonl"``; a relative source is tried from the working directory, then from
+    the record's directory."""
+    src = Path(source)
+    candidates = [src.parent / "metrics.jsonl"]
+    if not src.is_absolute():
+        candidates.append(Path(record_path).parent / src.parent / "metrics.jsonl")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+# ---------------------------------------------------------------------------------------------------------- output
+
+
+def parse_formats(text: str) -> list[str]:
+    """"md,csv" -> ["md", "csv"]; raises ValueError naming an unknown format."""
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"--formats: unknown format {', '.join(unknown) or '(none given)'}; "
+                         f"expected a comma-separated subset of {','.join(FORMATS)}")
+    return list(dict.fromkeys(formats))
+
+
+def write_report(report: Report, out: Path, formats: Sequence[str]) -> list[Path]:
+    """Write report.<format> for each format into ``out``; returns the files written."""
+    from reports import render
+
+    writers = {"md": render.to_markdown, "csv": render.to_csv, "tex": render.to_latex, "html": render.to_html}
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        path = out / FILE_NAMES[fmt]
+        path.write_text(writers[fmt](report), encoding="utf-8", newline="")
+        written.append(path)
+    return written

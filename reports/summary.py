@@ -1,0 +1,170 @@
+"""Grouping records into settings and trials: mean, sample standard deviation and trial count per group.
+
+A *setting* is what was evaluated where: task, protocol, evaluation dataset and, for detection, the engine,
+detector model and schedule. Within a setting, records of the same pretraining (method, arch, pretraining data,
+epochs, checkpoint SHA-256) are trials of one row. Records carrying ``sweep`` are ablation runs: they are
+grouped by (mechanism, arch, pretraining data, epochs, swept value) instead, since each trial may be a new
+checkpoint, and appear only in the ablation tables. Failed records are counted and their reasons kept, but their
+numbers never enter a mean.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reports.records import SWEEP_PARAMS, TASK_ORDER, Pretraining, Record, Sweep, method_rank
+
+PROTOCOL_ORDER = ("linear", "linear-cached", "knn", "voc", "coco")
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Trials of one metric."""
+
+    values: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation (n - 1 in the denominator); None for a single trial."""
+        return statistics.stdev(self.values) if self.n > 1 else None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What was evaluated, where: one table."""
+
+    task: str
+    protocol: str
+    dataset: str
+    dataset_path: str
+    engine: str | None = None
+    model: str | None = None
+    schedule: str | None = None
+
+    @classmethod
+    def of(cls, record: Record) -> Setting:
+        return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
+                   record.schedule)
+
+    @property
+    def key(self) -> str:
+        """A short id of the setting, used as the CSV ``section`` column."""
+        parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule]
+        return ":".join(p for p in parts if p)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        protocol = PROTOCOL_ORDER.index(self.protocol) if self.protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER)
+        return (TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
+                self.model or "", self.schedule or "")
+
+
+@dataclass
+class Entry:
+    """One row: the trials of one pretraining (or one ablation point) in one setting."""
+
+    setting: Setting
+    pretraining: Pretraining
+    sweep: Sweep | None = None
+    metrics: dict[str, Stat] = field(default_factory=dict)
+    per_class: dict[str, Stat] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    n: int = 0  # successful trials
+
+    @property
+    def failed(self) -> bool:
+        """Every trial failed: the row shows the failure instead of numbers."""
+        return self.n == 0 and bool(self.failures)
+
+
+def pretraining_identity(p: Pretraining) -> tuple[Any, ...]:
+    """What makes two records trials of the same pretraining (the checkpoint path does not)."""
+    return (p.kind, p.method, p.arch, p.data_path, p.epochs, p.sha256)
+
+
+def mechanism_identity(p: Pretraining, sweep: Sweep) -> tuple[Any, ...]:
+    return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs)
+
+
+def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
+    """(main entries, ablation entries), each sorted into table order."""
+    main: dict[tuple[Any, ...], list[Record]] = {}
+    ablation: dict[tuple[Any, ...], list[Record]] = {}
+    for record in records:
+        setting = Setting.of(record)
+        if record.sweep is None:
+            main.setdefault((setting, pretraining_identity(record.pretraining)), []).append(record)
+        else:
+            key = (setting, mechanism_identity(record.pretraining, record.sweep), record.sweep.value)
+            ablation.setdefault(key, []).append(record)
+    main_entries = sorted((_entry(trials) for trials in main.values()), key=entry_sort_key)
+    ablation_entries = sorted((_entry(trials) for trials in ablation.values()), key=ablation_sort_key)
+    return main_entries, ablation_entries
+
+
+def _entry(trials: list[Record]) -> Entry:
+    first = trials[0]
+    ok = [r for r in trials if r.ok]
+    entry = Entry(setting=Setting.of(first), pretraining=first.pretraining, sweep=first.sweep, n=len(ok),
+                  failures=[r.failure or "no reason given" for r in trials if not r.ok],
+                  files=sorted(r.path for r in trials))
+    for name in _ordered_union(r.metrics for r in ok):
+        entry.metrics[name] = Stat(tuple(r.metrics[name] for r in ok if name in r.metrics))
+    for name in _ordered_union(r.per_class for r in ok):
+        entry.per_class[name] = Stat(tuple(r.per_class[name] for r in ok if name in r.per_class))
+    return entry
+
+
+def _ordered_union(dicts: Iterable[dict[str, float]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for d in dicts:
+        seen.update(dict.fromkeys(d))
+    return list(seen)
+
+
+def entry_sort_key(entry: Entry) -> tuple[Any, ...]:
+    return (entry.setting.sort_key(), entry.pretraining.sort_key())
+
+
+def ablation_sort_key(entry: Entry) -> tuple[Any, ...]:
+    sweep = entry.sweep
+    assert sweep is not None
+    p = entry.pretraining
+    return (SWEEP_PARAMS.index(sweep.param), entry.setting.sort_key(), method_rank(sweep.method), p.arch,
+            p.data or "", p.epochs or 0, sweep.value)
+
+
+def supervised_reference(entries: list[Entry]) -> tuple[Entry | None, str]:
+    """The supervised row differences are taken to, and a note saying which (or why there is none).
+
+    The unique supervised row of the setting; where there are several, the unique one from torchvision weights
+    (the paper's ImageNet-supervised baseline); otherwise none.
+    """
+    candidates = [e for e in entries if e.pretraining.is_supervised and e.n > 0]
+    if len(candidates) > 1:
+        candidates = [e for e in candidates if e.pretraining.kind == "torchvision"]
+    if not candidates:
+        return None, "No supervised row in this setting: no differences shown."
+    if len(candidates) > 1:
+        return None, "Several supervised rows in this setting: no differences shown."
+    return candidates[0], f"Differences are to the supervised row ({candidates[0].pretraining.label})."
+
+
+def delta(entry: Entry, reference: Entry | None, metric: str) -> float | None:
+    """mean(entry) - mean(reference) for ``metric``; None for the reference itself or where either is missing."""
+    if reference is None or entry is reference or metric not in entry.metrics or metric not in reference.metrics:
+        return None
+    value = entry.metrics[metric].mean - reference.metrics[metric].mean
+    return value if math.isfinite(value) else None

@@ -1,0 +1,308 @@
+"""Tables like the paper's, as plain data (cells of text, standard deviation and difference); the renderers in
+``reports.render`` turn them into Markdown, LaTeX and HTML, escaping every string there.
+
+* Classification (linear, kNN): top-1 and top-5 per pretraining, one table per protocol and evaluation dataset.
+* VOC detection: AP50, AP, AP75 with the difference to the supervised row; per-class AP50 when records carry it.
+* COCO: box and mask AP, AP50, AP75 per detector model and schedule, with the difference to the supervised row.
+* Ablations: accuracy against the queue size K or the momentum m, per mechanism; failed runs marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from itertools import groupby
+
+from reports.published import PublishedRow, matching, matching_momentum
+from reports.records import TASK_METRICS, method_name, short_arch
+from reports.summary import Entry, Setting, Stat, delta, supervised_reference
+
+MISSING = "–"
+METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", "AP75": "AP75",
+                  "bbox_AP": "APbb", "bbox_AP50": "APbb50", "bbox_AP75": "APbb75",
+                  "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75"}
+SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
+SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
+DELTA_TASKS = ("voc", "coco")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: text, and for numbers an optional standard deviation and signed difference."""
+
+    text: str
+    std: str | None = None
+    delta: str | None = None  # "+0.9", "-1.2", "0.0"
+    sign: int = 0  # +1 gain, -1 loss, 0 neither
+
+    def plain(self) -> str:
+        """The cell as unescaped text: "55.9 ± 0.2 (+2.4)"."""
+        text = self.text
+        if self.std is not None:
+            text += f" ± {self.std}"
+        if self.delta is not None:
+            text += f" ({self.delta})"
+        return text
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    numeric: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    cells: tuple[Cell, ...]
+    kind: str = "ours"  # "ours", "published", "secondary", "failed"
+
+
+@dataclass
+class AblationPoint:
+    value: float
+    mean: float | None  # None for a failed point
+    std: float | None
+    failed: bool = False
+
+
+@dataclass
+class AblationData:
+    """The numbers behind an ablation plot: one series per mechanism (and published rows, if any)."""
+
+    param: str
+    title: str
+    metric: str
+    series: dict[str, list[AblationPoint]] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: list[Row]
+    subtitle: str = ""
+    notes: list[str] = field(default_factory=list)
+    ablation: AblationData | None = None
+
+
+@dataclass
+class Shown:
+    """Published rows shown in a table (for the CSV), with the table's key and setting."""
+
+    key: str
+    setting: Setting
+    rows: list[PublishedRow]
+    sweep_param: str | None = None
+
+
+def round1(value: float) -> Decimal:
+    """One decimal, ties away from zero on the shortest decimal form (16.75 -> 16.8, as one would by hand)."""
+    return Decimal(repr(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+
+
+def fmt(value: float) -> str:
+    text = f"{round1(value):.1f}"
+    return "0.0" if text == "-0.0" else text
+
+
+def fmt_delta(value: float) -> tuple[str, int]:
+    """"+0.9" (gain), "-0.3" (loss), "0.0" where it rounds to zero."""
+    rounded = round1(value)
+    if rounded == 0:
+        return "0.0", 0
+    return f"{rounded:+.1f}", 1 if rounded > 0 else -1
+
+
+def fmt_sweep(value: float) -> str:
+    """4096 for K, 0.999 for m, 0 for m = 0."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+def stat_cell(stat: Stat | None, diff: float | None = None) -> Cell:
+    if stat is None or stat.n == 0:
+        return Cell(MISSING)
+    std = stat.std
+    delta_text, sign = fmt_delta(diff) if diff is not None else (None, 0)
+    return Cell(fmt(stat.mean), fmt(std) if std is not None else None, delta_text, sign)
+
+
+def value_cell(value: float | None, diff: float | None = None) -> Cell:
+    if value is None:
+        return Cell(MISSING)
+    delta_text, sign = fmt_delta(diff) if diff is not None else (None, 0)
+    return Cell(fmt(value), None, delta_text, sign)
+
+
+def failure_note(entry: Entry) -> str:
+    if not entry.failures:
+        return ""
+    reasons = "; ".join(dict.fromkeys(entry.failures))
+    if entry.failed:
+        return f"failed: {reasons}"
+    total = entry.n + len(entry.failures)
+    return f"{len(entry.failures)} of {total} trials failed (not in the mean): {reasons}"
+
+
+def source_note(row: PublishedRow) -> str:
+    return f"source: {row.source}" + (" (secondary: re-typed copy of the paper)" if row.secondary else "")
+
+
+# --------------------------------------------------------------------------------------------------------- titles
+
+
+def setting_title(s: Setting) -> str:
+    if s.task == "linear":
+        if s.protocol == "linear":
+            head = "Linear classification (the paper's protocol)"
+        elif s.protocol == "linear-cached":
+            head = "Linear classification on cached features (NOT the paper's protocol)"
+        else:
+            head = f"Linear classification (protocol {s.protocol})"
+    elif s.task == "knn":
+        head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
+    elif s.task == "voc":
+        parts = [s.model, f"{s.schedule} schedule" if s.schedule else None, s.engine]
+        head = f"VOC detection ({', '.join(p for p in parts if p)})"
+    else:
+        head = f"COCO detection and instance segmentation ({s.model}, {s.schedule} schedule, {s.engine})"
+    return f"{head}: {s.dataset}"
+
+
+def setting_subtitle(s: Setting) -> str:
+    text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
+    if s.protocol == "linear-cached":
+        text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
+    return text
+
+
+# ----------------------------------------------------------------------------------------------------- main tables
+
+
+def main_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[list[Table], list[Shown]]:
+    """One table per setting (and a per-class AP50 table for VOC where records carry it)."""
+    tables: list[Table] = []
+    shown: list[Shown] = []
+    for setting, group in groupby(entries, key=lambda e: e.setting):
+        rows_of = list(group)
+        pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
+        tables.append(_setting_table(setting, rows_of, pub))
+        if pub:
+            shown.append(Shown(setting.key, setting, pub))
+        if any(e.per_class for e in rows_of):
+            tables.append(_per_class_table(setting, rows_of))
+    return tables, shown
+
+
+def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow]) -> Table:
+    metrics = TASK_METRICS[setting.task]
+    reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
+    rows: list[Row] = []
+    notes: list[str] = []
+    for entry in entries:
+        if entry.failed:
+            values = tuple(Cell("failed") for _ in metrics)
+        else:
+            values = tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m)) for m in metrics)
+        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, Cell(failure_note(entry))),
+                        "failed" if entry.failed else "ours"))
+    for row in pub:
+        values = tuple(value_cell(row.values.get(m), row.deltas.get(m)) for m in metrics)
+        rows.append(Row((Cell(row.label), Cell(MISSING), *values, Cell(source_note(row))),
+                        "secondary" if row.secondary else "published"))
+    if setting.task in DELTA_TASKS:
+        notes.append(ref_note)
+    if pub:
+        notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
+                     "differences are to the published supervised row.")
+    columns = (Column("Pretraining"), Column("n", True), *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics),
+               Column("Note"))
+    return _drop_empty_note(Table(setting.key, setting_title(setting), columns, rows, setting_subtitle(setting),
+                                  notes))
+
+
+def _per_class_table(setting: Setting, entries: list[Entry]) -> Table:
+    with_classes = [e for e in entries if e.per_class]
+    classes = list(dict.fromkeys(name for e in with_classes for name in e.per_class))
+    rows = [Row((Cell(name), *(stat_cell(e.per_class.get(name)) for e in with_classes))) for name in classes]
+    columns = (Column("Class"), *(Column(e.pretraining.label, True) for e in with_classes))
+    return Table(f"per-class:{setting.key}", f"Per-class AP50, {setting_title(setting)}", columns, rows,
+                 setting_subtitle(setting))
+
+
+def _drop_empty_note(table: Table) -> Table:
+    """Remove the last (Note) column when no row has a note."""
+    if any(row.cells[-1].text for row in table.rows):
+        return table
+    table.columns = table.columns[:-1]
+    table.rows = [Row(row.cells[:-1], row.kind) for row in table.rows]
+    return table
+
+
+# ------------------------------------------------------------------------------------------------------- ablations
+
+
+def mechanism_label(entry: Entry) -> str:
+    p = entry.pretraining
+    assert entry.sweep is not None
+    details = ", ".join(x for x in (short_arch(p.arch), f"{p.epochs} ep" if p.epochs is not None else "", p.data) if x)
+    return f"{method_name(entry.sweep.method)} ({details})"
+
+
+def ablation_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[list[Table], list[Shown]]:
+    """One table per swept parameter and setting; rows per mechanism and value."""
+    tables: list[Table] = []
+    shown: list[Shown] = []
+    for (param, setting), group in groupby(entries, key=lambda e: (e.sweep.param, e.setting)):  # type: ignore[union-attr]
+        rows_of = list(group)
+        pub = matching_momentum(setting, {e.pretraining.arch for e in rows_of}, published) \
+            if param == "momentum" else []
+        table = _ablation_table(param, setting, rows_of, pub)
+        tables.append(table)
+        if pub:
+            shown.append(Shown(table.key, setting, pub, param))
+    return tables, shown
+
+
+def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: list[PublishedRow]) -> Table:
+    metrics = TASK_METRICS[setting.task]
+    title = f"Ablation: {SWEEP_TITLES[param]}, {setting_title(setting)}"
+    data = AblationData(param, title, metrics[0])
+    rows: list[Row] = []
+    for entry in entries:
+        assert entry.sweep is not None
+        label = mechanism_label(entry)
+        value = entry.sweep.value
+        if entry.failed:
+            values = tuple(Cell("failed") for _ in metrics)
+            point = AblationPoint(value, None, None, failed=True)
+        else:
+            values = tuple(stat_cell(entry.metrics.get(m)) for m in metrics)
+            main = entry.metrics.get(metrics[0])
+            point = AblationPoint(value, main.mean if main else None, main.std if main else None)
+        data.series.setdefault(label, []).append(point)
+        rows.append(Row((Cell(label), Cell(fmt_sweep(value)), Cell(str(entry.n)), *values,
+                         Cell(failure_note(entry))), "failed" if entry.failed else "ours"))
+    for row in pub:
+        assert row.momentum is not None
+        rows.append(Row((Cell(row.label), Cell(fmt_sweep(row.momentum)), Cell(MISSING),
+                         *(value_cell(row.values.get(m)) for m in metrics), Cell(source_note(row))),
+                        "secondary" if row.secondary else "published"))
+        data.series.setdefault(row.origin + ": " + row.backbone, []).append(
+            AblationPoint(row.momentum, row.values.get(metrics[0]), None))
+    notes = ["Failed runs are marked and never enter a mean."] if any(e.failures for e in entries) else []
+    if pub:
+        notes.append("Published rows (published.csv) match this setting; they are not part of our means.")
+    columns = (Column("Mechanism"), Column(SWEEP_HEADERS[param], True), Column("n", True),
+               *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics), Column("Note"))
+    table = Table(f"ablation-{param}:{setting.key}", title, columns, rows, setting_subtitle(setting), notes, data)
+    return _drop_empty_note(table)
+
+
+def all_tables(main: list[Entry], ablation: list[Entry],
+               published: Iterable[PublishedRow]) -> tuple[list[Table], list[Shown]]:
+    pub = list(published)
+    tables, shown = main_tables(main, pub)
+    more, more_shown = ablation_tables(ablation, pub)
+    return tables + more, shown + more_shown

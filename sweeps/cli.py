@@ -1,0 +1,77 @@
+"""``moco sweep``: the K and m ablations, each point pretrained and then evaluated (kNN or linear)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from moco_core.checkpoint import CheckpointError
+from moco_core.config import ConfigError
+from moco_core.data import DatasetError
+
+USER_ERRORS = (ConfigError, DatasetError, CheckpointError)
+
+
+def sweep_cli(
+    param: Annotated[str, typer.Argument(help="K (dictionary size; the batch size for end2end) or m (momentum).")],
+    values: Annotated[str, typer.Argument(help="Comma-separated values, e.g. 256,1024,4096 or 0,0.9,0.99,0.999.")],
+    config: Annotated[str | None, typer.Option(
+        "--config", "-c", help="Pretraining YAML file or preset (embedded, moco_v2_200ep, ...).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a pretraining config value, e.g. method=memory-bank (repeatable).")] = None,
+    evaluation: Annotated[str, typer.Option(
+        "--eval", help="knn (minutes; the default) or linear (the paper's protocol).")] = "knn",
+    eval_config: Annotated[str | None, typer.Option(
+        help="Linear-evaluation YAML file or preset (lincls_embedded), for --eval linear.")] = None,
+    eval_data: Annotated[str | None, typer.Option(
+        help="Labelled root (train/, val/) to evaluate on; default data.knn_path, else data.path.")] = None,
+    output_dir: Annotated[str, typer.Option(help="One folder per value goes here.")] = "runs/sweep",
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+) -> None:
+    """The paper's ablations (Figure 3, the momentum table): pretrain once per value, evaluate each.
+
+    Every point's record says whether its pretraining trained; `moco report` plots accuracy against the value.
+    """
+    from moco_core.config import PretrainConfig, load_config
+    from sweeps.sweep import parse_values, run_sweep, summary
+
+    if evaluation not in ("knn", "linear"):
+        print(f"error: --eval: expected knn or linear, got {evaluation!r}", file=sys.stderr)
+        raise typer.Exit(2)
+    try:
+        swept = parse_values(param, values)
+        cfg = load_config(PretrainConfig, config, set_ or [])
+        root = eval_data or cfg.data.knn_path or cfg.data.path
+        if not root:
+            raise ConfigError("--eval-data: no labelled dataset to evaluate on (nor data.knn_path, data.path)")
+        evaluate = _evaluator(evaluation, eval_config, root, cfg.augment.crop_size, cfg.data.workers, quiet)
+        points = run_sweep(cfg, param, swept, Path(output_dir), evaluate, eval_name=evaluation,
+                           show_progress=not quiet)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    print(summary(points, param))
+
+
+def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers: int, quiet: bool) -> Any:
+    """evaluate(checkpoint, out_dir, extra) -> (record path, metrics) for the chosen evaluation."""
+    import json
+
+    from lincls.knn import knn_eval
+    from lincls.linear import LinearDataConfig, linear_eval, load_linear_config
+    from moco_core.config import replace
+
+    def knn(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
+        # center crops at the pretraining scale, resized as ImageNet's 256/224
+        data = LinearDataConfig(path=root, crop_size=crop, resize=round(crop * 256 / 224), workers=workers)
+        return knn_eval(str(ckpt), data, out, extra=extra)
+
+    def linear(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
+        cfg = replace(load_linear_config(eval_config, []), data={"path": root}, run={"output_dir": str(out)})
+        record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra)
+        return record, json.loads(record.read_text())["metrics"]
+
+    return knn if kind == "knn" else linear

@@ -1,0 +1,108 @@
+"""Reading records: which files are found, why a record is skipped, and how pretrainings are labelled and grouped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports.records import find_record_files, load_records, short_arch
+from reports.summary import group
+
+from .conftest import SHA, WriteRecord, base_record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_finds_result_json_and_dot_result_json_recursively(write_record: WriteRecord, runs: Path) -> None:
+    write_record("a/b/c/result.json")
+    write_record("x.result.json")
+    write_record("myresult.json")  # neither name: not a record
+    write_record("notes.json")
+    shown = [s for s, _ in find_record_files([str(runs), str(runs / "a")])]  # overlapping roots: found once
+    assert shown == [str(runs / "a/b/c/result.json"), str(runs / "x.result.json")]
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    ('{"schema": "moco.result",', "malformed JSON"),
+    ("[1, 2]", "not a JSON object (a list)"),
+    (base_record(schema="other"), "not a moco.result record (schema 'other')"),
+    (base_record(version=2), "unknown version 2 (this report reads version 1)"),
+    (base_record(version="1"), "unknown version '1'"),
+    (base_record(version=True), "unknown version True"),
+    (base_record(task="segmentation"), "unknown task 'segmentation'"),
+    ({k: v for k, v in base_record().items() if k != "dataset"}, "missing field 'dataset'"),
+    (base_record(dataset={"classes": 8}), "missing field 'dataset.path'"),
+    (base_record(backbone={"format": "random"}), "missing field 'backbone.arch'"),
+    (base_record(metrics={"top5": 1.0}), "metric 'top1' missing (task linear)"),
+    (base_record(metrics={"top1": float("nan"), "top5": 1.0}), "metric 'top1' not a finite number"),
+    (base_record(status="crashed"), "unknown status 'crashed'"),
+    (base_record(sweep={"param": "lr", "value": 1, "method": "moco"}), "unknown sweep.param 'lr'"),
+    (base_record(task="coco", protocol="coco", engine="detectron2", config={"model": "R50-C4"}, metrics=dict.fromkeys(
+        ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"), 1.0)),
+     "missing field 'config.schedule'"),
+    (base_record(task="voc", protocol="voc", metrics={"AP50": 1, "AP": 1, "AP75": 1}), "missing field 'engine'"),
+])
+def test_unusable_records_are_skipped_with_the_reason(write_record: WriteRecord, runs: Path, content: object,
+                                                      reason: str) -> None:
+    write_record("bad.result.json", content if isinstance(content, str) else json.dumps(content))
+    write_record("good.result.json")
+    records, skipped = load_records([str(runs)])
+    assert len(records) == 1
+    assert len(skipped) == 1 and skipped[0].path.endswith("bad.result.json")
+    assert reason in skipped[0].reason
+
+
+def test_unreadable_bytes_are_skipped(write_record: WriteRecord, runs: Path) -> None:
+    (runs / "bin.result.json").parent.mkdir(parents=True, exist_ok=True)
+    (runs / "bin.result.json").write_bytes(b"\xff\xfe\x00junk")
+    records, skipped = load_records([str(runs)])
+    assert records == [] and "unreadable" in skipped[0].reason
+
+
+def test_labels_of_baselines_and_ours(write_record: WriteRecord, runs: Path) -> None:
+    write_record("tv.result.json", backbone={"source": "/w/r50.pth", "format": "torchvision", "arch": "resnet50",
+                                             "sha256": "0f1e2d" + "0" * 58, "pretrain": {"method": "supervised"}})
+    write_record("sup.result.json", backbone={"source": "/r/s.pth", "format": "torchvision", "arch": "resnet18",
+                                              "sha256": "5e" * 32, "pretrain": {
+                                                  "method": "supervised", "epochs": 10,
+                                                  "config": {"data": {"path": "/tmp/lt/e"}}}})
+    write_record("rand.result.json", backbone={"source": "random", "format": "random", "arch": "resnet18",
+                                               "sha256": None, "pretrain": {"method": "random init"}})
+    write_record("off.result.json", backbone={"source": "/o/m.pth.tar", "format": "official-moco",
+                                              "arch": "resnet50", "sha256": "cd" * 32,
+                                              "pretrain": {"method": "moco", "epochs": 200, "config": {}}})
+    write_record("e2e.result.json", backbone={**base_record()["backbone"], "sha256": "ee" * 32,
+                                              "pretrain": {"method": "end2end", "epochs": 3, "config": {}}})
+    write_record("moco.result.json")
+    labels = [e.pretraining.label for e in group(load_records([str(runs)])[0])[0]]
+    assert labels == ["random init (R18)", "supervised (torchvision weights, R50) 0f1e2d",
+                      "supervised (R18, 10 ep, e) 5e5e5e", "MoCo (official checkpoint, R50, 200 ep) cdcdcd",
+                      "MoCo (R18, 15 ep, embedded) a1b2c3", "end-to-end (R18, 3 ep) eeeeee"]
+
+
+def test_groups_by_checkpoint_hash_not_path(write_record: WriteRecord, runs: Path) -> None:
+    write_record("a.result.json")
+    write_record("b.result.json", backbone={**base_record()["backbone"], "source": "/copy/elsewhere.pth.tar"})
+    write_record("c.result.json", backbone={**base_record()["backbone"], "sha256": "99" * 32})
+    write_record("d.result.json", dataset={"path": "/data/other"})
+    write_record("e.result.json", protocol="linear-cached")
+    main, _ = group(load_records([str(runs)])[0])
+    assert sorted(e.n for e in main) == [1, 1, 1, 2]
+    assert next(e for e in main if e.n == 2).pretraining.sha256 == SHA
+
+
+def test_short_arch() -> None:
+    assert [short_arch(a) for a in ("resnet18", "resnet50", "wide_resnet50_2", "vit_b")] == \
+        ["R18", "R50", "R50w2", "vit_b"]
+
+
+def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
+    code = ("import sys, reports.cli, reports.render, reports.plots, reports.screenshot; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'moco_core', 'lincls', "
+            "'transfer')]; print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

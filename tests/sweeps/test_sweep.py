@@ -1,0 +1,105 @@
+"""``moco sweep``: value parsing, the per-point configs, failure detection, and a real two-point sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from moco_core.config import ConfigError, replace
+from sweeps import sweep
+from sweeps.sweep import chance_loss, parse_values, point_config, run_sweep, training_failure
+
+
+def test_parse_values() -> None:
+    assert parse_values("K", "256, 1024,4096") == [256, 1024, 4096]
+    assert parse_values("m", "0,0.9,0.99,0.999,0.9999") == [0.0, 0.9, 0.99, 0.999, 0.9999]
+    for param, text, message in [("K", "0", "K must be a whole number"), ("K", "12.5", "whole number"),
+                                 ("m", "1.5", r"m must be in \[0, 1\]"), ("m", "a,b", "numbers separated"),
+                                 ("m", ",", "no values"), ("T", "1", "unknown parameter")]:
+        with pytest.raises(ConfigError, match=message):
+            parse_values(param, text)
+
+
+def test_point_config_changes_the_swept_setting_only(tiny_cfg, tmp_path: Path) -> None:
+    k = point_config(tiny_cfg, "K", 64, tmp_path / "k")
+    assert (k.model.queue_size, k.optim.batch_size, k.run.output_dir) == (64, 16, str(tmp_path / "k"))
+    m = point_config(tiny_cfg, "m", 0.9, tmp_path / "m")
+    assert (m.model.momentum, m.model.queue_size) == (0.9, tiny_cfg.model.queue_size)
+    e2e = point_config(replace(tiny_cfg, method="end2end"), "K", 8, tmp_path / "e")
+    assert (e2e.optim.batch_size, e2e.model.queue_size) == (8, tiny_cfg.model.queue_size)  # the batch is K
+
+
+def test_chance_loss_is_that_of_uniform_logits(tiny_cfg) -> None:
+    assert chance_loss(tiny_cfg) == pytest.approx(math.log(41))  # K 40 negatives + the positive
+    assert chance_loss(replace(tiny_cfg, method="memory-bank")) == pytest.approx(math.log(41))
+    assert chance_loss(replace(tiny_cfg, method="end2end")) == pytest.approx(math.log(16))  # batch 16
+    assert chance_loss(replace(tiny_cfg, method="supervised")) is None
+
+
+def _write_losses(run_dir: Path, losses: list[float]) -> None:
+    run_dir.mkdir(parents=True)
+    lines = [{"step": i, "epoch": i, "loss": 9.0} for i in range(len(losses))]  # step lines are not epoch lines
+    lines += [{"step": i, "epoch": i, "epoch_loss": v} for i, v in enumerate(losses)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_training_failure_judges_the_last_epoch_against_chance(tiny_cfg, tmp_path: Path) -> None:
+    chance = math.log(41)  # 3.7136
+    _write_losses(tmp_path / "stuck", [chance, 0.99 * chance])  # 3.676 >= 0.98 * 3.7136 = 3.639: failed
+    _write_losses(tmp_path / "learned", [chance, 0.97 * chance])  # 3.602 < 3.639: trained
+    assert "stayed at chance level: last epoch 3.676" in training_failure(tiny_cfg, tmp_path / "stuck")
+    assert training_failure(tiny_cfg, tmp_path / "learned") is None
+    assert training_failure(tiny_cfg, tmp_path / "missing") == "no epoch finished"
+
+
+@pytest.mark.slow
+def test_sweep_runs_each_point_writes_records_and_resumes(tiny_cfg, shapes_root: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from lincls.knn import knn_eval
+    from lincls.linear import LinearDataConfig
+
+    data = LinearDataConfig(path=str(shapes_root), crop_size=32, resize=36, workers=0)
+    calls = []
+
+    def evaluate(ckpt: Path, out: Path, extra: dict) -> tuple[Path, dict]:
+        calls.append(ckpt)
+        return knn_eval(str(ckpt), data, out, k=5, extra=extra)
+
+    out = tmp_path / "sweep"
+    points = run_sweep(tiny_cfg, "m", [0.0, 0.99], out, evaluate, eval_name="knn", show_progress=False)
+    assert [p.value for p in points] == [0.0, 0.99] and len(calls) == 2
+    for p in points:
+        record = json.loads(p.record.read_text())
+        assert p.record == out / f"momentum={p.value:g}" / "knn" / "result.json"
+        assert record["sweep"] == {"param": "momentum", "value": p.value, "method": "moco"}
+        assert record["status"] == p.status == ("failed" if p.failure else "ok")
+        assert record["failure"] == p.failure == training_failure(point_config(tiny_cfg, "m", p.value, p.run_dir),
+                                                                  p.run_dir)
+        assert record["backbone"]["pretrain"]["config"]["model"]["momentum"] == p.value
+        assert 0 <= record["metrics"]["top1"] <= 100
+
+    def no_pretraining(*args, **kwargs):
+        raise AssertionError("a finished point was pretrained again")
+
+    monkeypatch.setattr("moco_core.train.pretrain", no_pretraining)
+    again = run_sweep(tiny_cfg, "m", [0.0, 0.99], out, evaluate, eval_name="knn", show_progress=False)
+    assert len(calls) == 2  # records present: not evaluated again either
+    assert [p.metrics for p in again] == [p.metrics for p in points]
+
+
+def test_diverging_point_is_reported_failed_not_raised(tiny_cfg, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from moco_core.engine import NonFiniteLossError
+
+    def diverge(cfg, **kwargs):
+        raise NonFiniteLossError("loss became nan at epoch 1, step 3")
+
+    monkeypatch.setattr("moco_core.train.pretrain", diverge)
+    points = run_sweep(tiny_cfg, "K", [8], tmp_path, lambda *a: pytest.fail("nothing to evaluate"),
+                       eval_name="knn", show_progress=False)
+    assert points[0].status == "failed" and "loss diverged: loss became nan" in points[0].failure
+    assert points[0].record is None
+    assert sweep.summary(points, "K").splitlines()[1].split()[:3] == ["8", "failed", "-"]
