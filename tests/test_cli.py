@@ -146,3 +146,22 @@ def test_two_process_end2end(shapes_root: Path, tmp_path: Path) -> None:
                "--device", "cpu", "--set", "method=end2end", *TINY)
     assert res.returncode == 0, res.stderr
     assert checkpoint.load(out / checkpoint.LAST)["method"] == "end2end"
+
+
+def test_sweep_then_report(shapes_root: Path, tmp_path: Path) -> None:
+    """moco sweep writes one evaluated record per value; moco report turns them into the ablation table and plot."""
+    res = moco("sweep", "m", "0.9,0.99", "-c", "embedded", "--set", f"data.path={shapes_root}",
+               "--set", "data.workers=0", *[a for a in TINY if a not in ("--workers", "0")],
+               "--output-dir", str(tmp_path / "sweep"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].split() == ["momentum", "status", "top1"]
+    for m in ("0.9", "0.99"):
+        record = json.loads((tmp_path / "sweep" / f"momentum={m}" / "knn" / "result.json").read_text())
+        assert record["sweep"] == {"param": "momentum", "value": float(m), "method": "moco"}
+    res = moco("report", str(tmp_path / "sweep"), "--out", str(tmp_path / "report"))
+    assert res.returncode == 0, res.stderr
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "momentum" in markdown and "0.99" in markdown
+    assert "data:image/png;base64," in (tmp_path / "report" / "report.html").read_text()
+    res = moco("sweep", "m", "2", "-c", "embedded")
+    assert res.returncode == 2 and res.stderr.strip() == "error: sweep: m must be in [0, 1], got 2"
