@@ -41,13 +41,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from reference import ReferenceMoCo, reference_step  # benchmarks/reference.py, beside this script
 from torch.utils.data import DataLoader
 
 from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, load_config
 from moco_core.data import ImageDataset, scan_images
 from moco_core.engine import top1, train_one_epoch
-from moco_core.methods import MocoMethod
+from moco_core.methods import MocoMethod, build_moco
 from moco_core.moco import MoCo, contrastive_logits
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.train import resolve_data, resolve_device
@@ -73,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data", default="synthetic", help="synthetic, embedded, or an image folder")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="DataLoader workers")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    p.add_argument("--reference", action="store_true",
+                   help="also time the official recipe (benchmarks/reference.py) on the same data and report the ratio")
     p.add_argument("--json", action="store_true", help="also print one JSON line with every figure")
     args = p.parse_args(argv)
     args.shuffle_bn = "none" if args.shuffle_bn == "off" else args.shuffle_bn
@@ -180,6 +183,41 @@ def run_steps(method: MocoMethod, source: Iterator[Batch], optimizer: torch.opti
     return stats.data_wait
 
 
+def reference_run(args: argparse.Namespace, cfg: ModelConfig, source: Iterator[Batch],
+                  device: torch.device) -> dict[str, float]:
+    """Time the official recipe (fp32, Python momentum loop, queue clone, host-side pointer) on ``source``."""
+    if args.queue_size % args.batch:
+        raise SystemExit(f"--reference: the official recipe needs --queue-size ({args.queue_size}) to be a multiple "
+                         f"of --batch ({args.batch})")
+    torch.manual_seed(0)
+    encoder = build_moco(cfg, world_size=1).encoder  # the same network and BN handling as ours
+    model = ReferenceMoCo(encoder, dim=args.dim, queue_size=args.queue_size, momentum=cfg.momentum,
+                          temperature=cfg.temperature, shuffle_keys=args.shuffle_bn == "shuffle").to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.03 * args.batch / 256, momentum=0.9, weight_decay=1e-4)
+
+    def steps(n: int) -> float:
+        wait = 0.0
+        for _ in range(n):
+            start = time.perf_counter()
+            (im_q, im_k), _, _ = next(source)
+            im_q, im_k = im_q.to(device), im_k.to(device)
+            wait += time.perf_counter() - start
+            reference_step(model, optimizer, im_q, im_k)
+        return wait
+
+    steps(args.warmup)
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    wait = steps(args.steps)
+    sync(device)
+    elapsed = time.perf_counter() - start
+    memory_mb, _ = peak_memory(device)
+    return {"images_per_s": args.batch * args.steps / elapsed, "step_ms": elapsed * 1000 / args.steps,
+            "data_wait_fraction": wait / elapsed, "peak_memory_mb": memory_mb}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     try:
@@ -192,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(0)
     cfg = ModelConfig(arch=args.arch, dim=args.dim, mlp=args.mlp, queue_size=args.queue_size,
                       shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)
-    method = MocoMethod(cfg, world_size=1, num_classes=0)  # its module is build_moco(cfg, world_size=1)
+    method = MocoMethod(cfg, world_size=1, num_classes=0, dataset_size=0)  # its module is build_moco(cfg, world_size=1)
     moco = method.module.to(device)
     lr = 0.03 * args.batch / 256
     optimizer = torch.optim.SGD(moco.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
@@ -222,6 +260,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "queue_ms": queue_ms, "queue_fraction": queue_ms / step_ms,
         "head_ms": head_ms, "head_fraction": head_ms / step_ms, "steps": args.steps, "warmup": args.warmup,
     }
+    if args.reference:
+        ref = reference_run(args, cfg, source, device)
+        result["reference"] = ref
+        result["speedup_vs_reference"] = result["images_per_s"] / ref["images_per_s"]
     m = result["machine"]
     print(f"MoCo pretrain step: {args.arch} {args.image_size}px batch {args.batch} K {args.queue_size} "
           f"dim {args.dim}{' mlp' if args.mlp else ''} bn {args.shuffle_bn}/{args.bn_groups}")
@@ -233,6 +275,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"  peak memory {memory_mb:.0f} MiB ({memory_kind})")
     print(f"  queue ops (l_neg fwd+bwd, enqueue) {queue_ms:.2f} ms = {result['queue_fraction']:.1%} of the step; "
           f"all K-dependent head work {head_ms:.2f} ms = {result['head_fraction']:.1%}")
+    if args.reference:
+        ref = result["reference"]
+        print(f"  reference (official recipe: fp32, Python momentum loop, queue clone, host pointer"
+              f"{'' if synthetic else ', PIL augmentation in workers'}): {ref['images_per_s']:.1f} images/s, "
+              f"{ref['step_ms']:.1f} ms/step, data wait {ref['data_wait_fraction']:.1%}, "
+              f"peak memory {ref['peak_memory_mb']:.0f} MiB")
+        print(f"  speed-up over the reference: {result['speedup_vs_reference']:.2f}x")
     if args.json:
         print(json.dumps(result))
     return result
