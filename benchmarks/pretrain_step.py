@@ -47,6 +47,7 @@ from torch.utils.data import DataLoader
 from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, load_config
 from moco_core.data import ImageDataset, scan_images
+from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import top1, train_one_epoch
 from moco_core.methods import MocoMethod, build_moco
 from moco_core.moco import MoCo, contrastive_logits
@@ -72,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--data", default="synthetic", help="synthetic, embedded, or an image folder")
+    p.add_argument("--pipeline", default="pil", choices=("pil", "tensor"),
+                   help="real data only: pil = PIL augmentation in workers; tensor = decode and augment on the device")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="DataLoader workers")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--reference", action="store_true",
@@ -96,18 +99,27 @@ def synthetic_batches(batch: int, size: int, device: torch.device) -> Iterator[B
         yield (im_q, im_k), labels, index
 
 
-def image_batches(args: argparse.Namespace, device: torch.device) -> Iterator[Batch]:
-    """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader."""
+def image_batches(args: argparse.Namespace, device: torch.device, pipeline: str) -> Iterator[Batch]:
+    """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader.
+
+    ``pipeline`` "pil": PIL decoding and augmentation in the workers; "tensor": the workers read bytes, and
+    decoding and augmentation run on ``device`` (``moco_core.device_data``), as ``data.pipeline: tensor``.
+    """
     overrides = [f"augment.crop_size={args.image_size}", f"data.path={json.dumps(args.data)}"]
     cfg: PretrainConfig = load_config(PretrainConfig, "moco_v2_200ep", overrides)
     images = scan_images(resolve_data(args.data), split="train", workers=max(args.workers, 1))
     if len(images.samples) < args.batch:
         raise SystemExit(f"--batch {args.batch} is larger than the dataset ({len(images.samples)} images)")
-    dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
-    loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True,
-                        pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
+    if pipeline == "tensor":
+        loader = DataLoader(EncodedImages(images.samples), batch_size=args.batch, shuffle=True, drop_last=True,
+                            num_workers=args.workers, persistent_workers=args.workers > 0, collate_fn=collate_encoded)
+        source: Iterable[Batch] = DeviceAugmentLoader(loader, cfg.augment, device, views=2)
+    else:
+        dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
+        source = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True,
+                            pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
     while True:
-        yield from loader
+        yield from source
 
 
 def sync(device: torch.device) -> None:
@@ -183,12 +195,14 @@ def run_steps(method: MocoMethod, source: Iterator[Batch], optimizer: torch.opti
     return stats.data_wait
 
 
-def reference_run(args: argparse.Namespace, cfg: ModelConfig, source: Iterator[Batch],
-                  device: torch.device) -> dict[str, float]:
-    """Time the official recipe (fp32, Python momentum loop, queue clone, host-side pointer) on ``source``."""
+def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> dict[str, float]:
+    """Time the official recipe (fp32, Python momentum loop, queue clone, host-side pointer; real images through
+    PIL in DataLoader workers) on the same kind of data as our run."""
     if args.queue_size % args.batch:
         raise SystemExit(f"--reference: the official recipe needs --queue-size ({args.queue_size}) to be a multiple "
                          f"of --batch ({args.batch})")
+    source = (synthetic_batches(args.batch, args.image_size, device) if args.data == "synthetic"
+              else image_batches(args, device, "pil"))
     torch.manual_seed(0)
     encoder = build_moco(cfg, world_size=1).encoder  # the same network and BN handling as ours
     model = ReferenceMoCo(encoder, dim=args.dim, queue_size=args.queue_size, momentum=cfg.momentum,
@@ -235,7 +249,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lr = 0.03 * args.batch / 256
     optimizer = torch.optim.SGD(moco.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
     synthetic = args.data == "synthetic"
-    source = synthetic_batches(args.batch, args.image_size, device) if synthetic else image_batches(args, device)
+    source = (synthetic_batches(args.batch, args.image_size, device) if synthetic
+              else image_batches(args, device, args.pipeline))
 
     if args.warmup:
         run_steps(method, source, optimizer, args.warmup, device, amp)
@@ -255,13 +270,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "queue_size": args.queue_size, "dim": args.dim, "mlp": args.mlp, "shuffle_bn": args.shuffle_bn,
         "bn_groups": args.bn_groups, "device": str(device), "amp": amp, "threads": torch.get_num_threads(),
         "data": args.data, "workers": None if synthetic else args.workers,
+        "pipeline": None if synthetic else args.pipeline,
         "images_per_s": args.batch / (step_ms / 1000), "step_ms": step_ms,
         "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind,
         "queue_ms": queue_ms, "queue_fraction": queue_ms / step_ms,
         "head_ms": head_ms, "head_fraction": head_ms / step_ms, "steps": args.steps, "warmup": args.warmup,
     }
     if args.reference:
-        ref = reference_run(args, cfg, source, device)
+        ref = reference_run(args, cfg, device)
         result["reference"] = ref
         result["speedup_vs_reference"] = result["images_per_s"] / ref["images_per_s"]
     m = result["machine"]
@@ -269,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"dim {args.dim}{' mlp' if args.mlp else ''} bn {args.shuffle_bn}/{args.bn_groups}")
     print(f"  device {device} ({m['cuda_device'] or m.get('cpu_model') or m['processor']}, "
           f"{result['threads']} threads) amp {'bf16' if amp else 'off'}, torch {m['torch']}")
-    print(f"  data {args.data}" + ("" if synthetic else f" ({args.workers} workers)") +
+    print(f"  data {args.data}" + ("" if synthetic else f" ({args.workers} workers, {args.pipeline} pipeline)") +
           f", {args.steps} timed steps after {args.warmup} warm-up")
     print(f"  {result['images_per_s']:.1f} images/s, {step_ms:.1f} ms/step, data wait {data_wait:.1%}")
     print(f"  peak memory {memory_mb:.0f} MiB ({memory_kind})")

@@ -77,6 +77,9 @@ class DataConfig:
     workers: int = 8  # DataLoader worker processes per training process
     verify_images: bool = True  # open every image's header at start-up and skip unreadable ones
     knn_path: str | None = None  # labelled root (train/, val/ class folders) for the kNN monitor; "embedded"
+    # "pil": PIL decoding and augmentation in DataLoader workers (the official way); "tensor": workers only read
+    # bytes, the training device decodes (JPEG on the GPU under CUDA) and augments in batches (moco_core/device_data)
+    pipeline: Literal["pil", "tensor"] = "pil"
 
 
 @dataclass(frozen=True)

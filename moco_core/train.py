@@ -18,6 +18,7 @@ from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_skipped
+from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import train_one_epoch
 from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method
@@ -146,6 +147,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     if note and main:
         print(f"warning: {note}", file=sys.stderr)
     method_cls = METHODS[cfg.method]
+    if cfg.data.pipeline == "tensor" and method_cls.transform == "supervised":
+        raise ConfigError(f"data.pipeline: tensor has the MoCo augmentation only; method {cfg.method} needs pil")
     if method_cls.needs_labels and not images.classes:
         raise ConfigError(f"method: {cfg.method} needs labels: {data_root} has no class folders")
 
@@ -159,11 +162,17 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
-    dataset = ImageDataset(images.samples, transform)
+    if cfg.data.pipeline == "tensor":
+        dataset, collate = EncodedImages(images.samples), collate_encoded
+    else:
+        dataset, collate = ImageDataset(images.samples, transform), None
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                  drop_last=True)
-    loader = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
-                        pin_memory=device.type == "cuda", drop_last=True)
+    loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
+                             pin_memory=device.type == "cuda" and collate is None, drop_last=True,
+                             collate_fn=collate)
+    if cfg.data.pipeline == "tensor":
+        loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1)
     steps_per_epoch = len(loader)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:

@@ -80,3 +80,12 @@ def test_benchmark_prints_ours_the_reference_and_their_ratio(bench, capsys: pyte
     assert result["reference"]["images_per_s"] > 0 and result["images_per_s"] > 0
     assert result["speedup_vs_reference"] == pytest.approx(result["images_per_s"] / result["reference"]["images_per_s"])
     assert "speed-up over the reference" in out and "data wait" in out and "peak memory" in out
+
+
+def test_benchmark_on_real_images_with_the_tensor_pipeline(bench, shapes_root: Path) -> None:
+    pretrain_step, _ = bench
+    result = pretrain_step.main(["--arch", "resnet18", "--image-size", "16", "--batch", "8", "--queue-size", "64",
+                                 "--bn-groups", "2", "--steps", "2", "--warmup", "1", "--data", str(shapes_root),
+                                 "--workers", "0", "--pipeline", "tensor", "--reference"])
+    assert result["pipeline"] == "tensor" and 0 <= result["data_wait_fraction"] <= 1
+    assert 0 <= result["reference"]["data_wait_fraction"] <= 1

@@ -1,0 +1,102 @@
+"""The tensor data pipeline (``data.pipeline: tensor``): workers read bytes, the training device does the rest.
+
+With ``data.pipeline: pil`` (the default, the official code's way) DataLoader workers decode each image with PIL
+and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits for. Here the
+workers only read each file's bytes. The training process then decodes the batch (JPEGs on the GPU with
+``torchvision.io.decode_jpeg`` when training on CUDA; other formats, and everything on CPU, with torchvision's
+CPU decoders) and runs the augmentation of ``moco_core.gpu_augment`` as batched tensor ops on the device. Its
+random parameters are drawn from torch's global generator, which the training loop reseeds every epoch, so a
+run is as reproducible as with the PIL pipeline (the two pipelines draw different random numbers).
+
+The time spent decoding and augmenting is counted as data wait by the engine, as it is work done for the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torchvision.io import ImageReadMode, decode_image, read_file
+
+from moco_core.config import AugmentConfig
+from moco_core.gpu_augment import TensorTwoCrops, apply_params, decode_jpegs, image_sizes, sample_params
+
+_JPEG_MAGIC = (0xFF, 0xD8)
+
+
+@contextlib.contextmanager
+def _quiet_torchvision_io() -> Iterator[None]:
+    """torchvision 0.29 warns on every decode that its image IO will move to TorchCodec; once is enough."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
+                                category=DeprecationWarning)
+        yield
+
+
+class EncodedImages(torch.utils.data.Dataset):
+    """``(file bytes as a uint8 tensor, label, index)``: all a worker does is read the file."""
+
+    def __init__(self, samples: list[tuple[str, int]]) -> None:
+        self.samples = list(samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        path, label = self.samples[index]
+        with _quiet_torchvision_io():
+            return read_file(str(path)), label, index
+
+
+def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> tuple[list[torch.Tensor], torch.Tensor,
+                                                                           torch.Tensor]:
+    """Files have different lengths: keep them as a list; labels and indices become tensors."""
+    datas, labels, index = zip(*batch, strict=True)
+    return list(datas), torch.tensor(labels), torch.tensor(index)
+
+
+def is_jpeg(data: torch.Tensor) -> bool:
+    return data.numel() >= 2 and (int(data[0]), int(data[1])) == _JPEG_MAGIC
+
+
+def decode_batch(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """RGB uint8 (3, H, W) images on ``device``; JPEGs are decoded there in one batched call."""
+    images: list[torch.Tensor | None] = [None] * len(datas)
+    jpegs = [i for i, data in enumerate(datas) if is_jpeg(data)]
+    if jpegs:
+        for i, image in zip(jpegs, decode_jpegs([datas[i] for i in jpegs], device), strict=True):
+            images[i] = image
+    with _quiet_torchvision_io():
+        for i, data in enumerate(datas):
+            if images[i] is None:
+                images[i] = decode_image(data, mode=ImageReadMode.RGB).to(device, non_blocking=True)
+    return images  # type: ignore[return-value]
+
+
+class DeviceAugmentLoader:
+    """Wraps a DataLoader of ``EncodedImages``: yields what the PIL pipeline yields, made on ``device``.
+
+    ``views`` 2 gives ``((query view, key view), labels, indices)`` (moco, end2end); 1 gives ``(view, labels,
+    indices)`` (memory-bank).
+    """
+
+    def __init__(self, loader: Iterable[Any], cfg: AugmentConfig, device: torch.device, *, views: int) -> None:
+        if views not in (1, 2):
+            raise ValueError(f"views must be 1 or 2, got {views}")
+        self.loader, self.cfg, self.device, self.views = loader, cfg, device, views
+        self.two_crops = TensorTwoCrops(cfg)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
+        for datas, labels, index in self.loader:
+            images = decode_batch(datas, self.device)
+            if self.views == 2:
+                yield self.two_crops(images), labels, index
+            else:
+                params = sample_params(len(images), image_sizes(images), self.cfg)
+                yield apply_params(images, params, self.cfg), labels, index
