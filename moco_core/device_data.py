@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torchvision.io import ImageReadMode, decode_image, read_file
+from torchvision.io import ImageReadMode, decode_image
 
 from moco_core.config import AugmentConfig
 from moco_core.gpu_augment import TensorTwoCrops, apply_params, decode_jpegs, image_sizes, sample_params
@@ -47,8 +47,9 @@ class EncodedImages(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
         path, label = self.samples[index]
-        with _quiet_torchvision_io():
-            return read_file(str(path)), label, index
+        # Plain Python I/O: torchvision's read_file op hangs in forked DataLoader workers (torchvision 0.29).
+        with open(path, "rb") as f:
+            return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8), label, index
 
 
 def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> tuple[list[torch.Tensor], torch.Tensor,

@@ -60,3 +60,21 @@ def test_pretraining_runs_on_the_tensor_pipeline(tiny_cfg) -> None:
     with pytest.raises(ConfigError, match="data.pipeline: tensor has the MoCo augmentation only"):
         pretrain(replace(tiny_cfg, method="supervised", data={"pipeline": "tensor"},
                          run={"output_dir": str(run_dir.parent / "sup")}), show_progress=False)
+
+
+def test_workers_read_bytes_without_hanging(shapes_root: Path) -> None:
+    """torchvision's read_file hung in forked DataLoader workers; the dataset reads files with plain Python."""
+    import subprocess
+    import sys
+
+    script = (
+        "import torch; from pathlib import Path; from torch.utils.data import DataLoader\n"
+        "from moco_core.device_data import EncodedImages, collate_encoded\n"
+        f"files = sorted(Path({str(shapes_root)!r}).rglob('*.png'))[:8]\n"
+        "loader = DataLoader(EncodedImages([(str(p), 0) for p in files]), batch_size=4, num_workers=2, "
+        "collate_fn=collate_encoded)\n"
+        "print(sum(len(datas) for datas, _, _ in loader))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "8"
