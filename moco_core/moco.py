@@ -24,9 +24,10 @@ def contrastive_logits(
     q, k: (N, C) L2-normalised queries and their positive keys; queue: (C, K) normalised negatives.
     Returns logits (N, 1+K) = [q.k+, q.queue] / T and labels (N,) of zeros (the positive is class 0).
     """
+    q = q / temperature  # scaling the (N, C) queries costs nothing next to dividing the (N, 1+K) logits
     l_pos = torch.einsum("nc,nc->n", q, k).unsqueeze(-1)  # (N, 1)
     l_neg = torch.einsum("nc,ck->nk", q, queue)  # (N, K)
-    logits = torch.cat([l_pos, l_neg], dim=1) / temperature  # (N, 1+K)
+    logits = torch.cat([l_pos, l_neg], dim=1)  # (N, 1+K)
     labels = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
     return logits, labels
 
