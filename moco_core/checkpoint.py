@@ -98,9 +98,13 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
     """torch.save to a temporary file in the same directory, fsync, then rename over ``path``.
 
     A crash (or a full disk) at any point leaves either the previous file or the new one, never a torn one.
+    An OSError (a full disk, a quota, a vanished directory) becomes a one-line CheckpointError saying so.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or err}") from err
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -110,6 +114,10 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        kept = "the previous checkpoint is intact" if path.exists() else "no checkpoint was written"
+        raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or err}; {kept}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -165,3 +165,30 @@ def test_sweep_then_report(shapes_root: Path, tmp_path: Path) -> None:
     assert "data:image/png;base64," in (tmp_path / "report" / "report.html").read_text()
     res = moco("sweep", "m", "2", "-c", "embedded")
     assert res.returncode == 2 and res.stderr.strip() == "error: sweep: m must be in [0, 1], got 2"
+
+
+def test_disk_full_during_a_checkpoint_stops_with_one_line(shapes_root: Path, tmp_path: Path) -> None:
+    """The first epoch's checkpoint is written; the disk 'fills' at the second: one line, exit 2, epoch 1 kept."""
+    out = tmp_path / "run"
+    script = (
+        "import sys, torch\n"
+        "real, calls = torch.save, []\n"
+        "def save(obj, f, *a, **k):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) > 1:\n"
+        "        f.write(b'partial'); raise OSError(28, 'No space left on device')\n"
+        "    return real(obj, f, *a, **k)\n"
+        "torch.save = save\n"
+        "from cli import main\n"
+        "sys.argv = ['moco', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    args = ["pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), *TINY,
+            "--set", "optim.epochs=2"]
+    res = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: cannot write checkpoint")
+    assert "No space left on device; the previous checkpoint is intact" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert checkpoint.load(out / checkpoint.LAST)["epoch"] == 1
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temporary file left

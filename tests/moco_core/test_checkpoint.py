@@ -135,8 +135,12 @@ def test_atomic_save_keeps_previous_file_on_failure(tmp_path: Path, monkeypatch:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(torch, "save", fail)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"cannot write checkpoint .*c.pth.tar: No space left on device; the previous checkpoint "
+                             r"is intact$"):
         checkpoint.save_atomic({"epoch": 2}, path)
+    with pytest.raises(checkpoint.CheckpointError, match="No space left on device; no checkpoint was written"):
+        checkpoint.save_atomic({"epoch": 2}, tmp_path / "new.pth.tar")
     monkeypatch.undo()
     assert checkpoint.load(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["c.pth.tar"]  # no temporary file left behind
