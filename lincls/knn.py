@@ -28,7 +28,7 @@ def knn_eval(
                          batch_size=batch_size, k=k, temperature=temperature)
     metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc
     record = output_dir / "result.json"
-    write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
+    record = write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
                  dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),
                           "val_images": len(splits.val)},
                  config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize},

@@ -246,7 +246,7 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": info.arch, "state_dict": model.state_dict(),
                                 "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
         protocol = "linear-cached" if cfg.run.cached_features else "linear"
-        write_record(record, task="linear", protocol=protocol, metrics=result, backbone=info,
+        record = write_record(record, task="linear", protocol=protocol, metrics=result, backbone=info,
                      dataset={"path": cfg.data.path, "classes": len(splits.classes), "train_images": len(splits.train),
                               "val_images": len(splits.val)}, config=to_dict(cfg), history=history,
                      extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,

@@ -21,8 +21,14 @@ def write_record(
     path: Path, *, task: str, protocol: str, metrics: dict[str, float], backbone: BackboneInfo,
     dataset: dict[str, Any], config: dict[str, Any], history: list[dict[str, float]] | None = None,
     extra: dict[str, Any] | None = None,
-) -> None:
-    """Write the record atomically (temporary file, then rename): a reader never sees half a record."""
+) -> Path:
+    """Write the record atomically and never over another one; returns the path written.
+
+    The JSON goes to a temporary file, which is then hard-linked to ``path``: a reader never sees half a record,
+    and the link fails if ``path`` exists. Then ``<stem>.1.result.json``, ``.2``, ... are tried, so evaluations
+    writing into one directory at the same time, or an evaluation run again, all keep their records (``moco
+    report`` reads ``result.json`` and ``*.result.json`` and counts each as a trial).
+    """
     record = {
         "schema": SCHEMA,
         "version": VERSION,
@@ -44,7 +50,26 @@ def write_record(
             json.dump(record, f, indent=2, default=str)
             f.write("\n")
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
+        return _link_unused(Path(tmp), path)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def _link_unused(tmp: Path, path: Path) -> Path:
+    """Hard-link ``tmp`` to ``path`` or, if taken, to the first free ``<stem>.<n>.result.json`` beside it."""
+    stem = path.name.removesuffix(".result.json").removesuffix(".json")
+    for n in range(100_000):
+        target = path if n == 0 else path.with_name(f"{stem}.{n}.result.json")
+        try:
+            os.link(tmp, target)
+            return target
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here: reserve the name exclusively, then rename over the placeholder
+            try:
+                os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                continue
+            os.replace(tmp, target)
+            return target
+    raise FileExistsError(f"no free record name beside {path}")
