@@ -22,7 +22,13 @@ ARCHS = (
 
 
 class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type, or impossible. The message names the key."""
+    """A configuration value is unknown, of the wrong type, or impossible. The message names the key.
+
+    The message is always one line: line breaks that came in with a key or value are shown as ``\\n``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 @dataclass(frozen=True)
