@@ -14,6 +14,7 @@ The time spent decoding and augmenting is counted as data wait by the engine, as
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -22,9 +23,12 @@ import torch
 from torchvision.io import ImageReadMode, decode_image
 
 from moco_core.config import AugmentConfig
+from moco_core.data import DatasetError
 from moco_core.gpu_augment import TensorTwoCrops, apply_params, decode_jpegs, image_sizes, sample_params
 
 _JPEG_MAGIC = (0xFF, 0xD8)
+logger = logging.getLogger("moco.data")
+_warned: set[str] = set()  # files already reported as undecodable by this process
 
 
 @contextlib.contextmanager
@@ -49,7 +53,10 @@ class EncodedImages(torch.utils.data.Dataset):
         path, label = self.samples[index]
         # Plain Python I/O: torchvision's read_file op hangs in forked DataLoader workers (torchvision 0.29).
         with open(path, "rb") as f:
-            return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8), label, index
+            data = f.read()
+        # an empty file stays an empty tensor (frombuffer refuses it); decoding then reports it
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        return encoded, label, index
 
 
 def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> tuple[list[torch.Tensor], torch.Tensor,
@@ -63,18 +70,35 @@ def is_jpeg(data: torch.Tensor) -> bool:
     return data.numel() >= 2 and (int(data[0]), int(data[1])) == _JPEG_MAGIC
 
 
-def decode_batch(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """RGB uint8 (3, H, W) images on ``device``; JPEGs are decoded there in one batched call."""
+def _decode_one(data: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    try:
+        if is_jpeg(data):
+            return decode_jpegs([data], device)[0]
+        with _quiet_torchvision_io():
+            return decode_image(data, mode=ImageReadMode.RGB).to(device, non_blocking=True)
+    except Exception:  # a corrupt file can fail in many ways; the caller reports it
+        return None
+
+
+def decode_batch(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    """RGB uint8 (3, H, W) images on ``device``, None where a file does not decode.
+
+    JPEGs are decoded in one batched call (one nvJPEG call under CUDA); if that call fails, each is retried alone
+    so that one corrupt file costs only itself.
+    """
     images: list[torch.Tensor | None] = [None] * len(datas)
     jpegs = [i for i, data in enumerate(datas) if is_jpeg(data)]
     if jpegs:
-        for i, image in zip(jpegs, decode_jpegs([datas[i] for i in jpegs], device), strict=True):
+        try:
+            decoded: list[torch.Tensor | None] = list(decode_jpegs([datas[i] for i in jpegs], device))
+        except Exception:
+            decoded = [_decode_one(datas[i], device) for i in jpegs]
+        for i, image in zip(jpegs, decoded, strict=True):
             images[i] = image
-    with _quiet_torchvision_io():
-        for i, data in enumerate(datas):
-            if images[i] is None:
-                images[i] = decode_image(data, mode=ImageReadMode.RGB).to(device, non_blocking=True)
-    return images  # type: ignore[return-value]
+    for i, data in enumerate(datas):
+        if i not in jpegs:
+            images[i] = _decode_one(data, device)
+    return images
 
 
 class DeviceAugmentLoader:
@@ -93,9 +117,27 @@ class DeviceAugmentLoader:
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
+    def _replace_undecodable(self, images: list[torch.Tensor | None], index: torch.Tensor) -> list[torch.Tensor]:
+        """Each file that did not decode is reported once and stands in as another image of its batch (the PIL
+        pipeline uses the next image of the dataset instead); a batch with no decodable image stops the run."""
+        bad = [i for i, image in enumerate(images) if image is None]
+        if not bad:
+            return images  # type: ignore[return-value]
+        samples = getattr(getattr(self.loader, "dataset", None), "samples", None)
+        for i in bad:
+            name = samples[int(index[i])][0] if samples is not None else f"dataset item {int(index[i])}"
+            if name not in _warned:
+                _warned.add(name)
+                logger.warning("cannot decode %s; using another image of its batch instead", name)
+        good = [image for image in images if image is not None]
+        if not good:
+            raise DatasetError(f"no image of a batch of {len(images)} could be decoded (dataset items "
+                               f"{index.tolist()[:5]}...); check the files (data.verify_images checks headers only)")
+        return [image if image is not None else good[i % len(good)] for i, image in enumerate(images)]
+
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
         for datas, labels, index in self.loader:
-            images = decode_batch(datas, self.device)
+            images = self._replace_undecodable(decode_batch(datas, self.device), index)
             if self.views == 2:
                 yield self.two_crops(images), labels, index
             else:

@@ -78,3 +78,27 @@ def test_workers_read_bytes_without_hanging(shapes_root: Path) -> None:
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "8"
+
+
+def test_undecodable_files_are_reported_once_and_replaced(tmp_path: Path, shapes_root: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    good = sorted((shapes_root / "train").rglob("*.png"))[:2]
+    jpeg = _encoded(Image.open(good[0]).convert("RGB"), "JPEG")
+    bad = {"truncated.jpg": bytes(jpeg[: len(jpeg) // 3].tolist()), "empty.png": b"",
+           "notes.png": b"not an image at all"}
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+    samples = [(str(good[0]), 0), *((str(tmp_path / n), 0) for n in bad), (str(good[1]), 0)]
+    loader = DataLoader(EncodedImages(samples), batch_size=5, collate_fn=collate_encoded)
+    augment = DeviceAugmentLoader(loader, AugmentConfig(crop_size=16), torch.device("cpu"), views=2)
+    with caplog.at_level("WARNING", logger="moco.data"):
+        (q, k), _, _ = next(iter(augment))
+        next(iter(augment))  # a second epoch: nothing reported twice
+    assert q.shape == (5, 3, 16, 16) and torch.isfinite(q).all()
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3 and all(f"{tmp_path}" in m and "using another image" in m for m in warned)
+
+    only_bad = DataLoader(EncodedImages(samples[1:4]), batch_size=3, collate_fn=collate_encoded)
+    from moco_core.data import DatasetError
+    with pytest.raises(DatasetError, match="no image of a batch of 3 could be decoded"):
+        next(iter(DeviceAugmentLoader(only_bad, AugmentConfig(crop_size=16), torch.device("cpu"), views=1)))
