@@ -7,6 +7,7 @@ so that :class:`ImageDataset` can report them and substitute another image.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import os
 from collections.abc import Callable, Sequence
@@ -173,9 +174,21 @@ def _to_8bit(img: Image.Image) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), mode="L")
 
 
+# JPEGs whose longer side exceeds this are decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
+# the longer side at least this long: a huge photo costs tens of MB, not GBs, and a 224-px crop loses nothing.
+# Other formats beyond PIL's decompression-bomb limit fail to open and are skipped like corrupt files.
+MAX_DECODE_SIDE = 4096
+
+
 def load_rgb(path: str | Path) -> Image.Image:
-    """Open ``path``, decode it fully and return an RGB image (alpha dropped, high bit depths scaled)."""
+    """Open ``path``, decode it fully and return an RGB image (alpha dropped, high bit depths scaled).
+
+    Memory is bounded: see ``MAX_DECODE_SIDE``.
+    """
     with Image.open(path) as img:
+        if img.format == "JPEG" and max(img.size) > MAX_DECODE_SIDE:
+            scale = MAX_DECODE_SIDE / max(img.size)
+            img.draft("RGB", (math.ceil(img.size[0] * scale), math.ceil(img.size[1] * scale)))
         img.load()
         if img.mode.startswith("I") or img.mode == "F":
             return _to_8bit(img).convert("RGB")

@@ -238,3 +238,21 @@ def test_names_with_spaces_and_unicode(tmp_path: Path) -> None:
     for i in range(len(dataset)):
         img, label, index = dataset[i]
         assert img.mode == "RGB" and label == 0 and index == i
+
+
+def test_huge_jpegs_are_decoded_at_reduced_scale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory stays bounded: a JPEG beyond MAX_DECODE_SIDE is decoded by DCT scaling, not at full size."""
+    from moco_core import data
+
+    monkeypatch.setattr(data, "MAX_DECODE_SIDE", 64)  # a 'huge' image of 512 x 300 px, to keep the test small
+    path = tmp_path / "big.jpg"
+    Image.new("RGB", (512, 300), (200, 30, 60)).save(path, quality=90)
+    img = data.load_rgb(path)
+    assert img.mode == "RGB" and 64 <= max(img.size) <= 128 and img.size[0] * 300 == img.size[1] * 512  # 1/4 scale
+    assert abs(np.asarray(img).astype(int).mean(axis=(0, 1)) - (200, 30, 60)).max() < 6
+    small = tmp_path / "small.jpg"
+    Image.new("RGB", (60, 40), (10, 20, 30)).save(small)
+    assert data.load_rgb(small).size == (60, 40)  # below the limit: untouched
+    png = tmp_path / "big.png"
+    Image.new("RGB", (512, 300)).save(png)
+    assert data.load_rgb(png).size == (512, 300)  # only JPEG can be scaled while decoding
