@@ -87,6 +87,11 @@ class TwoCrops:
         return f"{type(self).__name__}({self.transform!r})"
 
 
+def eval_resize(crop_size: int) -> int:
+    """The short side an evaluation view is resized to before its centre crop: 256 for 224, as ImageNet's."""
+    return round(crop_size * 256 / 224)
+
+
 def build_eval_transform(
     crop_size: int,
     resize: int | None = None,
@@ -95,9 +100,9 @@ def build_eval_transform(
 ) -> Callable[[Image.Image], torch.Tensor]:
     """Deterministic evaluation view: resize the short side, centre crop, tensor, normalise.
 
-    ``resize`` defaults to ``round(crop_size * 256 / 224)`` (256 for a 224 crop, as the paper's protocol).
+    ``resize`` defaults to ``eval_resize(crop_size)`` (256 for a 224 crop, as the paper's protocol).
     """
-    short_side = resize if resize is not None else round(crop_size * 256 / 224)
+    short_side = resize if resize is not None else eval_resize(crop_size)
     return T.Compose(
         [
             T.Resize(short_side),

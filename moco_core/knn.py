@@ -79,7 +79,7 @@ class KnnMonitor:
         from moco_core.augment import build_eval_transform
         from moco_core.data import ImageDataset, scan_images
 
-        transform = build_eval_transform(crop_size, resize=round(crop_size * 256 / 224))
+        transform = build_eval_transform(crop_size)
         splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", "val")]
         if not splits[0].classes or splits[0].classes != splits[1].classes:
             raise ConfigError(f"data.knn_path: {root} needs train/ and val/ with the same class folders")

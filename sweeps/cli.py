@@ -62,11 +62,12 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
 
     from lincls.knn import knn_eval
     from lincls.linear import LinearDataConfig, linear_eval, load_linear_config
+    from moco_core.augment import eval_resize
     from moco_core.config import replace
 
     def knn(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
-        # center crops at the pretraining scale, resized as ImageNet's 256/224
-        data = LinearDataConfig(path=root, crop_size=crop, resize=round(crop * 256 / 224), workers=workers)
+        # center crops at the pretraining scale, as the pretraining's kNN monitor takes them
+        data = LinearDataConfig(path=root, crop_size=crop, resize=eval_resize(crop), workers=workers)
         return knn_eval(str(ckpt), data, out, extra=extra)
 
     def linear(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
