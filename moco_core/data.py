@@ -197,6 +197,15 @@ def load_rgb(path: str | Path) -> Image.Image:
         return img.convert("RGB")
 
 
+def report_undecodable(path: str, instead: str, reason: str | None = None) -> None:
+    """Warn once per process that ``path`` does not decode and what stands in for it."""
+    if path in _warned_paths:
+        return
+    _warned_paths.add(path)
+    detail = f" ({_one_line(reason)})" if reason else ""
+    logger.warning("cannot decode %s%s; using %s instead", path, detail, instead)
+
+
 class ImageDataset(torch.utils.data.Dataset):
     """``(transform(image), label, index)`` items; an image that fails to decode is replaced by the next."""
 
@@ -215,10 +224,7 @@ class ImageDataset(torch.utils.data.Dataset):
             return load_rgb(path)
         except Exception as err:  # a corrupt file can fail in many ways
             self._bad.add(position)
-            if path not in _warned_paths:
-                _warned_paths.add(path)
-                reason = _one_line(str(err))
-                logger.warning("cannot decode %s (%s); using the next image instead", path, reason)
+            report_undecodable(path, "the next image", str(err))
             return None
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:

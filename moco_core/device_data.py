@@ -13,9 +13,6 @@ The time spent decoding and augmenting is counted as data wait by the engine, as
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,21 +20,17 @@ import torch
 from torchvision.io import ImageReadMode, decode_image
 
 from moco_core.config import AugmentConfig
-from moco_core.data import DatasetError
-from moco_core.gpu_augment import TensorTwoCrops, apply_params, decode_jpegs, image_sizes, sample_params
+from moco_core.data import DatasetError, report_undecodable
+from moco_core.gpu_augment import (
+    TensorTwoCrops,
+    apply_params,
+    decode_jpegs,
+    image_sizes,
+    quiet_torchvision_io,
+    sample_params,
+)
 
 _JPEG_MAGIC = (0xFF, 0xD8)
-logger = logging.getLogger("moco.data")
-_warned: set[str] = set()  # files already reported as undecodable by this process
-
-
-@contextlib.contextmanager
-def _quiet_torchvision_io() -> Iterator[None]:
-    """torchvision 0.29 warns on every decode that its image IO will move to TorchCodec; once is enough."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
-                                category=DeprecationWarning)
-        yield
 
 
 class EncodedImages(torch.utils.data.Dataset):
@@ -74,7 +67,7 @@ def _decode_one(data: torch.Tensor, device: torch.device) -> torch.Tensor | None
     try:
         if is_jpeg(data):
             return decode_jpegs([data], device)[0]
-        with _quiet_torchvision_io():
+        with quiet_torchvision_io():
             return decode_image(data, mode=ImageReadMode.RGB).to(device, non_blocking=True)
     except Exception:  # a corrupt file can fail in many ways; the caller reports it
         return None
@@ -96,7 +89,7 @@ def decode_batch(datas: list[torch.Tensor], device: torch.device) -> list[torch.
         for i, image in zip(jpegs, decoded, strict=True):
             images[i] = image
     for i, data in enumerate(datas):
-        if i not in jpegs:
+        if not is_jpeg(data):
             images[i] = _decode_one(data, device)
     return images
 
@@ -126,9 +119,7 @@ class DeviceAugmentLoader:
         samples = getattr(getattr(self.loader, "dataset", None), "samples", None)
         for i in bad:
             name = samples[int(index[i])][0] if samples is not None else f"dataset item {int(index[i])}"
-            if name not in _warned:
-                _warned.add(name)
-                logger.warning("cannot decode %s; using another image of its batch instead", name)
+            report_undecodable(name, "another image of its batch")
         good = [image for image in images if image is not None]
         if not good:
             raise DatasetError(f"no image of a batch of {len(images)} could be decoded (dataset items "

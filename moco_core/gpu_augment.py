@@ -47,8 +47,9 @@ parameters, and the statistics of whole views against the PIL path.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -503,10 +504,17 @@ def jpeg_num_components(data: torch.Tensor) -> int:
     raise ValueError("JPEG stream has no frame header")
 
 
-def _decode_rgb(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """``torchvision.io.decode_jpeg`` of a list, as RGB, on ``device`` (its deprecation warning silenced)."""
+@contextlib.contextmanager
+def quiet_torchvision_io() -> Iterator[None]:
+    """Silence the warning torchvision 0.29 gives on every decode call (its image IO moves to TorchCodec)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_DEPRECATION, category=DeprecationWarning)
+        yield
+
+
+def _decode_rgb(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """``torchvision.io.decode_jpeg`` of a list, as RGB, on ``device`` (its deprecation warning silenced)."""
+    with quiet_torchvision_io():
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
 
 
