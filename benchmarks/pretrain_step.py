@@ -195,6 +195,28 @@ def run_steps(method: MocoMethod, source: Iterator[Batch], optimizer: torch.opti
     return stats.data_wait
 
 
+def sgd(params: Iterable[torch.nn.Parameter], batch: int) -> torch.optim.SGD:
+    """The paper's optimizer: lr 0.03 per 256 images, momentum 0.9, weight decay 1e-4."""
+    return torch.optim.SGD(params, lr=0.03 * batch / 256, momentum=0.9, weight_decay=1e-4)
+
+
+def measure(run: Callable[[int], float], args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """``run(n)`` does n steps and returns their data-wait fraction: ``args.warmup`` untimed steps, then
+    ``args.steps`` timed ones (peak memory counted from there on CUDA)."""
+    if args.warmup:
+        run(args.warmup)
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    data_wait = run(args.steps)
+    sync(device)
+    elapsed = time.perf_counter() - start
+    memory_mb, memory_kind = peak_memory(device)
+    return {"images_per_s": args.batch * args.steps / elapsed, "step_ms": elapsed * 1000 / args.steps,
+            "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind}
+
+
 def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> dict[str, float]:
     """Time the official recipe (fp32, Python momentum loop, queue clone, host-side pointer; real images through
     PIL in DataLoader workers) on the same kind of data as our run."""
@@ -207,29 +229,20 @@ def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.devi
     encoder = build_moco(cfg, world_size=1).encoder  # the same network and BN handling as ours
     model = ReferenceMoCo(encoder, dim=args.dim, queue_size=args.queue_size, momentum=cfg.momentum,
                           temperature=cfg.temperature, shuffle_keys=args.shuffle_bn == "shuffle").to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.03 * args.batch / 256, momentum=0.9, weight_decay=1e-4)
+    optimizer = sgd(model.parameters(), args.batch)
 
     def steps(n: int) -> float:
-        wait = 0.0
+        wait, start = 0.0, time.perf_counter()
         for _ in range(n):
-            start = time.perf_counter()
+            fetch = time.perf_counter()
             (im_q, im_k), _, _ = next(source)
             im_q, im_k = im_q.to(device), im_k.to(device)
-            wait += time.perf_counter() - start
+            wait += time.perf_counter() - fetch
             reference_step(model, optimizer, im_q, im_k)
-        return wait
+        sync(device)
+        return wait / (time.perf_counter() - start)
 
-    steps(args.warmup)
-    sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    wait = steps(args.steps)
-    sync(device)
-    elapsed = time.perf_counter() - start
-    memory_mb, _ = peak_memory(device)
-    return {"images_per_s": args.batch * args.steps / elapsed, "step_ms": elapsed * 1000 / args.steps,
-            "data_wait_fraction": wait / elapsed, "peak_memory_mb": memory_mb}
+    return measure(steps, args, device)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -246,23 +259,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)
     method = MocoMethod(cfg, world_size=1, num_classes=0, dataset_size=0)  # its module is build_moco(cfg, world_size=1)
     moco = method.module.to(device)
-    lr = 0.03 * args.batch / 256
-    optimizer = torch.optim.SGD(moco.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+    optimizer = sgd(moco.parameters(), args.batch)
     synthetic = args.data == "synthetic"
     source = (synthetic_batches(args.batch, args.image_size, device) if synthetic
               else image_batches(args, device, args.pipeline))
 
-    if args.warmup:
-        run_steps(method, source, optimizer, args.warmup, device, amp)
-    sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    data_wait = run_steps(method, source, optimizer, args.steps, device, amp)
-    sync(device)
-    elapsed = time.perf_counter() - start
-    memory_mb, memory_kind = peak_memory(device)
-    step_ms = elapsed * 1000 / args.steps
+    timed = measure(lambda n: run_steps(method, source, optimizer, n, device, amp), args, device)
+    step_ms = timed["step_ms"]
     queue_ms, head_ms = queue_costs(moco, args.batch, device, iters=max(args.steps, 10))
 
     result = {
@@ -271,8 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bn_groups": args.bn_groups, "device": str(device), "amp": amp, "threads": torch.get_num_threads(),
         "data": args.data, "workers": None if synthetic else args.workers,
         "pipeline": None if synthetic else args.pipeline,
-        "images_per_s": args.batch / (step_ms / 1000), "step_ms": step_ms,
-        "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind,
+        **timed,
         "queue_ms": queue_ms, "queue_fraction": queue_ms / step_ms,
         "head_ms": head_ms, "head_fraction": head_ms / step_ms, "steps": args.steps, "warmup": args.warmup,
     }
@@ -287,8 +289,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"{result['threads']} threads) amp {'bf16' if amp else 'off'}, torch {m['torch']}")
     print(f"  data {args.data}" + ("" if synthetic else f" ({args.workers} workers, {args.pipeline} pipeline)") +
           f", {args.steps} timed steps after {args.warmup} warm-up")
-    print(f"  {result['images_per_s']:.1f} images/s, {step_ms:.1f} ms/step, data wait {data_wait:.1%}")
-    print(f"  peak memory {memory_mb:.0f} MiB ({memory_kind})")
+    print(f"  {result['images_per_s']:.1f} images/s, {step_ms:.1f} ms/step, "
+          f"data wait {timed['data_wait_fraction']:.1%}")
+    print(f"  peak memory {timed['peak_memory_mb']:.0f} MiB ({timed['peak_memory_kind']})")
     print(f"  queue ops (l_neg fwd+bwd, enqueue) {queue_ms:.2f} ms = {result['queue_fraction']:.1%} of the step; "
           f"all K-dependent head work {head_ms:.2f} ms = {result['head_fraction']:.1%}")
     if args.reference:
