@@ -25,7 +25,9 @@ from moco_core import checkpoint
 from moco_core.config import ConfigError, PretrainConfig, replace, validated
 from moco_core.engine import NonFiniteLossError
 
-PARAMS = ("K", "m")
+# The swept parameter as the command names it -> as records and the report name it
+RECORD_NAMES = {"K": "queue_size", "m": "momentum"}
+PARAMS = tuple(RECORD_NAMES)
 # A run fails when its last epoch's loss stays within this fraction of the loss of uniform logits.
 FAIL_FRACTION = 0.98
 
@@ -115,7 +117,7 @@ def run_sweep(
     """Pretrain and evaluate each value; ``evaluate(checkpoint, out_dir, extra) -> (record, metrics)``."""
     from moco_core.train import pretrain  # torch loads only when a sweep runs
 
-    name = "queue_size" if param == "K" else "momentum"
+    name = RECORD_NAMES[param]
     points = []
     for value in values:
         point_dir = output_dir / f"{name}={value:g}"
@@ -146,7 +148,7 @@ def run_sweep(
 
 def summary(points: list[SweepPoint], param: str) -> str:
     """A plain table of the sweep: value, status, top-1."""
-    name = "queue_size" if param == "K" else "momentum"
+    name = RECORD_NAMES[param]
     lines = [f"{name:>12}  {'status':<7} top1"]
     for p in points:
         top1 = f"{p.metrics['top1']:.2f}" if "top1" in p.metrics else "-"
