@@ -128,6 +128,17 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
         os.close(dir_fd)
 
 
+def remove_partial_writes(run_dir: Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that a killed process never finished; returns them.
+
+    Only the run's own process may call this (at its start): the files are those ``save_atomic`` names.
+    """
+    partial = sorted(run_dir.glob(f".{LAST}.*.tmp")) if run_dir.is_dir() else []
+    for tmp in partial:
+        tmp.unlink(missing_ok=True)
+    return partial
+
+
 def keep_copy(path: Path, name: str) -> Path:
     """Keep a snapshot of ``path`` under ``name`` in the same directory (a hard link where possible)."""
     target = path.with_name(name)

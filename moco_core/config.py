@@ -96,8 +96,14 @@ class RunConfig:
     amp: bool = True  # bf16 autocast on CUDA; always fp32 on CPU
     log_every: int = 10  # steps between metrics.jsonl lines
     checkpoint_every: int = 1  # epochs between writes of checkpoint_last.pth.tar (the end always writes one)
+    # Also write it every this many steps inside an epoch (0: epoch ends only), so a pre-empted ImageNet epoch
+    # (5004 steps at batch 256) loses at most this many steps; resume continues with the samples not yet seen.
+    checkpoint_steps: int = 1000
     keep_every: int = 0  # also keep checkpoint_<epoch>.pth.tar every this many epochs (0: keep only the last)
     knn_every: int = 0  # kNN monitor (k 200, T 0.07) on data.knn_path every this many epochs (0: off)
+    # Several processes: a collective that waits longer than this (another process died or hangs) fails the run
+    # instead of hanging until the scheduler's wall-clock limit.
+    dist_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -306,7 +312,9 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
         (r.log_every >= 1, "run.log_every", f"must be >= 1, got {r.log_every}"),
         (r.checkpoint_every >= 1, "run.checkpoint_every", f"must be >= 1, got {r.checkpoint_every}"),
+        (r.checkpoint_steps >= 0, "run.checkpoint_steps", f"must be >= 0, got {r.checkpoint_steps}"),
         (r.keep_every >= 0, "run.keep_every", f"must be >= 0, got {r.keep_every}"),
+        (r.dist_timeout_s > 0, "run.dist_timeout_s", f"must be > 0, got {r.dist_timeout_s}"),
         (r.knn_every >= 0, "run.knn_every", f"must be >= 0, got {r.knn_every}"),
         (r.knn_every == 0 or d.knn_path is not None, "data.knn_path", "not set, but run.knn_every asks for the "
          "kNN monitor: give a labelled root with train/ and val/ (or embedded)"),

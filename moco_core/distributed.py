@@ -86,10 +86,20 @@ def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
     return x / world_size()
 
 
+def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
+    if world_size() == 1:
+        return x
+    x = x.clone()
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return x
+
+
 def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
     """Join the process group described by torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...).
 
-    Returns whether a group of more than one process was started. NCCL on CUDA, gloo on CPU.
+    Returns whether a group of more than one process was started. NCCL on CUDA, gloo on CPU. A collective
+    that waits longer than ``timeout_s`` (another process died) raises instead of hanging; NCCL needs its
+    asynchronous error handling for that, which is on unless the environment turned it off.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return is_distributed()
@@ -109,9 +119,9 @@ def shutdown() -> None:
 
 
 @contextlib.contextmanager
-def process_group(device: torch.device) -> Iterator[None]:
+def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[None]:
     """Join the launcher's process group (if any) for the duration of a run, and leave it however it ends."""
-    init_from_env(device)
+    init_from_env(device, timeout_s)
     try:
         yield
     finally:

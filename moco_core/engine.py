@@ -6,20 +6,40 @@ import contextlib
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_core import distributed
+from moco_core import checkpoint, distributed
 from moco_core.methods import Method
 from moco_core.progress import MetricsWriter, Progress
 
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stops before anything else is written."""
+
+
+@dataclass
+class EpochState:
+    """How far an epoch got: what a mid-epoch checkpoint records and a resumed epoch starts from."""
+
+    batches: int = 0  # batches of this epoch already trained (on each process)
+    loss_sum: float = 0.0  # sums over those batches, for the epoch's mean
+    accuracy_sum: float = 0.0
+    rng: dict[str, Any] | None = field(default=None, repr=False)  # RNG states to continue from, if resumed
+
+
+class StepCheckpoints(Protocol):
+    """What the epoch loop asks of its caller between steps."""
+
+    every: int  # steps between mid-epoch checkpoints (0: none)
+
+    def save(self, step: int, state: EpochState) -> None: ...
+
+    def stop_requested(self, step: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -29,6 +49,8 @@ class EpochStats:
     accuracy: float  # instance-discrimination top-1, in %
     images_per_s: float
     data_wait: float  # fraction of the epoch spent waiting for the data loader
+    stopped: bool = False  # a stop was requested (SIGTERM)
+    complete: bool = True  # every batch was trained; False when a stop ended the epoch early, after a checkpoint
 
 
 def autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:
@@ -53,23 +75,35 @@ def train_one_epoch(
     log_every: int,
     progress: Progress,
     metrics: MetricsWriter,
+    resume: EpochState | None = None,
+    checkpoints: StepCheckpoints | None = None,
 ) -> EpochStats:
     """Train ``model`` (``method.module``, possibly wrapped in DDP) for one pass over ``loader``.
 
     Accuracy is top-1 of the logits against the labels: instance discrimination for MoCo, the class for the
     supervised baseline.
 
-    The loss is checked for NaN/inf every ``log_every`` steps and at the end of the epoch (checking every step
-    would make each CUDA step wait for the host); the caller writes a checkpoint only after a clean epoch.
+    The loss is checked for NaN/inf every ``log_every`` steps, at the end of the epoch and before every
+    mid-epoch checkpoint (checking every step would make each CUDA step wait for the host).
+
+    ``resume`` continues an epoch a checkpoint left part-way: ``loader`` must then yield only the batches not yet
+    seen, and the RNG states are restored after the loader's iterator exists (creating it draws a seed), so on
+    CPU with ``data.workers`` 0 the rest of the epoch is bit-identical to an uninterrupted run's.
+    ``checkpoints`` is asked after every step whether to save (every ``checkpoints.every`` steps, never on the
+    epoch's last batch: the caller's epoch checkpoint follows) and whether to stop (SIGTERM); a stop saves first.
     """
     model.train()
     world = distributed.world_size()
+    so_far = resume or EpochState()
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, accuracy over the log window
     window_steps, window_images, window_start = 0, 0, time.perf_counter()
-    totals = [0.0, 0.0]  # loss and accuracy summed over the epoch's steps
     shown = {"loss": math.nan, "acc": math.nan, "img/s": math.nan}
-    epoch_steps, epoch_images, wait, epoch_start = 0, 0, 0.0, time.perf_counter()
+    epoch_images, wait, epoch_start, resumed_batches = 0, 0.0, time.perf_counter(), so_far.batches
+    remaining = len(loader) if hasattr(loader, "__len__") else None  # type: ignore[arg-type]
     loader_iter = iter(loader)
+    if so_far.rng is not None:
+        checkpoint.set_rng_state(so_far.rng)
+    stopped = last_batch = False
     while True:
         fetch_start = time.perf_counter()
         try:
@@ -94,36 +128,46 @@ def train_one_epoch(
         sums += torch.stack([loss.detach(), top1(logits.detach(), labels)]).double()
         step += 1
         window_steps += 1
-        epoch_steps += 1
+        so_far.batches += 1
         window_images += batch * world
         epoch_images += batch * world
-        if step % log_every == 0:
-            loss_v, acc_v = _close_window(sums, window_steps, totals, epoch, step)
+        last_batch = remaining is not None and so_far.batches - resumed_batches == remaining
+        stopping = checkpoints is not None and checkpoints.stop_requested(step)
+        saving = stopping or (checkpoints is not None and checkpoints.every > 0 and step % checkpoints.every == 0
+                              and not last_batch)
+        if step % log_every == 0 or (saving and window_steps):  # a checkpoint closes the window: nothing unlogged
+            loss_v, acc_v = _close_window(sums, window_steps, so_far, epoch, step)
             now = time.perf_counter()
             rate = window_images / (now - window_start)
             metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=lr, images_per_s=rate)
             shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
             window_steps, window_images, window_start = 0, 0, now
         progress.update(step, epoch, epochs, **shown)
+        if saving and not last_batch:
+            checkpoints.save(step, so_far)  # type: ignore[union-attr]
+        if stopping:
+            stopped = True
+            break
     if window_steps:
-        _close_window(sums, window_steps, totals, epoch, step)
+        _close_window(sums, window_steps, so_far, epoch, step)
     elapsed = time.perf_counter() - epoch_start
-    n = max(epoch_steps, 1)
-    return EpochStats(step=step, loss=totals[0] / n, accuracy=totals[1] / n,
+    n = max(so_far.batches, 1)
+    return EpochStats(step=step, loss=so_far.loss_sum / n, accuracy=so_far.accuracy_sum / n,
                       images_per_s=epoch_images / elapsed if elapsed > 0 else 0.0,
-                      data_wait=wait / elapsed if elapsed > 0 else 0.0)
+                      data_wait=wait / elapsed if elapsed > 0 else 0.0, stopped=stopped,
+                      complete=not stopped or last_batch)
 
 
-def _close_window(sums: torch.Tensor, steps: int, totals: list[float], epoch: int, step: int) -> tuple[float, float]:
-    """Mean loss and accuracy of the window (one host sync), added to ``totals``; stops on NaN/inf."""
+def _close_window(sums: torch.Tensor, steps: int, state: EpochState, epoch: int, step: int) -> tuple[float, float]:
+    """Mean loss and accuracy of the window (one host sync), added to the epoch's sums; stops on NaN/inf."""
     loss_v, acc_v = (sums / steps).tolist()
     if not math.isfinite(loss_v):
         raise NonFiniteLossError(
             f"loss became {loss_v} at epoch {epoch + 1}, step {step}; stopping (lower optim.lr?). "
             f"The last good checkpoint is untouched."
         )
-    totals[0] += loss_v * steps
-    totals[1] += acc_v * steps
+    state.loss_sum += loss_v * steps
+    state.accuracy_sum += acc_v * steps
     sums.zero_()
     return loss_v, acc_v
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,12 +67,20 @@ class MetricsWriter:
         self.enabled = enabled
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop lines a killed run wrote after the checkpoint we resume from."""
+        """On resume, drop lines a killed run wrote after the checkpoint we resume from, and a line it tore."""
         if not self.enabled or not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = []
+        for line in self.path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # the half line of a process killed while writing it
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                kept.append(line)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
 
     def write(self, **record: Any) -> None:
         if not self.enabled:

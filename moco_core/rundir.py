@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -45,9 +46,21 @@ def environment() -> dict[str, Any]:
 def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]) -> None:
     """``config.yaml`` (the resolved config, reloadable with ``--config``) and ``run.json`` (provenance)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     info = {**environment(), **extra}
     history_path = run_dir / "run.json"
-    history = json.loads(history_path.read_text()) if history_path.exists() else {"starts": []}
+    history = {"starts": []}
+    if history_path.exists():
+        try:
+            history = json.loads(history_path.read_text())
+        except json.JSONDecodeError:  # written by a version without atomic writes, then killed mid-write
+            history = {"starts": [], "lost": "run.json was unreadable at a later start"}
     history["starts"].append(info)  # every start and resume is kept
-    history_path.write_text(json.dumps(history, indent=2) + "\n")
+    write_text_atomic(history_path, json.dumps(history, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over: a kill leaves old or new."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -12,16 +12,17 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
-from moco_core.engine import train_one_epoch
+from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method
+from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, write_run_files
 from moco_core.shapes import ensure_shapes
@@ -81,12 +82,17 @@ def resolve_data(path: str) -> Path:
 
 @dataclass
 class Resumed:
-    epoch: int  # next epoch to run (0-based), the official 'epoch' field
+    epoch: int  # epoch to run next (0-based), the official 'epoch' field
     step: int
+    partial: EpochState | None = None  # how far into ``epoch`` a mid-epoch checkpoint got
 
 
 def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
-    """Load model, queue, pointer, optimizer, RNG states and position from one of our or an official checkpoint."""
+    """Load model, queue, pointer, optimizer and position from one of our or an official checkpoint.
+
+    An epoch-end checkpoint resumes at the start of the next epoch, whose seeds are a function of the epoch
+    (:func:`epoch_seed`). A mid-epoch one also gives the batches done and the RNG states to continue from.
+    """
     ckpt = checkpoint.load(path)
     if "state_dict" not in ckpt:
         raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a pretraining checkpoint")
@@ -100,15 +106,28 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
         ) from None
     if "optimizer" in ckpt:
         optimizer.load_state_dict(ckpt["optimizer"])
-    if "rng" in ckpt:
-        checkpoint.set_rng_state(ckpt["rng"])
     epoch = int(ckpt.get("epoch", 0))
-    return Resumed(epoch=epoch, step=int(ckpt.get("global_step", epoch * steps_per_epoch)))
+    step = int(ckpt.get("global_step", epoch * steps_per_epoch))
+    position = ckpt.get("sampler") if isinstance(ckpt.get("sampler"), dict) else {}
+    batches = int(position.get("position", 0))
+    if not batches:
+        return Resumed(epoch=epoch, step=step)
+    if batches >= steps_per_epoch:
+        raise checkpoint.CheckpointError(f"{path}: stopped after batch {batches} of epoch {epoch + 1}, but an epoch "
+                                         f"has {steps_per_epoch} batches here: the data or batch size changed")
+    partial = EpochState(batches=batches, loss_sum=float(position.get("loss_sum", 0.0)),
+                         accuracy_sum=float(position.get("accuracy_sum", 0.0)), rng=ckpt.get("rng"))
+    return Resumed(epoch=epoch, step=step, partial=partial)
 
 
 def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optimizer, *, epoch: int,
-                    step: int) -> dict[str, Any]:
-    """The official four fields, then ours. ``epoch`` is the next epoch to run, as main_moco.py writes it."""
+                    step: int, partial: EpochState | None = None) -> dict[str, Any]:
+    """The official four fields, then ours. ``epoch`` is the epoch to run next, as main_moco.py writes it.
+
+    A mid-epoch checkpoint (``partial``) keeps ``epoch`` at the unfinished epoch, so the official script would
+    rerun it whole; ours continues after the ``sampler.position`` batches already trained.
+    """
+    partial = partial or EpochState()
     return {
         "epoch": epoch,
         "arch": cfg.model.arch,
@@ -120,7 +139,8 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
         "config": to_dict(cfg),
         "global_step": step,
         **method.extras(),
-        "sampler": {"epoch": epoch, "position": 0},
+        "sampler": {"epoch": epoch, "position": partial.batches, "loss_sum": partial.loss_sum,
+                    "accuracy_sum": partial.accuracy_sum},
         "rng": checkpoint.rng_state(),
         "code_version": code_version(),
     }
@@ -129,7 +149,7 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
     device = resolve_device(cfg.run.device)
-    with distributed.process_group(device):
+    with distributed.process_group(device, cfg.run.dist_timeout_s):
         return _pretrain(cfg, device, resume, show_progress)
 
 
@@ -166,11 +186,11 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         dataset, collate = EncodedImages(images.samples), collate_encoded
     else:
         dataset, collate = ImageDataset(images.samples, transform), None
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
-                                 drop_last=True)
+    sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
+                               drop_last=True)
     loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                              pin_memory=device.type == "cuda" and collate is None, drop_last=True,
-                             collate_fn=collate)
+                             collate_fn=collate, worker_init_fn=ignore_sigterm)
     if cfg.data.pipeline == "tensor":
         loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1)
     steps_per_epoch = len(loader)
@@ -190,6 +210,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
         })
         metrics.truncate_after(start.step)
+        checkpoint.remove_partial_writes(run_dir)
     monitor = None
     if cfg.run.knn_every and main:
         monitor = KnnMonitor.from_root(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size,
@@ -197,30 +218,66 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     total_steps = steps_per_epoch * cfg.optim.epochs
     progress = Progress(total_steps, done_steps=start.step, every=cfg.run.log_every, enabled=main and show_progress)
     step = start.step
-    for epoch in range(start.epoch, cfg.optim.epochs):
-        lr = learning_rate(cfg.optim, epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        sampler.set_epoch(epoch)
-        torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
-        stats = train_one_epoch(model, method, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs, step=step,
-                                lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
-                                progress=progress, metrics=metrics)
-        step = stats.step
-        if main:
-            metrics.write(step=step, epoch=epoch, epoch_loss=stats.loss, epoch_accuracy=stats.accuracy, lr=lr,
-                          images_per_s=stats.images_per_s, data_wait=stats.data_wait)
-            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
-                             f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
-            if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
-                knn = monitor(method.encoder)
-                metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
-                progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
-            last = epoch + 1 == cfg.optim.epochs
-            if last or (epoch + 1) % cfg.run.checkpoint_every == 0:
-                path = run_dir / checkpoint.LAST
-                checkpoint.save_atomic(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
-                if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
-                    checkpoint.keep_copy(path, f"checkpoint_{epoch:04d}.pth.tar")
-        distributed.barrier()
+    with StopSignal(device, every=cfg.run.log_every) as stop:
+        for epoch in range(start.epoch, cfg.optim.epochs):
+            lr = learning_rate(cfg.optim, epoch)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            sampler.set_epoch(epoch)
+            partial = start.partial if epoch == start.epoch else None
+            sampler.start = partial.batches * local_batch if partial else 0  # skip what the killed run saw
+            torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
+            saver = _StepSaver(cfg, method, optimizer, run_dir, epoch, stop, enabled=main)
+            stats = train_one_epoch(model, method, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs,
+                                    step=step, lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
+                                    progress=progress, metrics=metrics, resume=partial, checkpoints=saver)
+            sampler.start = 0
+            step = stats.step
+            if main and stats.complete:  # a stop mid-epoch has already written its checkpoint
+                _end_epoch(cfg, method, optimizer, run_dir, epoch, step, lr, stats, monitor, metrics, progress,
+                           force_checkpoint=stats.stopped)
+            distributed.barrier()
+            if stats.stopped:
+                if main:
+                    print(f"stopped by {stop.received or 'a signal to another process'} after step {step} (epoch "
+                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume {run_dir}",
+                          file=sys.stderr, flush=True)
+                break
     return run_dir
+
+
+class _StepSaver:
+    """Mid-epoch checkpoints for :func:`train_one_epoch`: every ``run.checkpoint_steps`` steps, and on a stop."""
+
+    def __init__(self, cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optimizer, run_dir: Path,
+                 epoch: int, stop: StopSignal, *, enabled: bool) -> None:
+        self.every = cfg.run.checkpoint_steps
+        self.cfg, self.method, self.optimizer, self.run_dir, self.epoch = cfg, method, optimizer, run_dir, epoch
+        self.stop, self.enabled = stop, enabled
+
+    def save(self, step: int, state: EpochState) -> None:
+        if self.enabled:
+            ckpt = checkpoint_dict(self.cfg, self.method, self.optimizer, epoch=self.epoch, step=step, partial=state)
+            checkpoint.save_atomic(ckpt, self.run_dir / checkpoint.LAST)
+
+    def stop_requested(self, step: int) -> bool:
+        return self.stop.requested(step)
+
+
+def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optimizer, run_dir: Path, epoch: int,
+               step: int, lr: float, stats: Any, monitor: KnnMonitor | None, metrics: MetricsWriter,
+               progress: Progress, *, force_checkpoint: bool) -> None:
+    """The main process's work after an epoch: its summary line, the kNN monitor, the epoch checkpoint."""
+    metrics.write(step=step, epoch=epoch, epoch_loss=stats.loss, epoch_accuracy=stats.accuracy, lr=lr,
+                  images_per_s=stats.images_per_s, data_wait=stats.data_wait)
+    progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
+                     f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
+    if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
+        knn = monitor(method.encoder)
+        metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
+        progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
+    if force_checkpoint or epoch + 1 == cfg.optim.epochs or (epoch + 1) % cfg.run.checkpoint_every == 0:
+        path = run_dir / checkpoint.LAST
+        checkpoint.save_atomic(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
+        if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
+            checkpoint.keep_copy(path, f"checkpoint_{epoch:04d}.pth.tar")

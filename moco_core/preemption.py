@@ -1,0 +1,86 @@
+"""Surviving pre-emption: resuming part-way through an epoch, and stopping cleanly on SIGTERM.
+
+Cluster schedulers send SIGTERM some time before they kill a job. The run then finishes its step, writes a
+checkpoint that records how far into the epoch it got, and exits with status 0; ``--resume`` continues with the
+samples of that epoch not yet seen (:class:`ResumableSampler`).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import torch
+from torch.utils.data import DistributedSampler
+
+from moco_core import distributed
+
+
+class ResumableSampler(DistributedSampler):
+    """``DistributedSampler`` whose next pass can start ``start`` samples in (the ones a killed run already saw).
+
+    The order is the parent's, a function of (seed, epoch) only, so the resumed pass is the tail of the pass the
+    killed run was making. ``start`` applies to passes begun while it is set; the caller resets it to 0.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.start = 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(super().__iter__())[self.start:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+def ignore_sigterm(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: a scheduler signals every process of the job, and a worker killed by it
+    would fail the step the main process is finishing; the workers stop when the main process lets them go."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class StopSignal:
+    """Records SIGTERM (and SIGINT if asked) while installed; ``requested(step)`` says when to stop.
+
+    With several processes every rank must stop after the same step, or the others would wait in a collective
+    forever: the flag is combined across ranks (a max all-reduce) every ``every`` steps, so a stop happens at
+    most ``every`` steps after the first rank got the signal. One process checks every step.
+    A second signal restores the default action, so a stuck run can still be killed.
+    """
+
+    def __init__(self, device: torch.device, *, every: int, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+        self.device = device
+        self.every = every
+        self.signals = signals
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignal:
+        if threading.current_thread() is threading.main_thread():  # signal handlers can only live there
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signal.Signals(signum).name
+        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+        print(f"\n{self.received} received: stopping after this step with a checkpoint "
+              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def requested(self, step: int) -> bool:
+        if distributed.world_size() == 1:
+            return self.received is not None
+        if step % self.every:
+            return False
+        flag = torch.tensor([1.0 if self.received else 0.0], device=self.device)
+        return bool(distributed.all_reduce_max(flag).item() > 0)
