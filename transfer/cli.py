@@ -1,8 +1,10 @@
-"""``moco eval voc``, ``moco eval coco`` and ``moco convert``: not built yet (see the transfer issue)."""
+"""``moco convert``; ``moco eval voc`` and ``moco eval coco``: not built yet (see the transfer issue)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -24,6 +26,19 @@ def coco_cli() -> None:
     _not_built("moco eval coco")
 
 
-def convert_cli() -> None:
-    """Convert a backbone to detectron2's format. Not built yet."""
-    _not_built("moco convert")
+def convert_cli(
+    src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's) or a torchvision "
+                                        "ResNet state_dict.")],
+    dst: Annotated[Path, typer.Argument(help="The detectron2 .pkl to write.")],
+) -> None:
+    """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping)."""
+    from moco_core.checkpoint import CheckpointError
+    from transfer.convert import convert_file
+
+    try:
+        summary = convert_file(src, dst)
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    for key, value in summary.items():
+        print(f"{key}: {value}")

@@ -1,0 +1,192 @@
+"""Backbone -> detectron2 conversion: the name mapping, the round trip, the .pkl and its restricted reader, the CLI."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from typer.testing import CliRunner
+
+from cli import app
+from moco_core import checkpoint
+from moco_core.checkpoint import CheckpointError
+from transfer.convert import convert_file, from_detectron2, load_detectron2_pkl, to_detectron2
+
+# torchvision name -> detectron2 name, written out by hand from the official convert script's rules.
+COMMON = {
+    "conv1.weight": "stem.conv1.weight",
+    "bn1.weight": "stem.conv1.norm.weight",
+    "bn1.bias": "stem.conv1.norm.bias",
+    "bn1.running_mean": "stem.conv1.norm.running_mean",
+    "bn1.running_var": "stem.conv1.norm.running_var",
+    "bn1.num_batches_tracked": "stem.conv1.norm.num_batches_tracked",
+    "layer1.0.conv1.weight": "res2.0.conv1.weight",
+    "layer1.0.bn1.weight": "res2.0.conv1.norm.weight",
+    "layer1.1.conv2.weight": "res2.1.conv2.weight",
+    "layer1.1.bn2.running_var": "res2.1.conv2.norm.running_var",
+    "layer2.0.downsample.0.weight": "res3.0.shortcut.weight",
+    "layer2.0.downsample.1.weight": "res3.0.shortcut.norm.weight",
+    "layer2.0.downsample.1.running_mean": "res3.0.shortcut.norm.running_mean",
+    "layer3.1.bn1.bias": "res4.1.conv1.norm.bias",
+    "layer4.0.conv1.weight": "res5.0.conv1.weight",
+    "layer4.0.downsample.0.weight": "res5.0.shortcut.weight",
+    "layer4.0.downsample.1.bias": "res5.0.shortcut.norm.bias",
+    "layer4.1.bn2.weight": "res5.1.conv2.norm.weight",
+}
+BOTTLENECK = {  # resnet50 only: conv3/bn3, a downsample in layer1, more blocks
+    "layer1.0.conv3.weight": "res2.0.conv3.weight",
+    "layer1.0.bn3.weight": "res2.0.conv3.norm.weight",
+    "layer1.0.bn3.num_batches_tracked": "res2.0.conv3.norm.num_batches_tracked",
+    "layer1.0.downsample.0.weight": "res2.0.shortcut.weight",
+    "layer1.0.downsample.1.running_var": "res2.0.shortcut.norm.running_var",
+    "layer3.5.conv2.weight": "res4.5.conv2.weight",
+    "layer3.5.bn3.running_mean": "res4.5.conv3.norm.running_mean",
+    "layer4.2.conv3.weight": "res5.2.conv3.weight",
+    "layer4.2.bn3.bias": "res5.2.conv3.norm.bias",
+}
+TABLES = {"resnet18": COMMON, "resnet50": {**COMMON, **BOTTLENECK}}
+COUNTS = {"resnet18": 120, "resnet50": 318}  # state_dict entries without fc.weight and fc.bias
+
+
+@pytest.fixture(scope="module", params=["resnet18", "resnet50"])
+def arch_state(request: pytest.FixtureRequest) -> tuple[str, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    return request.param, getattr(torchvision.models, request.param)().state_dict()
+
+
+def test_mapping_matches_the_hand_written_table(arch_state: tuple[str, dict]) -> None:
+    arch, state = arch_state
+    converted = to_detectron2(state)
+    assert len(converted) == COUNTS[arch]
+    assert not any("fc" in k for k in converted)
+    for ours, theirs in TABLES[arch].items():
+        assert theirs in converted, ours
+        assert isinstance(converted[theirs], np.ndarray)
+        np.testing.assert_array_equal(converted[theirs], state[ours].numpy())
+    # every name is stem.* or res2..5.*, with no torchvision word left over
+    assert all(k.split(".")[0] in ("stem", "res2", "res3", "res4", "res5") for k in converted)
+    assert not any(word in k for k in converted for word in ("layer", "bn", "downsample"))
+
+
+def test_round_trip_gives_the_original_back(arch_state: tuple[str, dict]) -> None:
+    _, state = arch_state
+    back = from_detectron2(to_detectron2(state))
+    expected = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    assert list(back) == list(expected)
+    for key, value in expected.items():
+        assert back[key].dtype == value.dtype and torch.equal(back[key], value), key
+
+
+def test_foreign_keys_are_rejected() -> None:
+    with pytest.raises(CheckpointError, match="unexpected backbone key 'head.weight'"):
+        to_detectron2({"head.weight": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match="unexpected detectron2 key 'roi_heads.box_predictor.weight'"):
+        from_detectron2({"roi_heads.box_predictor.weight": np.zeros(1)})
+
+
+@pytest.fixture(scope="module")
+def moco_ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """An official-layout MoCo checkpoint of a resnet18 (encoder_q with an MLP head, encoder_k, queue)."""
+    torch.manual_seed(1)
+    encoder = torchvision.models.resnet18()
+    encoder.fc = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 128))
+    state = {f"module.encoder_q.{k}": v for k, v in encoder.state_dict().items()}
+    state |= {f"module.encoder_k.{k}": v.clone() for k, v in encoder.state_dict().items()}
+    state |= {"module.queue": torch.randn(128, 16), "module.queue_ptr": torch.zeros(1, dtype=torch.long)}
+    path = tmp_path_factory.mktemp("ckpt") / "checkpoint_0199.pth.tar"
+    torch.save({"epoch": 200, "arch": "resnet18", "state_dict": state, "optimizer": {}}, path)
+    backbone = {k: v for k, v in encoder.state_dict().items() if not k.startswith("fc.")}
+    return path, backbone
+
+
+def test_convert_file_writes_a_pkl_both_readers_accept(moco_ckpt: tuple[Path, dict], tmp_path: Path) -> None:
+    src, backbone = moco_ckpt
+    dst = tmp_path / "out" / "moco_r18.pkl"
+    summary = convert_file(src, dst)
+    assert summary["arch"] == "resnet18" and summary["format"] == "official-moco"
+    assert summary["tensors"] == 120 and len(summary["sha256"]) == 64
+    assert [p.name for p in dst.parent.iterdir()] == ["moco_r18.pkl"]  # no temporary file left behind
+    safe = load_detectron2_pkl(dst)
+    with dst.open("rb") as f:
+        plain = pickle.load(f, encoding="latin1")  # what detectron2's checkpointer does
+    for obj in (safe, plain):
+        assert obj["__author__"] == "moco" and obj["matching_heuristics"] is True
+        assert set(obj["model"]) == set(to_detectron2(backbone))
+        np.testing.assert_array_equal(obj["model"]["res5.1.conv2.norm.running_var"],
+                                      backbone["layer4.1.bn2.running_var"].numpy())
+    back = from_detectron2(safe["model"])
+    assert all(torch.equal(back[k], v) for k, v in backbone.items())
+
+
+def test_restricted_reader_accepts_old_protocol_and_numpy_scalars(tmp_path: Path) -> None:
+    path = tmp_path / "old.pkl"
+    model = {"stem.conv1.weight": np.ones((2, 3), np.float32), "res2.0.conv1.norm.num_batches_tracked": np.int64(7)}
+    with path.open("wb") as f:
+        pickle.dump({"model": model, "__author__": "old"}, f, protocol=2)
+    loaded = load_detectron2_pkl(path)["model"]
+    np.testing.assert_array_equal(loaded["stem.conv1.weight"], model["stem.conv1.weight"])
+    assert loaded["res2.0.conv1.norm.num_batches_tracked"] == 7
+
+
+class _Payload:
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {os.environ['MOCO_TEST_MARKER']}",))
+
+
+class _OpenPayload:
+    def __reduce__(self) -> tuple:
+        return (open, (os.environ["MOCO_TEST_MARKER"], "w"))
+
+
+@pytest.mark.parametrize(("payload", "refused"), [(_Payload, "posix.system"), (_OpenPayload, "io.open")])
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    payload: type, refused: str) -> None:
+    marker = tmp_path / "payload-ran"
+    monkeypatch.setenv("MOCO_TEST_MARKER", str(marker))
+    evil = tmp_path / "evil.pkl"
+    with evil.open("wb") as f:
+        pickle.dump({"model": {"stem.conv1.weight": payload()}}, f, protocol=4)
+    with pytest.raises(CheckpointError) as info:
+        load_detectron2_pkl(evil)
+    message = str(info.value)
+    assert f"refused global {refused}" in message and "\n" not in message
+    assert not marker.exists()
+
+
+def test_reader_errors_are_one_line(tmp_path: Path) -> None:
+    truncated = tmp_path / "cut.pkl"
+    truncated.write_bytes(pickle.dumps({"model": {"a": np.zeros(9)}}, protocol=4)[:40])
+    not_model = tmp_path / "list.pkl"
+    not_model.write_bytes(pickle.dumps([1, 2], protocol=4))
+    for path, match in [(truncated, "not a readable pickle"), (not_model, "expected a dict with a 'model' dict"),
+                        (tmp_path / "absent.pkl", "not found")]:
+        with pytest.raises(CheckpointError, match=match) as info:
+            load_detectron2_pkl(path)
+        assert "\n" not in str(info.value)
+
+
+def test_cli_converts_a_checkpoint(moco_ckpt: tuple[Path, dict], tmp_path: Path) -> None:
+    src, backbone = moco_ckpt
+    dst = tmp_path / "r18.pkl"
+    result = CliRunner().invoke(app, ["convert", str(src), str(dst)])
+    assert result.exit_code == 0, result.output
+    assert "arch: resnet18" in result.output and "tensors: 120" in result.output
+    assert set(load_detectron2_pkl(dst)["model"]) == set(to_detectron2(backbone))
+
+
+def test_cli_bad_input_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "model_final.pth"
+    checkpoint.save_atomic({"model": {"x": torch.zeros(1)}, "__author__": "x"}, bad)
+    res = subprocess.run([sys.executable, "-m", "cli", "convert", str(bad), str(tmp_path / "out.pkl")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "a detectron2 model?" in lines[0]
+    assert not (tmp_path / "out.pkl").exists()

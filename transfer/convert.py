@@ -1,0 +1,204 @@
+"""A ResNet backbone in detectron2's naming, written as the ``.pkl`` its ``DetectionCheckpointer`` reads.
+
+detectron2 names a torchvision ResNet's parameters differently: the stem is ``stem.conv1`` with its norm
+inside the conv (``stem.conv1.norm``), stages ``layer1..4`` are ``res2..5``, ``bnK`` is ``convK.norm`` and the
+projection shortcut is ``shortcut`` (+ ``shortcut.norm``). The mapping is the one of the official MoCo
+``detection/convert-pretrain-to-detectron2.py``; ``matching_heuristics`` tells detectron2 to match the remaining
+names (e.g. our ``res5`` into the C4 ROI head) by suffix. Arrays are stored as numpy, as detectron2 expects.
+
+Deviation from the official code: the fc (and MLP head) weights are dropped instead of written as ``stem.fc.*``
+(detectron2 ignores them either way), and the file is read back with a restricted unpickler that only builds
+numpy arrays, so a converted file can be checked without trusting it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lincls.backbone import file_sha256, infer_arch, read_backbone_state
+from moco_core.checkpoint import CheckpointError
+
+AUTHOR = "moco"
+PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)
+
+_STAGE = re.compile(r"^layer([1-4])$")
+_RES = re.compile(r"^res([2-5])$")
+_BN = re.compile(r"^bn([1-3])$")
+_CONV = re.compile(r"^conv([1-3])$")
+
+
+def _torchvision_to_d2_key(key: str) -> str:
+    parts = key.split(".")
+    stage = _STAGE.match(parts[0])
+    if stage:
+        head, rest = [f"res{int(stage.group(1)) + 1}"], parts[1:]
+    elif parts[0] in ("conv1", "bn1"):
+        head, rest = ["stem"], parts  # conv1/bn1 outside the stages form the stem
+    else:
+        raise CheckpointError(f"unexpected backbone key {key!r}: not part of a torchvision ResNet")
+    out: list[str] = []
+    i = 0
+    while i < len(rest):
+        part = rest[i]
+        bn = _BN.match(part)
+        if bn:
+            out += [f"conv{bn.group(1)}", "norm"]
+        elif part == "downsample" and i + 1 < len(rest) and rest[i + 1] in ("0", "1"):
+            out += ["shortcut"] if rest[i + 1] == "0" else ["shortcut", "norm"]
+            i += 1
+        else:
+            out.append(part)
+        i += 1
+    return ".".join(head + out)
+
+
+def _d2_to_torchvision_key(key: str) -> str:
+    parts = key.split(".")
+    res = _RES.match(parts[0])
+    if parts[0] == "stem":
+        head: list[str] = []
+    elif res:
+        head = [f"layer{int(res.group(1)) - 1}"]
+    else:
+        raise CheckpointError(f"unexpected detectron2 key {key!r}: expected stem.* or res2..res5.*")
+    out: list[str] = []
+    rest = parts[1:]
+    i = 0
+    while i < len(rest):
+        part = rest[i]
+        conv = _CONV.match(part)
+        if conv and i + 1 < len(rest) and rest[i + 1] == "norm":
+            out.append(f"bn{conv.group(1)}")
+            i += 1
+        elif part == "shortcut":
+            norm = i + 1 < len(rest) and rest[i + 1] == "norm"
+            out += ["downsample", "1" if norm else "0"]
+            i += int(norm)
+        else:
+            out.append(part)
+        i += 1
+    return ".".join(head + out)
+
+
+def to_detectron2(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A torchvision ResNet state_dict (no prefix) in detectron2's names, as numpy arrays; ``fc.*`` is dropped.
+
+    ``conv1.weight`` -> ``stem.conv1.weight``, ``bn1.*`` -> ``stem.conv1.norm.*``, ``layer1.0.bn2.weight`` ->
+    ``res2.0.conv2.norm.weight``, ``layer2.0.downsample.{0,1}.*`` -> ``res3.0.shortcut{,.norm}.*``.
+    """
+    return {_torchvision_to_d2_key(k): v.detach().cpu().numpy() for k, v in state.items() if not k.startswith("fc.")}
+
+
+def from_detectron2(model: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`to_detectron2`: detectron2 backbone names (numpy or tensors) to a torchvision state_dict."""
+    return {_d2_to_torchvision_key(k): torch.as_tensor(np.asarray(v)) for k, v in model.items()}
+
+
+def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
+    """Write ``{"model", "__author__", "matching_heuristics"}`` atomically (temporary file, fsync, rename)."""
+    obj = {"model": model, "__author__": AUTHOR, "matching_heuristics": True}
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    except OSError as err:
+        raise CheckpointError(f"cannot write {dst}: {err.strerror or err}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(obj, f, protocol=PICKLE_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(f"cannot write {dst}: {err.strerror or err}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def convert_file(src: Path, dst: Path) -> dict[str, Any]:
+    """Convert any checkpoint ``read_backbone_state`` accepts into a detectron2 ``.pkl`` at ``dst``.
+
+    Returns a summary: source, destination, arch, source format, number of arrays written, sha256 of ``src``.
+    Every failure is a one-line ``CheckpointError``.
+    """
+    src, dst = Path(src), Path(dst)
+    state, fmt, _ = read_backbone_state(src)
+    arch = infer_arch(state)
+    model = to_detectron2(state)
+    write_detectron2_pkl(model, dst)
+    return {"source": str(src), "destination": str(dst), "arch": arch, "format": fmt, "tensors": len(model),
+            "sha256": file_sha256(src)}
+
+
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """The only globals a pickle of numpy arrays needs, under the module names numpy 1 and 2 write."""
+    try:
+        from numpy._core import multiarray, numeric
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
+    import _codecs
+    import collections
+
+    allowed: dict[tuple[str, str], Any] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _codecs.encode,  # protocol-2 pickles (old detectron2 files) store bytes this way
+        ("collections", "OrderedDict"): collections.OrderedDict,
+    }
+    for package in ("numpy.core", "numpy._core"):
+        allowed[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{package}.multiarray", "scalar")] = multiarray.scalar
+        allowed[(f"{package}.numeric", "_frombuffer")] = numeric._frombuffer
+    return allowed
+
+
+class _RefusedGlobal(pickle.UnpicklingError):
+    """The pickle names a global outside the numpy allow-list."""
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, numbers, strings and numpy arrays; refuses every other global."""
+
+    _allowed = _numpy_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = self._allowed.get((module, name))
+        if found is None:
+            raise _RefusedGlobal(f"refused global {module}.{name}")
+        return found
+
+
+def load_detectron2_pkl(path: Path) -> dict[str, Any]:
+    """Read a detectron2 ``.pkl`` without running code: only numpy arrays can be built.
+
+    Raises a one-line ``CheckpointError`` for missing or corrupt files, any other global (naming it), and
+    files that are not a dict with a ``model`` dict.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"not found: {path}")
+    try:
+        with path.open("rb") as f:
+            obj = _ArrayUnpickler(f, encoding="latin1").load()
+    except _RefusedGlobal as err:
+        text = " ".join(str(err).split())[:200]
+        raise CheckpointError(f"{path}: {text}; only numpy arrays may be unpickled") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            OverflowError, MemoryError, OSError) as err:
+        text = " ".join(str(err).split())[:200] or type(err).__name__
+        raise CheckpointError(f"{path}: not a readable pickle (truncated or corrupt?): {text}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
+        raise CheckpointError(f"{path}: expected a dict with a 'model' dict, found {type(obj).__name__}")
+    return obj
