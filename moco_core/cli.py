@@ -45,6 +45,12 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
         if main:  # every rank meets the same bad input: one report is enough
             print(f"error: {err}", file=sys.stderr)
         sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
+    except RuntimeError as err:
+        peer = distributed.lost_peer(err) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+        if peer is None:
+            raise
+        print(f"error: rank {os.environ.get('RANK', '?')}: {peer}", file=sys.stderr)  # each rank's own log
+        sys.exit(1)
     if main and not quiet:
         print(f"run directory: {run_dir}")
 
@@ -94,8 +100,12 @@ def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:
 
     try:
         distributed.launch(nproc, fn, *args)
-    except mp.ProcessExitedException as err:  # a user error, already reported by that process
-        raise typer.Exit(err.exit_code or 1) from None
+    except mp.ProcessExitedException as err:
+        if err.signal_name:  # killed from outside (the OOM killer, a user): nobody has reported it yet
+            print(f"error: process {err.error_index} was killed by {err.signal_name}; the others were stopped; "
+                  f"the last checkpoint is intact", file=sys.stderr)
+            raise typer.Exit(1) from None
+        raise typer.Exit(err.exit_code or 1) from None  # a user error, already reported by that process
     except mp.ProcessRaisedException as err:  # a crash: that process printed its traceback
         last = str(err).strip().splitlines()[-1]
         print(f"error: process {err.error_index} failed: {last}", file=sys.stderr)

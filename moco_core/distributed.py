@@ -113,6 +113,20 @@ def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
     return True
 
 
+def lost_peer(err: BaseException) -> str | None:
+    """One line saying that another process of the group died or hung, if that is what ``err`` means.
+
+    torch raises DistError subclasses for NCCL and the store; gloo raises a RuntimeError naming its transport.
+    """
+    dist_error = getattr(dist, "DistError", None)
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if not (dist_error and isinstance(err, dist_error)) and "gloo" not in text and "NCCL" not in text:
+        return None
+    cause = "waited too long for it" if "Timed out" in text or "timeout" in text.lower() else "lost the connection"
+    return (f"another process of the run died or hung ({cause}): {text[:240]}; the last checkpoint is intact, "
+            f"resume when all processes can run")
+
+
 def shutdown() -> None:
     if is_distributed():
         dist.destroy_process_group()

@@ -1,0 +1,190 @@
+"""Real faults on real processes: SIGKILL at random steps and inside a checkpoint write, SIGTERM from a
+scheduler, and a rank of a two-process run dying or hanging. Each run is ``python -m cli pretrain``."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from moco_core import checkpoint, distributed
+from moco_core.config import PretrainConfig, replace
+from moco_core.train import pretrain
+
+ROOT = Path(__file__).resolve().parents[2]
+# 32 images, batch 8: 4 steps an epoch, 3 epochs = 12 steps; a checkpoint after every step.
+OVERRIDES = {"model.queue_size": 40, "model.bn_groups": 2, "optim.batch_size": 8, "optim.epochs": 3,
+             "augment.crop_size": 32, "run.knn_every": 0, "run.log_every": 1, "run.checkpoint_steps": 1}
+KILL_WRITE = """
+import os, signal, sys, torch
+real, calls = torch.save, []
+def save(obj, f, *a, **k):
+    calls.append(1)
+    if len(calls) == int(os.environ["KILL_AT_SAVE"]):
+        real(obj, f, *a, **k)
+        f.flush(); f.truncate(f.tell() // 2); f.flush()  # half of it is on disk when the kill comes
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(obj, f, *a, **k)
+torch.save = save
+from cli import main
+sys.argv = ["moco", *sys.argv[1:]]
+main()
+"""
+
+
+def command(data: Path, out: Path, *extra: str, resume: bool = False, workers: int = 0) -> list[str]:
+    sets = [arg for key, value in OVERRIDES.items() for arg in ("--set", f"{key}={value}")]
+    where = ["--resume", str(out)] if resume else ["-c", "embedded", "--data", str(data), "--output-dir", str(out)]
+    return [sys.executable, "-m", "cli", "pretrain", *where, *sets, *extra, "--workers", str(workers), "--quiet",
+            "--device", "cpu"]
+
+
+def start(args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}  # type: ignore[dict-item]
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)  # type: ignore[call-overload]
+
+
+def logged_steps(out: Path) -> int:
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = [json.loads(line)["step"] for line in lines if line.endswith("}") and '"loss"' in line]  # not torn
+    return max(steps, default=0)
+
+
+def wait_for_step(proc: subprocess.Popen[str], out: Path, step: int, timeout: float = 120.0) -> bool:
+    """True once ``step`` is logged; False if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if logged_steps(out) >= step:
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+@pytest.fixture
+def reference(tiny_cfg: PretrainConfig, tmp_path: Path) -> dict[str, torch.Tensor]:
+    """The weights of the same run, never interrupted, in this process."""
+    cfg = replace(tiny_cfg, model={"bn_groups": 2}, optim={"batch_size": 8, "epochs": 3},
+                  run={"output_dir": str(tmp_path / "reference"), "checkpoint_steps": 1, "device": "cpu"})
+    return checkpoint.load(pretrain(cfg, show_progress=False) / checkpoint.LAST)["state_dict"]
+
+
+def assert_weights(out: Path, expected: dict[str, torch.Tensor]) -> None:
+    ckpt = checkpoint.load(out / checkpoint.LAST)
+    assert ckpt["global_step"] == 12
+    for key, value in expected.items():
+        assert torch.equal(ckpt["state_dict"][key], value), key
+
+
+def test_sigkill_at_random_steps_resumes_to_the_same_weights(shapes_root: Path, tmp_path: Path,
+                                                             reference: dict[str, torch.Tensor]) -> None:
+    rng = random.Random(0)
+    out, kills, resume = tmp_path / "run", [], False
+    while True:
+        proc = start(command(shapes_root, out, resume=resume))
+        target = logged_steps(out) + rng.randint(1, 4)
+        if not wait_for_step(proc, out, target):
+            break  # the run finished before the chosen step
+        time.sleep(rng.uniform(0.0, 0.3))  # anywhere in the next step, or in its checkpoint write
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        kills.append(logged_steps(out))
+        saved = checkpoint.load(out / checkpoint.LAST)  # never torn: loads every time
+        assert saved["global_step"] >= target - 1
+        resume = True
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    assert len(kills) >= 2, kills
+    assert_weights(out, reference)
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_sigkill_inside_a_checkpoint_write_keeps_the_previous_one(shapes_root: Path, tmp_path: Path,
+                                                                 reference: dict[str, torch.Tensor]) -> None:
+    out = tmp_path / "run"
+    args = [sys.executable, "-c", KILL_WRITE, *command(shapes_root, out)[3:]]
+    proc = start(args, env={"KILL_AT_SAVE": "6"})
+    assert proc.wait(timeout=120) == -signal.SIGKILL
+    saved = checkpoint.load(out / checkpoint.LAST)
+    assert saved["global_step"] == 5  # the sixth write was cut in half; the fifth is whole
+    torn = list(out.glob(f".{checkpoint.LAST}.*.tmp"))
+    assert len(torn) == 1 and 0 < torn[0].stat().st_size
+    with pytest.raises(checkpoint.CheckpointError, match="truncated or corrupt"):
+        checkpoint.load(torn[0])
+    finished = subprocess.run(command(shapes_root, out, resume=True), cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    assert not torn[0].exists()
+    assert_weights(out, reference)
+
+
+def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_exactly(shapes_root: Path, tmp_path: Path,
+                                                                    reference: dict[str, torch.Tensor]) -> None:
+    out = tmp_path / "run"
+    proc = start(command(shapes_root, out, "--set", "run.checkpoint_steps=0"))
+    assert wait_for_step(proc, out, 6)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    took = time.monotonic() - sent
+    err = proc.stderr.read() if proc.stderr else ""
+    assert "SIGTERM received" in err and "stopped by SIGTERM" in err and f"--resume {out}" in err
+    assert took < 30, took  # one step and one checkpoint write
+    saved = checkpoint.load(out / checkpoint.LAST)
+    assert 6 <= saved["global_step"] < 12
+    finished = subprocess.run(command(shapes_root, out, resume=True), cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    assert_weights(out, reference)
+
+
+def test_sigterm_to_the_whole_process_group_with_loader_workers(shapes_root: Path, tmp_path: Path) -> None:
+    """What a scheduler does: every process of the job, the DataLoader workers included, gets SIGTERM."""
+    out = tmp_path / "run"
+    proc = start(command(shapes_root, out, "--set", "run.checkpoint_steps=0", "--set", "optim.epochs=20",
+                         workers=2), start_new_session=True)
+    assert wait_for_step(proc, out, 3)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    saved = checkpoint.load(out / checkpoint.LAST)
+    assert saved["global_step"] >= 3 and saved["epoch"] < 20
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_a_rank_dying_or_hanging_stops_the_other_within_the_timeout(shapes_root: Path, tmp_path: Path,
+                                                                    fault: str) -> None:
+    out, port, timeout_s = tmp_path / "run", distributed.free_port(), 10
+    ranks = []
+    for rank in (0, 1):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        ranks.append(start(command(shapes_root, out, "--set", "optim.epochs=50", "--set",
+                                   f"run.dist_timeout_s={timeout_s}"), env=env))
+    try:
+        assert wait_for_step(ranks[0], out, 3)
+        ranks[1].send_signal(getattr(signal, fault))
+        sent = time.monotonic()
+        assert ranks[0].wait(timeout=timeout_s + 50) == 1
+        took = time.monotonic() - sent
+        err = ranks[0].stderr.read() if ranks[0].stderr else ""
+        assert err.strip().splitlines()[-1].startswith("error: rank 0: another process of the run died or hung")
+        assert "Traceback" not in err
+        assert took < timeout_s + 30, took
+        checkpoint.load(out / checkpoint.LAST)
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
