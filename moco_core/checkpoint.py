@@ -9,11 +9,14 @@ fields (config, RNG states, sampler position...), all plain tensors, numbers, st
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import pickletools
 import random
 import shutil
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -160,18 +163,63 @@ def load(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(
-            f"{path}: refused, loading it would need arbitrary unpickling ({first[:200]})"
-        ) from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's note on pickle protocols: the error says more
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        needed = pickle_globals(path)
+        shown = ", ".join(needed[:3]) + (", ..." if len(needed) > 3 else "") if needed else "objects it cannot name"
+        hint = ""
+        if needed and all(name.startswith("numpy") or name == "_codecs.encode" for name in needed):  # protocol 2
+            hint = ("; it holds numpy arrays, like a detectron2 .pkl: give the pretraining checkpoint it was "
+                    "converted from")
+        raise CheckpointError(f"{path}: refused, loading it would call {shown} (only tensors and plain data "
+                              f"are read, nothing in a file may run code){hint}") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {first[:200]}") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
     return obj
+
+
+def pickle_globals(path: Path) -> list[str]:
+    """The ``module.name`` callables a pickle (a plain one, or a torch zip's ``data.pkl``) would import to load.
+
+    Read with ``pickletools``, which only parses the opcodes: nothing is imported or run.
+    """
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(member) if member else b""
+        else:
+            data = path.read_bytes()
+        found: list[str] = []
+        pushed: list[str | None] = []  # strings pushed so far (memo lookups included): STACK_GLOBAL's operands
+        memo: dict[int, str | None] = {}
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            last = pushed[-1] if pushed else None
+            if op.name == "GLOBAL":
+                found.append(str(arg).replace(" ", "."))
+                pushed.append(None)
+            elif op.name == "STACK_GLOBAL":
+                if len(pushed) >= 2 and None not in pushed[-2:]:
+                    found.append(f"{pushed[-2]}.{pushed[-1]}")
+                pushed.append(None)
+            elif op.name == "MEMOIZE":
+                memo[len(memo)] = last
+            elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[int(arg)] = last
+            elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                pushed.append(memo.get(int(arg)))
+            elif isinstance(arg, str) and ("UNICODE" in op.name or "STRING" in op.name):
+                pushed.append(arg)
+            elif op.stack_after:  # anything else that leaves a value on the stack
+                pushed.append(None)
+    except (OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError):
+        return []
+    return list(dict.fromkeys(n for n in found if not n.startswith(("torch.", "collections.OrderedDict"))))
 
 
 def resolve(run_dir_or_ckpt: str | Path) -> Path:

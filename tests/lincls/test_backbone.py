@@ -81,3 +81,31 @@ def test_malicious_pickle_is_refused_without_running(tmp_path: Path, monkeypatch
 def test_infer_arch(arch: str) -> None:
     state = getattr(torchvision.models, arch)().state_dict()
     assert infer_arch({k: v for k, v in state.items() if not k.startswith("fc.")}) == arch
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_detectron2_pkl_is_refused_with_a_hint(tmp_path: Path, protocol: int, moco_files: dict) -> None:
+    """A converted .pkl (numpy arrays, as the official converter and ``moco convert`` write) is not an input of
+    the linear evaluation; the message says what the file is instead of just 'refused'."""
+    import pickle
+
+    import numpy as np
+
+    pkl = tmp_path / "moco_r18.pkl"
+    with pkl.open("wb") as f:
+        pickle.dump({"model": {"stem.conv1.weight": np.zeros((64, 3, 7, 7), np.float32)}, "__author__": "MOCO",
+                     "matching_heuristics": True}, f, protocol=protocol)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        load_backbone(str(pkl), 10)
+    message = str(err.value)
+    assert "\n" not in message and "refused, loading it would call numpy" in message
+    assert "like a detectron2 .pkl: give the pretraining checkpoint it was converted from" in message
+
+
+def test_the_refusal_names_what_a_payload_would_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOCO_TEST_MARKER", str(tmp_path / "payload-ran"))
+    evil = tmp_path / "evil.pth"
+    torch.save({"conv1.weight": _Payload()}, evil)
+    with pytest.raises(checkpoint.CheckpointError, match=r"would call posix\.mkdir \(only tensors and plain data"):
+        load_backbone(str(evil), 10)
+    assert not (tmp_path / "payload-ran").exists()
