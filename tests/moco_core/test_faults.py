@@ -188,3 +188,26 @@ def test_a_rank_dying_or_hanging_stops_the_other_within_the_timeout(shapes_root:
         for proc in ranks:
             proc.kill()
             proc.wait()
+
+
+def test_sigterm_to_one_rank_stops_both_at_the_same_step(shapes_root: Path, tmp_path: Path) -> None:
+    """The ranks agree on a stop at the next log step, so none is left waiting in a collective."""
+    out, port = tmp_path / "run", distributed.free_port()
+    ranks = []
+    for rank in (0, 1):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        ranks.append(start(command(shapes_root, out, "--set", "optim.epochs=50", "--set", "run.log_every=2",
+                                   "--set", "run.checkpoint_steps=0"), env=env))
+    try:
+        assert wait_for_step(ranks[0], out, 2)
+        ranks[1].send_signal(signal.SIGTERM)
+        assert [proc.wait(timeout=60) for proc in ranks] == [0, 0]
+        err = ranks[0].stderr.read() if ranks[0].stderr else ""
+        assert "stopped by a signal to another process" in err
+        saved = checkpoint.load(out / checkpoint.LAST)
+        assert saved["global_step"] % 2 == 0 and saved["epoch"] < 50  # a log step: where the ranks compare flags
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
