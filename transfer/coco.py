@@ -38,7 +38,12 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
@@ -130,6 +135,8 @@ def _rle(segm: dict[str, Any], img: dict[str, Any], here: str) -> dict[str, Any]
     if size != [img["height"], img["width"]]:
         raise DatasetError(f"{here}: RLE 'size' {_show(size)} is not the image's [height, width] "
                            f"[{img['height']}, {img['width']}]")
+    if img["height"] * img["width"] >= 1 << 32:  # pycocotools keeps sizes and run lengths in 32 bits
+        raise DatasetError(f"{here}: an RLE mask of {img['height']}x{img['width']} pixels is too large")
     if isinstance(counts, str) and len(counts) <= _MAX_RLE_CHARS:
         try:
             runs = decode_rle_string(counts)
