@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from demo import cli as demo_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from reports import cli as reports_cli
@@ -26,6 +27,7 @@ app.add_typer(eval_app, name="eval")
 
 app.command("convert", **transfer_cli.PENDING)(transfer_cli.convert_cli)
 app.command("report")(reports_cli.report_cli)
+app.command("demo")(demo_cli.demo_cli)
 
 
 def main() -> None:

@@ -222,6 +222,12 @@ def pickle_globals(path: Path) -> list[str]:
     return list(dict.fromkeys(n for n in found if not n.startswith(("torch.", "collections.OrderedDict"))))
 
 
+def finished(run_dir: Path, epochs: int) -> bool:
+    """Whether ``run_dir`` holds a checkpoint of a run that completed ``epochs`` epochs."""
+    path = run_dir / LAST
+    return path.is_file() and load(path).get("epoch", 0) >= epochs
+
+
 def resolve(run_dir_or_ckpt: str | Path) -> Path:
     """A run directory means its last checkpoint; a file is itself."""
     path = Path(run_dir_or_ckpt)

@@ -102,11 +102,6 @@ def training_failure(cfg: PretrainConfig, run_dir: Path) -> str | None:
     return None
 
 
-def _finished(run_dir: Path, epochs: int) -> bool:
-    path = run_dir / checkpoint.LAST
-    return path.is_file() and checkpoint.load(path).get("epoch", 0) >= epochs
-
-
 Evaluate = Callable[[Path, Path, dict[str, Any]], tuple[Path, dict[str, float]]]
 
 
@@ -125,7 +120,7 @@ def run_sweep(
         pcfg = point_config(cfg, param, value, run_dir)
         print(f"sweep: {name} = {value:g} ({cfg.method}) -> {point_dir}", file=sys.stderr)
         failure = None
-        if not _finished(run_dir, pcfg.optim.epochs):
+        if not checkpoint.finished(run_dir, pcfg.optim.epochs):
             resume = run_dir if (run_dir / checkpoint.LAST).is_file() else None
             try:
                 pretrain(pcfg, resume=resume, show_progress=show_progress)

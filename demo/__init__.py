@@ -1,0 +1,1 @@
+"""``moco demo``: the whole protocol on the embedded data in one command."""

@@ -1,0 +1,120 @@
+"""``moco demo``: the paper's whole protocol on the embedded data, on CPU, as one command.
+
+Pretrain MoCo v2 (the ``embedded`` preset) and the supervised baseline (``supervised_embedded``) on the same
+images; evaluate MoCo, supervised and random-init backbones with the linear protocol (``lincls_embedded``), VOC
+detection (``voc_embedded``) and COCO instance segmentation (``coco_embedded``); write the report. Every step
+writes into its own directory under the output directory, and a step whose result is already there is skipped, so
+an interrupted demo continues where it stopped. ``demo.json`` keeps each step's wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from moco_core import checkpoint
+
+TASKS = ("linear", "voc", "coco")
+# The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
+BACKBONES = ("moco", "supervised", "random")
+RANDOM_ARCH = "resnet18"  # the embedded presets' backbone, for random init
+
+
+@dataclass(frozen=True)
+class StepTime:
+    name: str
+    seconds: float
+    skipped: bool
+
+
+class Demo:
+    """Runs the steps in order; ``step`` skips one whose output exists and times the others."""
+
+    def __init__(self, output_dir: Path, total: int) -> None:
+        self.output_dir = output_dir
+        self.total = total
+        self.done = 0
+        self.times: list[StepTime] = []
+        path = output_dir / "demo.json"
+        before = json.loads(path.read_text()).get("steps", []) if path.is_file() else []
+        self.before = {t["name"]: t["seconds"] for t in before if isinstance(t, dict) and "name" in t}
+
+    def step(self, name: str, run: Callable[[], object], *, done: bool = False) -> None:
+        self.done += 1
+        prefix = f"demo [{self.done}/{self.total}] {name}"
+        if done:
+            print(f"{prefix}: done before", file=sys.stderr, flush=True)
+            self.times.append(StepTime(name, self.before.get(name, 0.0), True))  # what it took then
+            return
+        print(f"{prefix} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        run()
+        took = time.perf_counter() - start
+        print(f"{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
+        self.times.append(StepTime(name, took, False))
+        self._save_times()
+
+    def _save_times(self) -> None:
+        path = self.output_dir / "demo.json"
+        path.write_text(json.dumps({"steps": [t.__dict__ for t in self.times],
+                                    "total_s": sum(t.seconds for t in self.times)}, indent=2) + "\n")
+
+
+def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", tasks: tuple[str, ...] = TASKS,
+             show_progress: bool = False, overrides: dict[str, list[str]] | None = None) -> Path:
+    """Run every step (skipping finished ones) and write the report; returns the report directory.
+
+    ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", "linear", "voc", "coco").
+    """
+    overrides = overrides or {}
+    from moco_core.config import PretrainConfig, load_config, replace, validated
+    from moco_core.train import pretrain
+    from reports.report import FORMATS, build_report, write_report
+
+    unknown = set(tasks) - set(TASKS)
+    if unknown:
+        raise ValueError(f"unknown demo tasks {sorted(unknown)}; expected some of {list(TASKS)}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    demo = Demo(output_dir, total=2 + len(tasks) * len(BACKBONES) + 1)
+    runs = {name: output_dir / "pretrain" / name for name in ("moco", "supervised")}
+    for name, preset in (("moco", "embedded"), ("supervised", "supervised_embedded")):
+        cfg = validated(replace(load_config(PretrainConfig, preset, overrides.get(name, [])),
+                                run={"output_dir": str(runs[name]), "device": device}))
+        resume = runs[name] if (runs[name] / checkpoint.LAST).is_file() else None
+        demo.step(f"pretrain {name} ({preset})",
+                  lambda cfg=cfg, resume=resume: pretrain(cfg, resume=resume, show_progress=show_progress),
+                  done=checkpoint.finished(runs[name], cfg.optim.epochs))
+    weights = {"moco": str(runs["moco"] / checkpoint.LAST), "supervised": str(runs["supervised"] / checkpoint.LAST),
+               "random": "random"}
+    for task in tasks:
+        for name in BACKBONES:
+            out = output_dir / task / name
+            call = _evaluation(task, weights[name], out, device, engine, show_progress, overrides.get(task, []))
+            demo.step(f"{task} {name}", call, done=(out / "result.json").is_file())
+    report_dir = output_dir / "report"
+    demo.step("report", lambda: write_report(build_report([str(output_dir / task) for task in tasks]), report_dir,
+                                             FORMATS))
+    return report_dir
+
+
+def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, show_progress: bool,
+                changes: list[str]) -> Callable[[], Path]:
+    """The call that evaluates ``weights`` on ``task`` with the embedded preset into ``out``."""
+    from moco_core.config import replace
+
+    overrides = [*changes, f"run.output_dir={out}", f"run.device={device}"]
+    if task == "linear":
+        from lincls.linear import linear_eval, load_linear_config
+
+        cfg = load_linear_config("lincls_embedded", overrides)
+        cfg = replace(cfg, arch=RANDOM_ARCH) if weights == "random" else cfg
+        return lambda: linear_eval(cfg, weights, show_progress=show_progress)
+    from transfer.config import load_transfer_config
+    from transfer.run import evaluate
+
+    tcfg = load_transfer_config(task, f"{task}_embedded", overrides, {"engine": engine})
+    return lambda: evaluate(tcfg, weights, show_progress=show_progress)
