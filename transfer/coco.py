@@ -4,7 +4,8 @@ The JSON is validated here, not by pycocotools (whose loader asserts or fails wi
 every problem is a one-line :class:`DatasetError` naming the file and the offending entry. As in detectron2's
 COCO loader: category ids, sorted, become contiguous ids 0..C-1; images are ordered by id; a polygon with fewer
 than 3 points (or an odd number of coordinates) is dropped, and an annotation left with no polygon is dropped
-(counted in the log); an empty ``segmentation`` list means no mask. Uncompressed RLE is compressed.
+(counted in the log); an empty ``segmentation`` list means no mask. Uncompressed RLE is compressed (here, in
+plain Python: reading COCO does not need pycocotools).
 
 Boxes: COCO's ``[x, y, w, h]`` become ``[x0, y0, x1, y1]`` (pixel edges, no +1), with the VOC loader's policy
 (:mod:`transfer.voc`): ``w`` or ``h`` <= 0 or a non-finite value is an error, a box sticking out of the image
@@ -129,8 +130,22 @@ def decode_rle_string(counts: str) -> list[int]:
     return runs
 
 
+def encode_rle_string(runs: list[int]) -> str:
+    """Inverse of :func:`decode_rle_string`: run lengths as COCO's compressed RLE string."""
+    chars = []
+    for index, run in enumerate(runs):
+        value = run - runs[index - 2] if index > 2 else run
+        more = True
+        while more:
+            c = value & 0x1F
+            value >>= 5  # arithmetic shift: a negative delta ends at -1
+            more = value != -1 if c & 0x10 else value != 0
+            chars.append(chr(48 + (c | 0x20 if more else c)))
+    return "".join(chars)
+
+
 def _rle(segm: dict[str, Any], img: dict[str, Any], here: str) -> dict[str, Any]:
-    """A validated RLE dict, compressed (``counts`` a str). Run lengths are checked before pycocotools sees them."""
+    """A validated RLE dict, compressed (``counts`` a str): run lengths add up, so pycocotools can decode it."""
     size, counts = segm.get("size"), segm.get("counts")
     if size != [img["height"], img["width"]]:
         raise DatasetError(f"{here}: RLE 'size' {_show(size)} is not the image's [height, width] "
@@ -148,12 +163,7 @@ def _rle(segm: dict[str, Any], img: dict[str, Any], here: str) -> dict[str, Any]
         raise DatasetError(f"{here}: RLE 'counts' must be a string or a list of integers, got {_show(counts)}")
     if any(r < 0 for r in runs) or sum(runs) != img["height"] * img["width"]:
         raise DatasetError(f"{here}: RLE run lengths must be >= 0 and add up to height*width")
-    if isinstance(counts, str):
-        return {"size": list(size), "counts": counts}
-    from pycocotools import mask as mask_util  # imported only when a dataset has uncompressed RLE
-
-    compressed = mask_util.frPyObjects({"size": list(size), "counts": counts}, *size)
-    return {"size": list(size), "counts": compressed["counts"].decode("ascii")}
+    return {"size": list(size), "counts": counts if isinstance(counts, str) else encode_rle_string(runs)}
 
 
 def _segmentation(ann: dict[str, Any], img: dict[str, Any], here: str) -> list[list[float]] | dict | None:

@@ -162,6 +162,14 @@ def voc_evaluate(detections: Mapping[int, Sequence[Detection]], dataset_dicts: S
             "per_class_AP50": {name: float(v) for name, v in zip(class_names, ap50, strict=True)}}
 
 
+def _require_pycocotools() -> None:
+    """Fail with the install command, not a bare ModuleNotFoundError, where the ``transfer`` extra is missing."""
+    try:
+        import pycocotools  # noqa: F401
+    except ImportError:
+        raise ImportError("COCO evaluation needs pycocotools: pip install -e '.[transfer]'") from None
+
+
 def _polygon_area(polygons: Sequence[Sequence[float]], height: int, width: int) -> float:
     from pycocotools import mask as mask_util
 
@@ -176,6 +184,7 @@ def dicts_to_coco(dicts: Sequence[dict[str, Any]], class_names: Sequence[str],
     ``area`` is the mask's pixel area where there is a segmentation (as in COCO), else the box's. Annotation
     ids start at 1: COCOeval takes id 0 for "unmatched".
     """
+    _require_pycocotools()
     from pycocotools import mask as mask_util
     from pycocotools.coco import COCO
 
@@ -238,6 +247,7 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
     detectron2 reports it). Ground truth without annotations is a :class:`DatasetError`. pycocotools'
     printed summary is logged at INFO on the ``moco.transfer`` logger.
     """
+    _require_pycocotools()
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 

@@ -9,10 +9,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pycocotools import mask as mask_util
 
 from moco_core.data import DatasetError
-from transfer.coco import decode_rle_string, filter_empty, load_coco, parse_coco, require_annotations
+from transfer.coco import (
+    decode_rle_string,
+    encode_rle_string,
+    filter_empty,
+    load_coco,
+    parse_coco,
+    require_annotations,
+)
 
 
 def coco_doc() -> dict[str, Any]:
@@ -33,7 +39,6 @@ def coco_doc() -> dict[str, Any]:
     }
 
 
-@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # inside pycocotools' decode
 def test_parse_maps_ids_orders_images_and_converts_boxes(tmp_path: Path) -> None:
     dicts, names, mapping = parse_coco(coco_doc(), tmp_path)
     assert names == ["cat", "dog"] and mapping == {0: 2, 1: 7}
@@ -47,23 +52,33 @@ def test_parse_maps_ids_orders_images_and_converts_boxes(tmp_path: Path) -> None
     ]
     assert b["annotations"] == []
     [crowd] = c["annotations"]
-    assert crowd["iscrowd"] == 1 and isinstance(crowd["segmentation"]["counts"], str)
-    decoded = mask_util.decode({"size": [20, 40], "counts": crowd["segmentation"]["counts"].encode()})
-    expected = np.zeros(800, np.uint8)
-    expected[100:] = 1  # runs alternate 0, 1 in column-major order
-    np.testing.assert_array_equal(decoded, expected.reshape(40, 20).T)
+    assert crowd["iscrowd"] == 1 and crowd["segmentation"]["size"] == [20, 40]
+    assert decode_rle_string(crowd["segmentation"]["counts"]) == [100, 700]
 
 
-def test_compressed_rle_decoding_agrees_with_pycocotools() -> None:
+def test_rle_strings_round_trip() -> None:
+    # 100 is 3 * 32 + 4: low 5 bits 4 with the continuation bit (4 + 32 + 48 = "T"), then 3 ("3")
+    assert encode_rle_string([100]) == "T3"
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        runs = [int(v) for v in rng.integers(0, 5000, size=int(rng.integers(1, 12)))]
+        assert decode_rle_string(encode_rle_string(runs)) == runs  # deltas from two runs back may be negative
+
+
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # inside pycocotools' decode
+def test_rle_strings_agree_with_pycocotools() -> None:
+    mask_util = pytest.importorskip("pycocotools.mask")
     rng = np.random.default_rng(0)
     for _ in range(20):
-        h, w = rng.integers(1, 40, size=2)
+        h, w = (int(v) for v in rng.integers(1, 40, size=2))
         mask = np.asfortranarray((rng.random((h, w)) < rng.random()).astype(np.uint8))
-        rle = mask_util.encode(mask)
-        runs = decode_rle_string(rle["counts"].decode())
-        assert sum(runs) == h * w
-        flat = np.repeat(np.arange(len(runs)) % 2, runs).astype(np.uint8)
+        counts = mask_util.encode(mask)["counts"].decode()
+        runs = decode_rle_string(counts)
+        assert sum(runs) == h * w and encode_rle_string(runs) == counts
+        flat = np.repeat(np.arange(len(runs)) % 2, runs).astype(np.uint8)  # runs alternate 0, 1, column-major
         np.testing.assert_array_equal(flat.reshape(w, h).T, mask)
+        decoded = mask_util.decode({"size": [h, w], "counts": encode_rle_string(runs).encode()})
+        np.testing.assert_array_equal(decoded, mask)
 
 
 def test_filter_empty_and_require_annotations(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pycocotools import mask as mask_util
 
 from moco_core.data import DatasetError
 from transfer.metrics import coco_evaluate, dicts_to_coco, voc_evaluate
@@ -190,18 +189,24 @@ def coco_dicts(segm: bool = False) -> list[dict[str, Any]]:
     return [d]
 
 
-def rectangle_rle(x0: int, y0: int, x1: int, y1: int, size: int = 100) -> dict[str, Any]:
+@pytest.fixture
+def mask_util() -> Any:
+    """pycocotools.mask; the COCO tests are skipped where pycocotools (the ``transfer`` extra) is missing."""
+    return pytest.importorskip("pycocotools.mask")
+
+
+def rectangle_rle(mask_util: Any, x0: int, y0: int, x1: int, y1: int, size: int = 100) -> dict[str, Any]:
     mask = np.zeros((size, size), np.uint8, order="F")
     mask[y0:y1, x0:x1] = 1
     rle = mask_util.encode(mask)
     return {"size": rle["size"], "counts": rle["counts"].decode("ascii")}
 
 
-def test_coco_perfect_detection_scores_100_for_boxes_and_masks() -> None:
+def test_coco_perfect_detection_scores_100_for_boxes_and_masks(mask_util: Any) -> None:
     gt = dicts_to_coco(coco_dicts(segm=True), ["thing", "other"], {0: 3, 1: 8})
     assert gt.getCatIds() == [3, 8] and gt.anns[1]["area"] == pytest.approx(1600)  # polygon area, id from 1
     result = [{"image_id": 1, "category_id": 3, "bbox": [10, 10, 40, 40], "score": 0.9,
-               "segmentation": rectangle_rle(10, 10, 50, 50)}]
+               "segmentation": rectangle_rle(mask_util, 10, 10, 50, 50)}]
     metrics = coco_evaluate(result, gt)
     for key in ("bbox_AP", "bbox_AP50", "bbox_AP75", "bbox_APm", "segm_AP", "segm_AP50", "segm_AP75", "segm_APm"):
         assert metrics[key] == pytest.approx(100), key
@@ -209,7 +214,7 @@ def test_coco_perfect_detection_scores_100_for_boxes_and_masks() -> None:
         assert math.isnan(metrics[key]), key
 
 
-def test_coco_one_box_at_a_known_iou() -> None:
+def test_coco_one_box_at_a_known_iou(mask_util: Any) -> None:
     # A 40 x 24.8 box inside the 40 x 40 one: IoU 0.62. It matches at IoU thresholds 0.50, 0.55, 0.60 (one
     # detection, one GT: precision 1 at every one of the 101 recall points, AP 1) and at none of 0.65..0.95
     # (no true positive: AP 0). So AP50 = 100, AP75 = 0, AP = 100 * 3/10.
@@ -221,19 +226,19 @@ def test_coco_one_box_at_a_known_iou() -> None:
     assert metrics["bbox_AP"] == pytest.approx(30) and metrics["bbox_APm"] == pytest.approx(30)
 
 
-def test_coco_mask_at_a_known_iou_with_a_polygon_ground_truth() -> None:
+def test_coco_mask_at_a_known_iou_with_a_polygon_ground_truth(mask_util: Any) -> None:
     # GT polygon: the 40x40 square (1600 pixels). Result mask: 40 columns x 25 rows inside it: IoU 1000/1600
     # = 0.625 > 0.60 and < 0.65, so segm AP = 30 as above; its box, the exact square, scores 100.
     gt = dicts_to_coco(coco_dicts(segm=True), ["thing"], {0: 3})
     result = [{"image_id": 1, "category_id": 3, "bbox": [10, 10, 40, 40], "score": 0.3,
-               "segmentation": rectangle_rle(10, 10, 50, 35)}]
+               "segmentation": rectangle_rle(mask_util, 10, 10, 50, 35)}]
     metrics = coco_evaluate(result, gt)
     assert metrics["segm_AP50"] == pytest.approx(100) and metrics["segm_AP75"] == pytest.approx(0)
     assert metrics["segm_AP"] == pytest.approx(30)
     assert metrics["bbox_AP"] == pytest.approx(100)
 
 
-def test_coco_no_results_give_zeros_and_no_ground_truth_is_an_error(tmp_path: Path) -> None:
+def test_coco_no_results_give_zeros_and_no_ground_truth_is_an_error(tmp_path: Path, mask_util: Any) -> None:
     sizes = image(1, [(0, [0, 0, 10, 10]), (0, [20, 20, 70, 70]), (0, [0, 0, 100, 100])])  # small, medium, large
     for ann in sizes["annotations"]:
         x0, y0, x1, y1 = ann["bbox"]
@@ -247,7 +252,7 @@ def test_coco_no_results_give_zeros_and_no_ground_truth_is_an_error(tmp_path: Pa
         coco_evaluate([], dicts_to_coco([image(1, [])], ["thing"]))
 
 
-def test_coco_ground_truth_from_a_json_path_and_result_checks(tmp_path: Path) -> None:
+def test_coco_ground_truth_from_a_json_path_and_result_checks(tmp_path: Path, mask_util: Any) -> None:
     doc = {"images": [{"id": 5, "file_name": "a.jpg", "width": 100, "height": 100}],
            "categories": [{"id": 11, "name": "thing"}],
            "annotations": [{"id": 1, "image_id": 5, "category_id": 11, "bbox": [10, 10, 40, 40], "area": 1600,
