@@ -1,0 +1,187 @@
+"""Detection transfer configuration (``moco eval voc``, ``moco eval coco``): frozen dataclasses.
+
+The defaults are the paper's VOC run (arXiv 1911.05722, section 4.2; the official
+``detection/configs/pascal_voc_R_50_C4_24k_moco.yaml`` on detectron2's defaults): Faster R-CNN R50-C4 with BN
+fine-tuned everywhere and an extra BN after res5, trained on VOC07+12 trainval for 24k iterations of 16 images and
+tested on VOC07 test. The COCO presets (``configs/coco_*.yaml``) change what differs. Loading, ``_base_`` chains,
+``--set`` overrides and the one-line ConfigError are moco_core.config's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from moco_core.config import ARCHS, ConfigError, load_config, replace
+
+TASKS = ("voc", "coco")
+ENGINES = ("auto", "detectron2", "torchvision")
+# The preset each command runs when no --config is given: the paper's settings.
+DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x"}
+_VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    arch: str | None = None  # the backbone ResNet; None: the weights' (random init needs it, then resnet50)
+    # "C4": RPN and RoIAlign on res4 (stride 16), res5 as the box head (Faster R-CNN's ResNet design);
+    # "FPN": a feature pyramid on res2-res5 with a 2-fc box head (detectron2's R50-FPN).
+    head: Literal["C4", "FPN"] = "C4"
+    mask: bool = False  # Mask R-CNN (the paper's COCO runs); Faster R-CNN otherwise (VOC)
+    # C4: a BN after res5 (the MoCo configs' Res5ROIHeadsExtraNorm). Fine-tuned features have a different scale
+    # from supervised ones; the extra norm puts the new head's input on a common footing.
+    extra_norm: bool = True
+    # FPN: BN in the new FPN and mask-head convs too (the paper normalises the newly initialised layers).
+    norm_new_layers: bool = True
+    anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512)  # detectron2's; C4: all on res4, FPN: one per level
+    aspect_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
+    pooler_resolution: int = 14  # RoIAlign output of the box branch: C4 14 (res5 halves it to 7), FPN 7
+    rpn_pre_nms_topk_train: int = 12000  # detectron2's C4 defaults; FPN presets: 2000 per level
+    rpn_post_nms_topk_train: int = 2000
+    rpn_pre_nms_topk_test: int = 6000  # Base-RCNN-C4-BN.yaml of the MoCo configs
+    rpn_post_nms_topk_test: int = 1000
+    rpn_batch_size_per_image: int = 256  # anchors sampled per image for the RPN loss, half positive
+    roi_batch_size_per_image: int = 512  # RoIs sampled per image for the box head, a quarter positive
+    detections_per_image: int = 100
+    score_thresh: float = 0.05  # test: boxes scoring less are dropped before per-class NMS
+    nms_thresh: float = 0.5
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    min_size_train: tuple[int, ...] = _VOC_SIZES  # shorter side, one drawn per image (VOC: 480-800 by 32)
+    min_size_test: int = 800
+    max_size: int = 1333  # longer-side cap, train and test
+    flip_prob: float = 0.5  # horizontal flip in training (detectron2's default)
+    # RGB input normalised with torchvision's statistics, as the pretraining (the MoCo configs' PIXEL_MEAN/STD)
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    batch_size: int = 16  # images per iteration over all processes (IMS_PER_BATCH)
+    lr: float = 0.02  # at batch 16; the effective lr is lr * batch_size / 16
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    weight_decay_norm: float = 0.0  # on BN weights and biases (detectron2's WEIGHT_DECAY_NORM)
+    iterations: int = 24000
+    steps: tuple[int, ...] = (18000, 22000)  # lr x gamma at each
+    gamma: float = 0.1
+    warmup_iters: int = 100  # linear warm-up (the VOC config; detectron2's default, used for COCO: 1000)
+    warmup_factor: float = 0.001  # the warm-up starts at lr x this
+    # Before testing, BN statistics are recomputed over this many training batches (the MoCo configs enable
+    # detectron2's TEST.PRECISE_BN, 200 iterations): fine-tuned BN's running averages lag its weights. 0: off.
+    precise_bn_iters: int = 200
+
+
+@dataclass(frozen=True)
+class TransferDataConfig:
+    # A root in detectron2's datasets/ layout (VOC2007/, VOC2012/, coco/annotations/, coco/train2017/...), or
+    # "embedded" (the shapes dataset converted to VOC and COCO layouts, generated on first use).
+    path: str | None = None
+    # detectron2's dataset names: voc_<year>_<split> (VOC<year>/ImageSets/Main/<split>.txt) and
+    # coco_<year>_<split> (coco/annotations/instances_<split><year>.json with images in coco/<split><year>/).
+    train: tuple[str, ...] = ("voc_2007_trainval", "voc_2012_trainval")
+    test: str = "voc_2007_test"
+    # VOC layout only: the class names of the XML files, in label order. Empty: VOC's 20 classes, or the shapes
+    # classes for "embedded" (COCO files name their own categories).
+    classes: tuple[str, ...] = ()
+    workers: int = 4  # DataLoader worker processes per training process
+
+
+@dataclass(frozen=True)
+class TransferRunConfig:
+    output_dir: str | None = None  # None: runs/<task>
+    device: str = "auto"  # "auto": CUDA when available, else CPU
+    seed: int = 0
+    amp: bool = False  # bf16 autocast on CUDA; fp32 as detectron2's default when false
+    log_every: int = 20  # iterations between metrics.jsonl lines
+    checkpoint_every: int = 5000  # iterations between checkpoint writes (detectron2's CHECKPOINT_PERIOD)
+    test_batch_size: int = 1  # test images per forward pass and process (detectron2: 1)
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    task: Literal["voc", "coco"] = "voc"
+    schedule: str = "24k"  # the label results are grouped by: "24k" (VOC), "1x", "2x" (COCO)
+    # "auto": detectron2 when it is installed, else torchvision's detection models (same protocol)
+    engine: Literal["auto", "detectron2", "torchvision"] = "auto"
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    input: InputConfig = field(default_factory=InputConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    data: TransferDataConfig = field(default_factory=TransferDataConfig)
+    run: TransferRunConfig = field(default_factory=TransferRunConfig)
+
+
+def model_name(cfg: TransferConfig, arch: str) -> str:
+    """The detector as the paper names it: "R50-C4", "R18-FPN"... (the mask head is implied by the task)."""
+    depth = arch.removeprefix("wide_").removeprefix("resnet").replace("_2", "w2")
+    return f"R{depth}-{cfg.detector.head}"
+
+
+def validate_transfer(cfg: TransferConfig) -> TransferConfig:
+    """Reject impossible values with a one-line error naming the key."""
+    d, i, s, r = cfg.detector, cfg.input, cfg.solver, cfg.run
+    names = (*cfg.data.train, cfg.data.test)
+    checks = [
+        (cfg.engine in ENGINES, "engine", f"expected one of {list(ENGINES)}, got {cfg.engine!r}"),
+        (d.arch is None or d.arch in ARCHS, "detector.arch", f"expected one of {list(ARCHS)} or null, got {d.arch!r}"),
+        (len(d.anchor_sizes) >= 1 and min(d.anchor_sizes) > 0, "detector.anchor_sizes", "need positive sizes"),
+        (d.head != "FPN" or len(d.anchor_sizes) == 5, "detector.anchor_sizes", "FPN needs one size per level (5)"),
+        (len(d.aspect_ratios) >= 1 and min(d.aspect_ratios) > 0, "detector.aspect_ratios", "need positive ratios"),
+        (d.pooler_resolution >= 2 and (d.head != "C4" or d.pooler_resolution % 2 == 0), "detector.pooler_resolution",
+         f"must be >= 2 (and even for C4, whose res5 halves it), got {d.pooler_resolution}"),
+        (min(d.rpn_pre_nms_topk_train, d.rpn_post_nms_topk_train, d.rpn_pre_nms_topk_test,
+             d.rpn_post_nms_topk_test) >= 1, "detector.rpn_*_nms_topk_*", "must be >= 1"),
+        (d.rpn_batch_size_per_image >= 1 and d.roi_batch_size_per_image >= 1, "detector.*_batch_size_per_image",
+         "must be >= 1"),
+        (d.detections_per_image >= 1, "detector.detections_per_image", f"must be >= 1, got {d.detections_per_image}"),
+        (0 <= d.score_thresh < 1 and 0 < d.nms_thresh <= 1, "detector.score_thresh",
+         "need 0 <= score_thresh < 1 and 0 < nms_thresh <= 1"),
+        (len(i.min_size_train) >= 1 and min(i.min_size_train) >= 16, "input.min_size_train", "need sizes >= 16"),
+        (16 <= i.min_size_test <= i.max_size, "input.min_size_test", "need 16 <= min_size_test <= max_size"),
+        (0 <= i.flip_prob <= 1, "input.flip_prob", f"must be in [0, 1], got {i.flip_prob}"),
+        (s.batch_size >= 1, "solver.batch_size", f"must be >= 1, got {s.batch_size}"),
+        (s.lr > 0 and s.momentum >= 0, "solver.lr", "need lr > 0 and momentum >= 0"),
+        (s.weight_decay >= 0 and s.weight_decay_norm >= 0, "solver.weight_decay", "must be >= 0"),
+        (s.iterations >= 1, "solver.iterations", f"must be >= 1, got {s.iterations}"),
+        (list(s.steps) == sorted(s.steps) and all(0 < m for m in s.steps), "solver.steps",
+         f"need increasing positive iterations, got {list(s.steps)}"),
+        (s.warmup_iters >= 0 and 0 < s.warmup_factor <= 1, "solver.warmup_iters", "need >= 0 (factor in (0, 1])"),
+        (s.precise_bn_iters >= 0, "solver.precise_bn_iters", f"must be >= 0, got {s.precise_bn_iters}"),
+        (cfg.data.path is not None, "data.path", "not set: pass --data DIR (detectron2's datasets/ layout) or "
+         "--data embedded"),
+        (len(cfg.data.train) >= 1, "data.train", "name at least one training set"),
+        (all(n.startswith(f"{cfg.task}_") for n in names), "data", f"dataset names must start with {cfg.task}_ "
+         f"for task {cfg.task}, got {list(names)}"),
+        (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
+        (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
+         "log_every, checkpoint_every and test_batch_size must be >= 1"),
+        (d.mask == (cfg.task == "coco"), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its COCO "
+         "detector Mask R-CNN (true): box and mask AP are both reported"),
+        (bool(cfg.schedule.strip()), "schedule", "must be a non-empty label (24k, 1x, 2x...)"),
+    ]
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"{key}: {message}")
+    return cfg
+
+
+def load_transfer_config(task: str, config: str | None, overrides: list[str] | tuple[str, ...],
+                         flags: dict[str, Any] | None = None) -> TransferConfig:
+    """Defaults < the YAML preset (the task's paper preset when ``config`` is None) < ``--set`` overrides <
+    explicit flags (``{"engine": ..., "data": {"path": ...}}``; None values are not given).
+
+    The preset must be for ``task``: ``moco eval voc -c coco_R50_FPN_1x`` is an error, not a VOC run.
+    """
+    cfg = load_config(TransferConfig, config or DEFAULT_PRESETS[task], overrides)
+    if cfg.task != task:
+        raise ConfigError(f"task: the config {config!r} is for {cfg.task}, not {task} (use moco eval {cfg.task})")
+    changes = {}
+    for name, value in (flags or {}).items():
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if v is not None} or None
+        if value is not None:
+            changes[name] = value
+    return validate_transfer(replace(cfg, **changes))
