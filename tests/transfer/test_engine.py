@@ -1,0 +1,129 @@
+"""Detection fine-tuning pieces (schedule, optimizer groups, targets, precise BN) and a short run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from moco_core.shapes import CLASSES
+from reports.records import load_records
+from transfer import engine
+from transfer.config import SolverConfig, load_transfer_config
+from transfer.embedded import ensure_voc
+from transfer.run import evaluate
+
+# A C4 detector small enough for seconds on a CPU: 2 images of 48 px a batch, 4x4 RoIs, 16 RoIs per image.
+TINY = ["solver.batch_size=2", "solver.lr=0.08", "solver.warmup_iters=5", "solver.precise_bn_iters=2",
+        "detector.pooler_resolution=4", "detector.roi_batch_size_per_image=16", "detector.rpn_post_nms_topk_train=64",
+        "detector.rpn_post_nms_topk_test=16", "detector.detections_per_image=10",
+        "detector.anchor_sizes=[8,16,32,64,128]", "input.min_size_train=[48]", "input.min_size_test=48",
+        "input.max_size=64", "data.workers=0", "run.log_every=1", "run.test_batch_size=8"]
+
+
+def test_learning_rate_warmup_and_steps() -> None:
+    cfg = SolverConfig(batch_size=8, lr=0.02, iterations=100, steps=(60, 80), warmup_iters=10, warmup_factor=0.001)
+    base = 0.02 * 8 / 16  # linear scaling from the reference batch of 16
+    assert engine.learning_rate(cfg, 0) == pytest.approx(base * 0.001)
+    assert engine.learning_rate(cfg, 5) == pytest.approx(base * (0.001 * 0.5 + 0.5))
+    assert engine.learning_rate(cfg, 10) == pytest.approx(base)
+    assert engine.learning_rate(cfg, 59) == pytest.approx(base)
+    assert engine.learning_rate(cfg, 60) == pytest.approx(base * 0.1)
+    assert engine.learning_rate(cfg, 99) == pytest.approx(base * 0.01)
+
+
+def test_bn_parameters_get_their_own_weight_decay() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Linear(4, 2))
+    optimizer = engine.build_optimizer(model, SolverConfig(weight_decay=1e-4, weight_decay_norm=0.0))
+    other, norm = optimizer.param_groups
+    assert {id(p) for p in norm["params"]} == {id(model[1].weight), id(model[1].bias)}
+    assert (other["weight_decay"], norm["weight_decay"], len(other["params"])) == (1e-4, 0.0, 4)
+    assert other["momentum"] == 0.9
+
+
+def test_training_targets_drop_crowd_and_difficult_and_flip(tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    pixels = np.zeros((10, 20, 3), dtype=np.uint8)
+    pixels[:, :5] = 255  # white left strip
+    Image.fromarray(pixels).save(path)
+    square = [2.0, 1.0, 6.0, 1.0, 6.0, 5.0, 2.0, 5.0]
+    record = {"file_name": str(path), "image_id": 7, "height": 10, "width": 20, "annotations": [
+        {"bbox": [2.0, 1.0, 6.0, 5.0], "category_id": 0, "iscrowd": 0, "difficult": False, "segmentation": [square]},
+        {"bbox": [0.0, 0.0, 4.0, 4.0], "category_id": 1, "iscrowd": 1, "difficult": False, "segmentation": [square]},
+        {"bbox": [1.0, 1.0, 3.0, 3.0], "category_id": 2, "iscrowd": 0, "difficult": True, "segmentation": [square]},
+    ]}
+    image, target, index = engine.DetectionDataset([record], train=True, masks=True)[0]
+    assert image.shape == (3, 10, 20) and image[0, 0, 0] == 1.0 and image[0, 0, 10] == 0.0
+    assert target["labels"].tolist() == [1]  # category 0 + 1: torchvision's 0 is the background
+    assert target["boxes"].tolist() == [[2.0, 1.0, 6.0, 5.0]]
+    assert target["masks"].shape == (1, 10, 20) and target["masks"][0, 2:5, 2:6].all()
+    assert target["masks"].sum() == 16 and index == 0
+    image, target, _ = engine.DetectionDataset([record], train=True, flip_prob=1.0, masks=True)[0]
+    assert image[0, 0, 19] == 1.0  # the white strip moved right
+    assert target["boxes"].tolist() == [[14.0, 1.0, 18.0, 5.0]]  # x -> width - x
+    assert target["masks"][0, 2:5, 14:18].all() and target["masks"].sum() == 16
+    _, empty, _ = engine.DetectionDataset([record], train=False)[0]
+    assert empty == {}
+
+
+class _Normed(nn.Module):
+    """A stand-in detector: BN over the stacked images; the targets are ignored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, images: list[torch.Tensor], targets: list[dict]) -> dict[str, torch.Tensor]:
+        return {"loss": self.bn(torch.stack(images)).sum()}
+
+
+def test_precise_bn_is_the_plain_average_of_batch_statistics() -> None:
+    torch.manual_seed(0)
+    batches = [[torch.randn(3, 4, 4) * (k + 1) + k for _ in range(2)] for k in range(3)]
+    model = _Normed()
+    model.bn.momentum = 0.3
+    stream = iter([(images, [{}, {}], [0, 1]) for images in batches])
+    engine.precise_bn(model, stream, 3, device=torch.device("cpu"), amp=False)
+    stacked = [torch.stack(images) for images in batches]
+    mean = torch.stack([x.mean(dim=(0, 2, 3)) for x in stacked]).mean(0)
+    var = torch.stack([x.var(dim=(0, 2, 3), unbiased=True) for x in stacked]).mean(0)
+    assert torch.allclose(model.bn.running_mean, mean, atol=1e-5)
+    assert torch.allclose(model.bn.running_var, var, atol=1e-5)
+    assert model.bn.momentum == 0.3  # restored
+
+
+@pytest.fixture(scope="module")
+def tiny_voc(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 trainval and 8 test images of 48 px in the VOC layout, from the session's shapes dataset."""
+    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, scale=1, shapes_root=shapes_root)
+
+
+def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    cfg = load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=24", "solver.steps=[20]",
+                                                       f"data.classes={list(CLASSES)}"],
+                               {"engine": "torchvision", "data": {"path": str(tiny_voc)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
+    record_path = evaluate(cfg, "random", show_progress=False)
+    record = json.loads(record_path.read_text())
+    losses = [h["loss"] for h in record["history"]]
+    assert len(losses) == 24
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])  # the detector learns
+    assert record["engine"] == "torchvision" and record["task"] == "voc"
+    assert record["config"]["model"] == "R18-C4" and record["config"]["iterations"] == 24
+    assert set(record["metrics"]["per_class_AP50"]) == set(CLASSES)
+    assert record["dataset"]["train_images"] == 24 and record["dataset"]["test_images"] == 8
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 24 and {"loss_classifier", "loss_objectness", "lr"} <= set(json.loads(lines[-1]))
+    saved = torch.load(tmp_path / "run" / "checkpoint_last.pth.tar", weights_only=True)
+    assert saved["iteration"] == 24 and saved["format"] == "moco-transfer"
+    records, skipped = load_records([str(tmp_path)])
+    assert not skipped and len(records) == 1
+    assert (records[0].task, records[0].engine, records[0].model) == ("voc", "torchvision", "R18-C4")
+    assert records[0].pretraining.kind == "random"
+    assert 0 <= records[0].metrics["AP50"] <= 100

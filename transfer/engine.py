@@ -1,0 +1,262 @@
+"""Detection fine-tuning and inference with torchvision's detectors: what runs once ``transfer.run`` has built
+the data, the model and the optimizer.
+
+``train`` is the iteration loop (detectron2's schedule: linear warm-up, then x gamma at the steps), ``precise_bn``
+recomputes BN statistics before testing, ``predict`` runs the test split and turns each image's output into
+evaluation records at once (masks become RLE immediately: full-image probability maps do not pile up).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from moco_core import distributed
+from moco_core.engine import NonFiniteLossError, autocast
+from moco_core.progress import MetricsWriter, Progress
+from transfer.config import SolverConfig
+
+Batch = tuple[list[torch.Tensor], list[dict[str, torch.Tensor]], list[int]]
+
+
+def read_rgb(path: str) -> torch.Tensor:
+    """(3, H, W) float RGB in [0, 1], EXIF orientation applied."""
+    with Image.open(path) as image:
+        array = np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255)
+
+
+def polygon_masks(segmentations: Sequence[Any], height: int, width: int) -> torch.Tensor:
+    """COCO segmentations (lists of flat polygons, or RLE dicts) -> (n, H, W) uint8 masks."""
+    from pycocotools import mask as mask_utils  # the 'transfer' extra
+
+    masks = np.zeros((len(segmentations), height, width), dtype=np.uint8)
+    for k, segmentation in enumerate(segmentations):
+        if isinstance(segmentation, list):
+            rle = mask_utils.merge(mask_utils.frPyObjects(segmentation, height, width))
+        elif isinstance(segmentation.get("counts"), list):  # uncompressed RLE
+            rle = mask_utils.frPyObjects(segmentation, height, width)
+        else:
+            rle = segmentation
+        with warnings.catch_warnings():  # pycocotools' NumPy 2 copy-keyword notice, once per call
+            warnings.simplefilter("ignore", DeprecationWarning)
+            masks[k] = mask_utils.decode(rle)
+    return torch.from_numpy(masks)
+
+
+class DetectionDataset(Dataset):
+    """Dataset dicts -> (image (3, H, W) in [0, 1], target, index) for torchvision's detectors.
+
+    Training targets keep neither crowd nor difficult objects (the protocol trains on the others only) and no
+    zero-area box; ``labels`` are ``category_id + 1`` (0 is torchvision's background); ``masks`` (n, H, W) are
+    added when asked for; images are flipped horizontally with ``flip_prob``. Test targets are empty.
+    """
+
+    def __init__(self, dicts: Sequence[dict[str, Any]], *, train: bool, flip_prob: float = 0.0,
+                 masks: bool = False) -> None:
+        self.dicts = list(dicts)
+        self.train = train
+        self.flip_prob = flip_prob
+        self.masks = masks
+
+    def __len__(self) -> int:
+        return len(self.dicts)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        record = self.dicts[index]
+        image = read_rgb(record["file_name"])
+        if not self.train:
+            return image, {}, index
+        objects = [a for a in record["annotations"] if not a.get("iscrowd") and not a.get("difficult")
+                   and a["bbox"][2] > a["bbox"][0] and a["bbox"][3] > a["bbox"][1]]
+        height, width = image.shape[1:]
+        target = {"boxes": torch.tensor([a["bbox"] for a in objects], dtype=torch.float32).reshape(-1, 4),
+                  "labels": torch.tensor([a["category_id"] + 1 for a in objects], dtype=torch.int64)}
+        if self.masks:
+            target["masks"] = polygon_masks([a["segmentation"] for a in objects], height, width)
+        if torch.rand(()) < self.flip_prob:
+            image = image.flip(-1)
+            target["boxes"] = torch.stack([width - target["boxes"][:, 2], target["boxes"][:, 1],
+                                           width - target["boxes"][:, 0], target["boxes"][:, 3]], dim=1)
+            if self.masks:
+                target["masks"] = target["masks"].flip(-1)
+        return image, target, index
+
+
+def collate(samples: list[tuple[torch.Tensor, dict[str, torch.Tensor], int]]) -> Batch:
+    images, targets, indices = zip(*samples, strict=True)
+    return list(images), list(targets), list(indices)
+
+
+def endless(loader: DataLoader, sampler: DistributedSampler, epoch: int = 0) -> Iterator[Batch]:
+    """Batches forever, reshuffled every pass (the training is counted in iterations, not epochs)."""
+    while True:
+        sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def learning_rate(cfg: SolverConfig, iteration: int) -> float:
+    """lr at ``iteration`` (0-based): lr * batch/16, linear warm-up from warmup_factor, x gamma at each step."""
+    factor = 1.0
+    if iteration < cfg.warmup_iters:
+        alpha = iteration / cfg.warmup_iters
+        factor = cfg.warmup_factor * (1 - alpha) + alpha
+    return cfg.lr * cfg.batch_size / 16 * factor * cfg.gamma ** sum(iteration >= s for s in cfg.steps)
+
+
+def build_optimizer(model: nn.Module, cfg: SolverConfig) -> torch.optim.SGD:
+    """SGD with momentum; BN weights and biases get ``weight_decay_norm`` (detectron2's parameter groups)."""
+    norm: list[nn.Parameter] = []
+    other: list[nn.Parameter] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if param.requires_grad and id(param) not in seen:
+                seen.add(id(param))
+                (norm if isinstance(module, nn.modules.batchnorm._BatchNorm) else other).append(param)
+    return torch.optim.SGD([{"params": other, "weight_decay": cfg.weight_decay},
+                            {"params": norm, "weight_decay": cfg.weight_decay_norm}],
+                           lr=learning_rate(cfg, 0), momentum=cfg.momentum)
+
+
+def to_device(batch: Batch, device: torch.device) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    images, targets, _ = batch
+    return ([image.to(device, non_blocking=True) for image in images],
+            [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets])
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, *, lr: float,
+               device: torch.device, amp: bool) -> dict[str, torch.Tensor]:
+    """One SGD iteration; returns the detached losses (``loss`` is their sum)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    images, targets = to_device(batch, device)
+    with autocast(device, amp):
+        losses = model(images, targets)
+    total = sum(losses.values())
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    optimizer.step()
+    return {"loss": total.detach(), **{k: v.detach() for k, v in losses.items()}}
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[Batch], *, solver: SolverConfig,
+          start: int, device: torch.device, amp: bool, metrics: MetricsWriter, progress: Progress, log_every: int,
+          checkpoint_every: int, save: Callable[[int], None], epoch_size: int) -> list[dict[str, float]]:
+    """Iterations ``start`` .. ``solver.iterations``; ``save(done)`` every ``checkpoint_every`` and at the end.
+
+    Every ``log_every`` iterations the losses (averaged over processes) go to metrics.jsonl and the history
+    returned. A NaN or infinite loss stops the run (NonFiniteLossError) before the next step.
+    """
+    model.train()
+    history: list[dict[str, float]] = []
+    epochs = math.ceil(solver.iterations * solver.batch_size / epoch_size)  # passes over the training set
+    timer, last_logged = time.perf_counter(), start
+    for iteration in range(start, solver.iterations):
+        lr = learning_rate(solver, iteration)
+        losses = train_step(model, optimizer, next(batches), lr=lr, device=device, amp=amp)
+        loss = losses["loss"].item()
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(f"the detection loss is {loss} at iteration {iteration + 1} "
+                                     f"({', '.join(f'{k} {v.item():.4g}' for k, v in losses.items())}); "
+                                     f"lower solver.lr or lengthen solver.warmup_iters")
+        done, epoch = iteration + 1, iteration * solver.batch_size // epoch_size
+        progress.update(done, epoch, epochs, loss=loss, lr=lr)
+        if done % log_every == 0 or done == solver.iterations:
+            values = {k: distributed.all_reduce_mean(v).item() for k, v in losses.items()}
+            seconds = (time.perf_counter() - timer) / (done - last_logged)
+            timer, last_logged = time.perf_counter(), done
+            history.append({"iteration": done, "epoch": epoch, **values, "lr": lr, "s_per_iter": seconds})
+            metrics.write(step=done, epoch=epoch, **values, lr=lr, s_per_iter=seconds)
+        if done % checkpoint_every == 0 or done == solver.iterations:
+            save(done)
+    return history
+
+
+@torch.no_grad()
+def precise_bn(model: nn.Module, batches: Iterator[Batch], iterations: int, *, device: torch.device,
+               amp: bool) -> None:
+    """Recompute every BN layer's running mean and variance as the plain average over ``iterations`` training
+    batches, the model in training mode (detectron2's PreciseBN). Nothing else changes."""
+    layers = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not iterations or not layers:
+        return
+    momenta = [layer.momentum for layer in layers]
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.momentum = None  # cumulative average: every batch weighs the same
+    model.train()
+    for _ in range(iterations):
+        images, targets = to_device(next(batches), device)
+        with autocast(device, amp):
+            model(images, targets)
+    for layer, momentum in zip(layers, momenta, strict=True):
+        layer.momentum = momentum
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset: DetectionDataset, convert: Callable[[int, dict[str, torch.Tensor]], list],
+            *, device: torch.device, amp: bool, batch_size: int, workers: int, progress: Progress) -> list:
+    """``convert(index, output)`` of every test image, gathered from all processes (on every rank).
+
+    Each process predicts a disjoint shard (every world-th image); ``output`` is torchvision's per-image dict
+    (boxes in the original image's pixels, labels 1..K, scores, masks (n, 1, H, W) probabilities) on the CPU.
+    """
+    model.eval()
+    shard = torch.utils.data.Subset(dataset, range(distributed.rank(), len(dataset), distributed.world_size()))
+    loader = DataLoader(shard, batch_size=batch_size, num_workers=workers, collate_fn=collate)
+    records: list = []
+    for step, (images, _, indices) in enumerate(loader, 1):
+        with autocast(device, amp):
+            outputs = model([image.to(device, non_blocking=True) for image in images])
+        for index, output in zip(indices, outputs, strict=True):
+            records += convert(index, {k: v.float().cpu() for k, v in output.items()})
+        progress.update(step, 0, 1, images=step * batch_size)
+    if distributed.world_size() > 1:
+        parts: list[list] = [[] for _ in range(distributed.world_size())]
+        torch.distributed.all_gather_object(parts, records)
+        records = [r for part in parts for r in part]
+    return records
+
+
+def voc_detections(dicts: Sequence[dict[str, Any]]) -> Callable[[int, dict[str, torch.Tensor]], list]:
+    """A ``predict`` converter: (class index, (image_id, score, x0, y0, x1, y1)) per detection."""
+
+    def convert(index: int, output: dict[str, torch.Tensor]) -> list:
+        image_id = dicts[index]["image_id"]
+        return [(int(label) - 1, (image_id, float(score), *map(float, box)))
+                for box, label, score in zip(output["boxes"], output["labels"], output["scores"], strict=True)]
+
+    return convert
+
+
+def coco_results(dicts: Sequence[dict[str, Any]], contiguous_to_original: dict[int, int],
+                 masks: bool) -> Callable[[int, dict[str, torch.Tensor]], list]:
+    """A ``predict`` converter: COCO result dicts (original category ids, XYWH boxes, masks as RLE at 0.5)."""
+    from pycocotools import mask as mask_utils  # the 'transfer' extra
+
+    def convert(index: int, output: dict[str, torch.Tensor]) -> list:
+        results = []
+        for k, (box, label, score) in enumerate(zip(output["boxes"], output["labels"], output["scores"],
+                                                     strict=True)):
+            x0, y0, x1, y1 = map(float, box)
+            result = {"image_id": dicts[index]["image_id"], "category_id": contiguous_to_original[int(label) - 1],
+                      "bbox": [x0, y0, x1 - x0, y1 - y0], "score": float(score)}
+            if masks:
+                binary = np.asfortranarray((output["masks"][k, 0] > 0.5).numpy().astype(np.uint8))
+                rle = mask_utils.encode(binary)
+                result["segmentation"] = {"size": list(rle["size"]), "counts": rle["counts"].decode("ascii")}
+            results.append(result)
+        return results
+
+    return convert
