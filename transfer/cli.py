@@ -1,29 +1,100 @@
-"""``moco convert``; ``moco eval voc`` and ``moco eval coco``: not built yet (see the transfer issue)."""
+"""``moco eval voc``, ``moco eval coco`` and ``moco convert``: options in, plain function calls out."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-PENDING = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True}}
+# The root cli.py passes these to app.command(); every transfer command parses its options strictly now.
+PENDING: dict[str, Any] = {}
+
+Weights = Annotated[str, typer.Option(
+    help="Backbone weights: a checkpoint (ours, official main_moco.py's, a torchvision ResNet state_dict, our "
+    "supervised baseline), or 'random'.")]
+Config = Annotated[str | None, typer.Option(
+    "--config", "-c", help="YAML file or preset (voc_embedded, voc_R50_C4_24k, coco_embedded, coco_R50_C4_1x, "
+    "coco_R50_C4_2x, coco_R50_FPN_1x, coco_R50_FPN_2x). Without it: the paper's setting.")]
+Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
+Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
+Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/), "
+                                          "or 'embedded'.")]
+OutputDir = Annotated[str | None, typer.Option(help="Run directory (config, metrics, checkpoint, result.json).")]
+Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+Seed = Annotated[int | None, typer.Option(help="Random seed.")]
+Workers = Annotated[int | None, typer.Option(help="Data-loading worker processes per training process.")]
+Resume = Annotated[bool, typer.Option(help="Continue the run in --output-dir from its last checkpoint.")]
+Nproc = Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")]
+Quiet = Annotated[bool, typer.Option(help="No progress output.")]
+PrintConfig = Annotated[bool, typer.Option(help="Print the resolved config as YAML and exit.")]
 
 
-def _not_built(command: str) -> None:
-    print(f"{command} is not built yet: it comes with detection and segmentation transfer", file=sys.stderr)
-    raise typer.Exit(2)
+def _transfer(task: str, weights: str, config: str | None, overrides: list[str], flags: dict[str, Any],
+              resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
+    """Resolve the config (bad input: one line, exit 2), then run here or in ``nproc`` processes."""
+    from moco_core.checkpoint import CheckpointError
+    from moco_core.cli import launch
+    from moco_core.config import ConfigError, to_dict
+    from transfer.config import load_transfer_config
+
+    try:
+        cfg = load_transfer_config(task, config, overrides, flags)
+    except (ConfigError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if print_config:
+        import yaml
+
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        return
+    if nproc < 1:
+        print("error: --nproc: must be >= 1", file=sys.stderr)
+        raise typer.Exit(2)
+    launch(nproc, run_transfer, cfg, weights, resume, quiet)
 
 
-def voc_cli() -> None:
-    """Faster R-CNN R50-C4 on VOC07+12, fine-tuned from a backbone. Not built yet."""
-    _not_built("moco eval voc")
+def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
+    """One process of ``moco eval voc|coco``: user errors are one line (from rank 0), exit code 2; a NaN loss 1."""
+    from moco_core.checkpoint import CheckpointError
+    from moco_core.config import ConfigError
+    from moco_core.data import DatasetError
+    from moco_core.engine import NonFiniteLossError
+    from transfer.run import evaluate
+
+    main = int(os.environ.get("RANK", "0")) == 0
+    try:
+        record = evaluate(cfg, weights, show_progress=not quiet, resume=resume)
+    except (ConfigError, DatasetError, CheckpointError, NonFiniteLossError) as err:
+        if main:
+            print(f"error: {err}", file=sys.stderr)
+        sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
+    if main:
+        print(f"result: {record}")
 
 
-def coco_cli() -> None:
-    """Mask R-CNN on COCO, fine-tuned from a backbone. Not built yet."""
-    _not_built("moco eval coco")
+def _flags(engine: str | None, data: str | None, output_dir: str | None, device: str | None, seed: int | None,
+           workers: int | None) -> dict[str, Any]:
+    return {"engine": engine, "data": {"path": data, "workers": workers},
+            "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+
+
+def voc_cli(weights: Weights, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
+            output_dir: OutputDir = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+            resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+    """Faster R-CNN (R50-C4, the paper's VOC detector) fine-tuned from a backbone on VOC07+12, tested on VOC07."""
+    _transfer("voc", weights, config, set_ or [], _flags(engine, data, output_dir, device, seed, workers), resume,
+              nproc, quiet, print_config)
+
+
+def coco_cli(weights: Weights, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
+             output_dir: OutputDir = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+             resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+    """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
+    _transfer("coco", weights, config, set_ or [], _flags(engine, data, output_dir, device, seed, workers), resume,
+              nproc, quiet, print_config)
 
 
 def convert_cli(

@@ -1,0 +1,119 @@
+"""``moco eval voc`` and ``moco eval coco``: options, one-line errors with exit code 2, a COCO run into a report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from transfer.config import load_transfer_config
+from transfer.embedded import ensure_coco
+
+runner = CliRunner()
+TINY = ["solver.batch_size=2", "solver.iterations=4", "solver.warmup_iters=2", "solver.steps=[3]",
+        "solver.precise_bn_iters=1", "detector.pooler_resolution=4", "detector.roi_batch_size_per_image=8",
+        "detector.rpn_post_nms_topk_train=32", "detector.rpn_post_nms_topk_test=8", "detector.detections_per_image=5",
+        "detector.anchor_sizes=[8,16,32,64,128]", "input.min_size_train=[48]", "input.min_size_test=48",
+        "input.max_size=64", "run.test_batch_size=8"]
+
+
+def sets(*overrides: str) -> list[str]:
+    return [arg for value in overrides for arg in ("--set", value)]
+
+
+def error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_help_shows_the_flags() -> None:
+    for task in ("voc", "coco"):
+        result = runner.invoke(app, ["eval", task, "--help"])
+        assert result.exit_code == 0
+        for flag in ("--weights", "--config", "--set", "--engine", "--data", "--output-dir", "--device", "--seed",
+                     "--resume", "--nproc"):
+            assert flag in result.output
+
+
+def test_print_config_resolves_presets_and_flags() -> None:
+    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_R50_FPN_2x", "--data", "/d",
+                                 "--engine", "torchvision", "--set", "solver.lr=0.01", "--seed", "3",
+                                 "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "schedule: 2x" in result.output and "head: FPN" in result.output and "lr: 0.01" in result.output
+    assert "engine: torchvision" in result.output and "seed: 3" in result.output and "path: /d" in result.output
+    paper = load_transfer_config("voc", None, [], {"data": {"path": "/d"}})  # no --config: the paper's VOC run
+    assert (paper.detector.head, paper.solver.iterations, paper.solver.steps) == ("C4", 24000, (18000, 22000))
+    assert (paper.solver.lr, paper.solver.batch_size, paper.input.min_size_test) == (0.02, 16, 800)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["eval", "voc", "--weights", "random", "--set", "solver.itterations=5", "--data", "x"],
+     "solver.itterations: unknown key"),
+    (["eval", "voc", "--weights", "random", "-c", "coco_embedded"], "is for coco, not voc"),
+    (["eval", "voc", "--weights", "random", "-c", "voc_R50_C4_24k"], "data.path: not set"),
+    (["eval", "coco", "--weights", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
+])
+def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in error_line(result.output)
+
+
+def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    garbage = tmp_path / "weights.pth"
+    garbage.write_bytes(b"\x00not a checkpoint")
+    result = runner.invoke(app, ["eval", "voc", "--weights", str(garbage), "-c", "voc_embedded", "--quiet"])
+    assert result.exit_code == 2
+    assert str(garbage) in error_line(result.output)
+    result = runner.invoke(app, ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--data",
+                                 str(tmp_path), "--quiet"])
+    assert result.exit_code == 2
+    assert f"VOC directory not found: {tmp_path / 'VOC2007'}" in error_line(result.output)
+    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data",
+                                 str(tmp_path), "--quiet"])
+    assert result.exit_code == 2
+    assert "coco/annotations/instances_train2017.json not found" in error_line(result.output)
+    if importlib.util.find_spec("detectron2") is not None:
+        return
+    result = runner.invoke(app, ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--engine",
+                                 "detectron2", "--quiet"])
+    assert result.exit_code == 2
+    assert "detectron2 is not installed" in error_line(result.output)
+
+
+def test_exit_code_through_a_real_process(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "cli", "eval", "coco", "--weights", str(tmp_path / "absent.pth"),
+                           "-c", "coco_embedded", "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2
+    assert "absent.pth" in error_line(done.stderr)
+
+
+def test_coco_run_through_the_cli_into_the_report(shapes_root: Path, tmp_path: Path) -> None:
+    data = ensure_coco(tmp_path / "data", train=8, val=4, scale=1, shapes_root=shapes_root)
+    out = tmp_path / "runs" / "coco_random"
+    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data", str(data),
+                                 "--output-dir", str(out), "--engine", "torchvision", "--workers", "0", "--quiet",
+                                 *sets(*TINY)])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "result.json").read_text())
+    assert record["engine"] == "torchvision" and record["config"]["model"] == "R18-C4"
+    assert record["config"]["schedule"] == "embedded" and record["dataset"]["name"] == "COCO train2017"
+    for name in ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"):
+        assert 0 <= record["metrics"][name] <= 100
+    report = tmp_path / "report"
+    result = runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(report)])
+    assert result.exit_code == 0, result.output
+    text = (report / "report.md").read_text()
+    assert "COCO detection and instance segmentation (R18-C4, embedded schedule, torchvision)" in text
+    assert "random init (R18)" in text
