@@ -195,6 +195,8 @@ def c4_heads(resnet: torchvision.models.ResNet, *, num_classes: int, mask: bool,
 def fpn_heads(*, num_classes: int, mask: bool, norm_new_layers: bool, pooler_resolution: int,
               roi_kwargs: dict) -> RoIHeads:
     """torchvision's FPN box head (2 fc of 1024) and mask head (4 convs of 256, 2x deconv)."""
+    # Deviation from the official code: torchvision's FPN RoIAlign (not pixel-aligned, 2 samples per bin);
+    # detectron2's FPN configs use the aligned ROIAlignV2 with adaptive sampling.
     pool = MultiScaleRoIAlign(list(FPN_LEVELS), pooler_resolution, sampling_ratio=2)
     heads = RoIHeads(pool, TwoMLPHead(FPN_CHANNELS * pooler_resolution ** 2, 1024),
                      _init_predictor(FastRCNNPredictor(1024, num_classes + 1)), **roi_kwargs)
@@ -209,6 +211,9 @@ def fpn_heads(*, num_classes: int, mask: bool, norm_new_layers: bool, pooler_res
 def build_detector(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int) -> GeneralizedRCNN:
     """The configured detector around ``resnet`` (whose weights it shares, not copies); fc is left out."""
     d, i = cfg.detector, cfg.input
+    # Matching, sampling and box coding as detectron2's defaults (IoU 0.5 for RoIs, 0.7/0.3 for anchors; 25% / 50%
+    # positives; weights 10, 10, 5, 5). Deviation from the official code: torchvision's losses (smooth L1 with
+    # beta 1/9 for box deltas where detectron2 uses L1) and predictors with a background column.
     roi_kwargs = dict(fg_iou_thresh=0.5, bg_iou_thresh=0.5, batch_size_per_image=d.roi_batch_size_per_image,
                       positive_fraction=0.25, bbox_reg_weights=(10.0, 10.0, 5.0, 5.0), score_thresh=d.score_thresh,
                       nms_thresh=d.nms_thresh, detections_per_img=d.detections_per_image)

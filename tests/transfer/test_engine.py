@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from moco_core.config import replace
 from moco_core.shapes import CLASSES
 from reports.records import load_records
 from transfer import engine
@@ -127,3 +128,7 @@ def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_p
     assert (records[0].task, records[0].engine, records[0].model) == ("voc", "torchvision", "R18-C4")
     assert records[0].pretraining.kind == "random"
     assert 0 <= records[0].metrics["AP50"] <= 100
+    longer = replace(cfg, solver={"iterations": 26})  # resume: the last checkpoint, then two more iterations
+    again = json.loads(evaluate(longer, "random", show_progress=False, resume=True).read_text())
+    assert [h["iteration"] for h in again["history"]] == [25, 26]
+    assert torch.load(tmp_path / "run" / "checkpoint_last.pth.tar", weights_only=True)["iteration"] == 26
