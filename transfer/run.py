@@ -2,7 +2,9 @@
 test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detectron2_engine``, imported lazily) and torchvision's
-detection models otherwise; both run the same protocol and the record names the one that ran.
+detection models otherwise; both run the same protocol and the record names the one that ran. The detectron2
+engine provides ``evaluate(cfg, weights, *, show_progress, extra, resume) -> Path`` (the record it wrote, with
+``engine: "detectron2"``), reading the same TransferConfig.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
         except ImportError as err:
             raise ConfigError(f"engine: detectron2 is installed but its engine cannot be loaded ({err}); use "
                               f"--engine torchvision") from None
-        return detectron2_engine.evaluate(cfg, weights, show_progress=show_progress, extra=extra or {})
+        return detectron2_engine.evaluate(cfg, weights, show_progress=show_progress, extra=extra or {},
+                                          resume=resume)
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device):
         return _torchvision_run(cfg, weights, device, show_progress, extra or {}, resume)

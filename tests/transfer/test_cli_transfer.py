@@ -117,3 +117,22 @@ def test_coco_run_through_the_cli_into_the_report(shapes_root: Path, tmp_path: P
     text = (report / "report.md").read_text()
     assert "COCO detection and instance segmentation (R18-C4, embedded schedule, torchvision)" in text
     assert "random init (R18)" in text
+
+
+def test_auto_engine_dispatches_to_detectron2_when_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import types
+
+    from transfer import run
+
+    calls = []
+    fake = types.ModuleType("transfer.detectron2_engine")
+    fake.evaluate = lambda cfg, weights, **kwargs: calls.append((cfg.engine, weights, kwargs)) or tmp_path / "r.json"
+    monkeypatch.setitem(sys.modules, "transfer.detectron2_engine", fake)
+    installed = {"detectron2", "transfer.detectron2_engine"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name in installed else None)
+    cfg = load_transfer_config("voc", "voc_embedded", [])
+    assert cfg.engine == "auto" and run.resolve_engine("auto") == "detectron2"
+    assert run.eval_voc(cfg, "w.pth", show_progress=False) == tmp_path / "r.json"
+    assert calls == [("detectron2", "w.pth", {"show_progress": False, "extra": {}, "resume": False})]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert run.resolve_engine("auto") == "torchvision"
