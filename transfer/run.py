@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -232,7 +233,9 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     train_time = time.perf_counter() - started
     test_progress = Progress(-(-len(data.test) // (cfg.run.test_batch_size * world)), every=cfg.run.log_every * 5,
                              enabled=main and show_progress)
-    results = _test(cfg, model, data, device, test_progress)
+    # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
+    results = {k: None if isinstance(v, float) and math.isnan(v) else v
+               for k, v in _test(cfg, model, data, device, test_progress).items()}
     record = run_dir / "result.json"
     if main:
         record = write_record(
@@ -246,7 +249,7 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
             history=history,
             extra={"engine": "torchvision", "world_size": world, "device": str(device),
                    "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
-        summary = " ".join(f"{k} {results[k]:.2f}" for k in results if k != "per_class_AP50")
+        summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
         print(f"{cfg.task} ({model_name(cfg, info.arch)}, torchvision): {summary} in "
               f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
     return record

@@ -111,6 +111,8 @@ def test_coco_run_through_the_cli_into_the_report(shapes_root: Path, tmp_path: P
     assert record["config"]["schedule"] == "embedded" and record["dataset"]["name"] == "COCO train2017"
     for name in ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"):
         assert 0 <= record["metrics"][name] <= 100
+    assert record["metrics"]["bbox_APl"] is None  # no large object in 48-px images: null, not NaN
+    json.loads((out / "result.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the record"))
     report = tmp_path / "report"
     result = runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(report)])
     assert result.exit_code == 0, result.output
