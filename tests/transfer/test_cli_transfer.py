@@ -72,15 +72,16 @@ def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> Non
 def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) -> None:
     garbage = tmp_path / "weights.pth"
     garbage.write_bytes(b"\x00not a checkpoint")
-    result = runner.invoke(app, ["eval", "voc", "--weights", str(garbage), "-c", "voc_embedded", "--quiet"])
+    result = runner.invoke(app, ["eval", "voc", "--weights", str(garbage), "-c", "voc_embedded", "--engine",
+                                 "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert str(garbage) in error_line(result.output)
     result = runner.invoke(app, ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--data",
-                                 str(tmp_path), "--quiet"])
+                                 str(tmp_path), "--engine", "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert f"VOC directory not found: {tmp_path / 'VOC2007'}" in error_line(result.output)
     result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data",
-                                 str(tmp_path), "--quiet"])
+                                 str(tmp_path), "--engine", "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert "coco/annotations/instances_train2017.json not found" in error_line(result.output)
     if importlib.util.find_spec("detectron2") is not None:
@@ -93,8 +94,9 @@ def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) ->
 
 def test_exit_code_through_a_real_process(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-m", "cli", "eval", "coco", "--weights", str(tmp_path / "absent.pth"),
-                           "-c", "coco_embedded", "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    args = ["eval", "coco", "--weights", str(tmp_path / "absent.pth"), "-c", "coco_embedded", "--engine",
+            "torchvision", "--quiet"]
+    done = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2
     assert "absent.pth" in error_line(done.stderr)
 
