@@ -18,8 +18,9 @@ import shutil
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -98,7 +99,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_atomic(obj: dict[str, Any], path: Path) -> None:
-    """torch.save to a temporary file in the same directory, fsync, then rename over ``path``.
+    """torch.save ``obj`` to ``path`` through :func:`write_atomic`."""
+    write_atomic(path, lambda f: torch.save(obj, f), what="checkpoint")
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, what: str = "file") -> None:
+    """Call ``write`` on a temporary file in the same directory, fsync, then rename it over ``path``.
 
     A crash (or a full disk) at any point leaves either the previous file or the new one, never a torn one.
     An OSError (a full disk, a quota, a vanished directory) becomes a one-line CheckpointError saying so.
@@ -107,20 +113,20 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
-        raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or err}") from err
+        raise CheckpointError(f"cannot write {what} {path}: {err.strerror or err}") from err
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a checkpoint is a normal file
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
-        kept = "the previous checkpoint is intact" if path.exists() else "no checkpoint was written"
-        raise CheckpointError(f"cannot write checkpoint {path}: {err.strerror or err}; {kept}") from err
+        kept = f"the previous {what} is intact" if path.exists() else f"no {what} was written"
+        raise CheckpointError(f"cannot write {what} {path}: {err.strerror or err}; {kept}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

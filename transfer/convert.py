@@ -13,10 +13,8 @@ numpy arrays, so a converted file can be checked without trusting it.
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ import numpy as np
 import torch
 
 from lincls.backbone import file_sha256, infer_arch, read_backbone_state
-from moco_core.checkpoint import CheckpointError
+from moco_core.checkpoint import CheckpointError, write_atomic
 
 AUTHOR = "moco"
 PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)
@@ -105,26 +103,7 @@ def from_detectron2(model: dict[str, Any]) -> dict[str, torch.Tensor]:
 def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
     """Write ``{"model", "__author__", "matching_heuristics"}`` atomically (temporary file, fsync, rename)."""
     obj = {"model": model, "__author__": AUTHOR, "matching_heuristics": True}
-    try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    except OSError as err:
-        raise CheckpointError(f"cannot write {dst}: {err.strerror or err}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=PICKLE_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise CheckpointError(f"cannot write {dst}: {err.strerror or err}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(dst, lambda f: pickle.dump(obj, f, protocol=PICKLE_PROTOCOL), what="detectron2 file")
 
 
 def convert_file(src: Path, dst: Path) -> dict[str, Any]:
