@@ -117,4 +117,5 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
     from transfer.run import evaluate
 
     tcfg = load_transfer_config(task, f"{task}_embedded", overrides, {"engine": engine})
-    return lambda: evaluate(tcfg, weights, show_progress=show_progress)
+    resume = (out / checkpoint.LAST).is_file()  # a fine-tuning an interrupted demo left part-way
+    return lambda: evaluate(tcfg, weights, show_progress=show_progress, resume=resume)
