@@ -46,6 +46,7 @@ from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 from torch import nn
 
+from lincls.backbone import BackboneInfo
 from lincls.records import write_record
 from moco_core import distributed
 from moco_core.checkpoint import CheckpointError
@@ -238,22 +239,64 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True, e
 
 def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool, extra: dict[str, Any],
          resume: bool) -> Path:
-    main, world, started = distributed.is_main(), distributed.world_size(), time.perf_counter()
-    s = cfg.solver
-    if s.batch_size % world:
-        raise ConfigError(f"solver.batch_size: {s.batch_size} is not divisible by the {world} processes")
+    started, s = time.perf_counter(), cfg.solver
     run_dir = Path(cfg.run.output_dir or f"runs/{cfg.task}")
+    info, data, d2cfg = _setup(cfg, weights, device, run_dir)
+    seed_all_rng(cfg.run.seed + distributed.rank())  # torch, numpy (the augmentations) and random
+    register_roi_heads()
+    model = build_model(d2cfg)
+    history: list[dict[str, float]] = []
+    trainer, checkpointer = _trainer(cfg, d2cfg, model, device, run_dir, history, show_progress, len(data.train))
+    checkpointer.resume_or_load(d2cfg.MODEL.WEIGHTS, resume=resume)
+    if resume and checkpointer.has_checkpoint():
+        trainer.start_iter = trainer.iter + 1
+    elif d2cfg.MODEL.WEIGHTS:
+        _check_loaded(model, load_detectron2_pkl(Path(d2cfg.MODEL.WEIGHTS))["model"])
+    try:
+        trainer.train(trainer.start_iter, s.iterations)
+    except FloatingPointError as err:  # detectron2's check of the gathered losses
+        raise NonFiniteLossError(f"{str(err).splitlines()[0]} ({cfg.task}, detectron2); lower solver.lr or "
+                                 f"lengthen solver.warmup_iters") from None
+    train_time = time.perf_counter() - started
+    # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
+    results = {k: None if isinstance(v, float) and math.isnan(v) else v
+               for k, v in _test(cfg, d2cfg, model, data, show_progress and distributed.is_main()).items()}
+    if not distributed.is_main():
+        return run_dir / "result.json"
+    record = write_record(
+        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
+        dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
+                 "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
+                 "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names)},
+        config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
+                "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
+        history=history,
+        extra={"engine": "detectron2", "detectron2_version": detectron2.__version__,
+               "world_size": distributed.world_size(), "device": str(device),
+               "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
+    summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
+    print(f"{cfg.task} ({model_name(cfg, info.arch)}, detectron2): {summary} in "
+          f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
+    return record
+
+
+def _setup(cfg: TransferConfig, weights: str, device: torch.device,
+           run_dir: Path) -> tuple[BackboneInfo, DetectionData, CfgNode]:
+    """Check the weights and the data, convert the backbone, register the datasets, write the run files."""
+    main, world = distributed.is_main(), distributed.world_size()
+    if cfg.solver.batch_size % world:
+        raise ConfigError(f"solver.batch_size: {cfg.solver.batch_size} is not divisible by the {world} processes")
     _, info = load_resnet(weights, cfg.detector.arch)  # the whole backbone is checked before the data is read
     data = load_data(cfg)  # names what is missing from the datasets root before anything trains
-    if len(data.train) < s.batch_size // world:
+    if len(data.train) < cfg.solver.batch_size // world:
         raise DatasetError(f"{'+'.join(cfg.data.train)}: {len(data.train)} training images with objects, fewer "
-                           f"than a batch of {s.batch_size // world}")
+                           f"than a batch of {cfg.solver.batch_size // world}")
     converted = run_dir / "backbone.pkl"
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if weights != "random":
             convert_file(Path(weights), converted)
-    comm.synchronize()
+    comm.synchronize()  # the others read the converted file
     rle = any(isinstance(a.get("segmentation"), dict) and not a.get("iscrowd") for d in data.train
               for a in d["annotations"])  # crowd objects are not trained on
     d2cfg = build_config(cfg, num_classes=len(data.class_names), arch=info.arch, device=device, output_dir=run_dir,
@@ -266,41 +309,7 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
                                                  "detectron2", "world_size": world, "device": str(device)})
         write_text_atomic(run_dir / "detectron2_config.yaml", d2cfg.dump())
-    seed_all_rng(cfg.run.seed + distributed.rank())  # torch, numpy (the augmentations) and random
-    register_roi_heads()
-    model = build_model(d2cfg)
-    history: list[dict[str, float]] = []
-    trainer, checkpointer = _trainer(cfg, d2cfg, model, device, run_dir, history, show_progress, len(data.train))
-    checkpointer.resume_or_load(d2cfg.MODEL.WEIGHTS, resume=resume)
-    if resume and checkpointer.has_checkpoint():
-        trainer.start_iter = trainer.iter + 1
-    elif d2cfg.MODEL.WEIGHTS:
-        _check_loaded(model, load_detectron2_pkl(converted)["model"])
-    try:
-        trainer.train(trainer.start_iter, s.iterations)
-    except FloatingPointError as err:  # detectron2's check of the gathered losses
-        raise NonFiniteLossError(f"{str(err).splitlines()[0]} ({cfg.task}, detectron2); lower solver.lr or "
-                                 f"lengthen solver.warmup_iters") from None
-    train_time = time.perf_counter() - started
-    results = _test(cfg, d2cfg, model, data, show_progress and main)
-    record = run_dir / "result.json"
-    if main:
-        record = write_record(
-            record, task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
-            dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
-                     "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
-                     "train_images": len(data.train), "test_images": len(data.test),
-                     "classes": len(data.class_names)},
-            config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
-                    "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
-            history=history,
-            extra={"engine": "detectron2", "detectron2_version": detectron2.__version__, "world_size": world,
-                   "device": str(device), "wall_time_s": time.perf_counter() - started, "train_time_s": train_time,
-                   **extra})
-        summary = " ".join(f"{k} {results[k]:.2f}" for k in results if k != "per_class_AP50")
-        print(f"{cfg.task} ({model_name(cfg, info.arch)}, detectron2): {summary} in "
-              f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
-    return record
+    return info, data, d2cfg
 
 
 def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torch.device, run_dir: Path,

@@ -324,6 +324,7 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, shapes_root: Path, tmp_p
     cfg = load_transfer_config("coco", "coco_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]"],
                                {"engine": "detectron2", "data": {"path": str(root)},
                                 "run": {"output_dir": str(tmp_path / "run")}})
-    record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
+    text = evaluate(cfg, "random", show_progress=False).read_text()
+    record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in result.json"))  # strict JSON
     assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded"
     assert {"bbox_AP", "segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
