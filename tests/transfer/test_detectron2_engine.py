@@ -284,17 +284,26 @@ def test_missing_datasets_are_named_before_anything_trains(d2: Any, shapes_root:
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.usefixtures("one_thread")
-def test_short_voc_run_learns_and_writes_a_detectron2_record(d2: Any, shapes_root: Path, tmp_path: Path) -> None:
-    from reports.records import load_records
+@pytest.fixture(scope="module")
+def tiny_voc(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 trainval and 8 test images of 48 px in the VOC layout."""
     from transfer.embedded import ensure_voc
+
+    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, scale=1, shapes_root=shapes_root)
+
+
+def tiny_voc_config(root: Path, output_dir: Path, *overrides: str) -> TransferConfig:
+    return load_transfer_config("voc", "voc_embedded", [*TINY, f"data.classes={list(CLASSES)}", *overrides],
+                                {"engine": "detectron2", "data": {"path": str(root)},
+                                 "run": {"output_dir": str(output_dir)}})
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_short_voc_run_learns_and_writes_a_detectron2_record(d2: Any, tiny_voc: Path, tmp_path: Path) -> None:
+    from reports.records import load_records
     from transfer.run import evaluate
 
-    root = ensure_voc(tmp_path / "data", trainval=24, test=8, scale=1, shapes_root=shapes_root)
-    cfg = load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=30", "solver.steps=[24]",
-                                                       f"data.classes={list(CLASSES)}"],
-                               {"engine": "detectron2", "data": {"path": str(root)},
-                                "run": {"output_dir": str(tmp_path / "run")}})
+    cfg = tiny_voc_config(tiny_voc, tmp_path / "run", "solver.iterations=30", "solver.steps=[24]")
     record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
     losses = [h["loss"] for h in record["history"]]
     assert len(losses) == 30 and record["history"][-1]["iteration"] == 30
@@ -328,3 +337,14 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, shapes_root: Path, tmp_p
     record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in result.json"))  # strict JSON
     assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded"
     assert {"bbox_AP", "segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
+
+
+def test_two_processes_through_detectron2s_launcher(d2: Any, tiny_voc: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the spawned processes (see one_thread)
+    cfg = tiny_voc_config(tiny_voc, tmp_path / "run", "solver.batch_size=4", "solver.iterations=2",
+                          "solver.steps=[1]")
+    d2.launch(cfg, "random", num_processes=2, show_progress=False)  # gloo on CPU, NCCL on GPUs
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert record["world_size"] == 2 and record["engine"] == "detectron2"
+    assert [h["iteration"] for h in record["history"]] == [1, 2] and record["dataset"]["test_images"] == 8
