@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from demo import cli as demo_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
+from moco_demo import cli as demo_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli

@@ -10,7 +10,6 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,6 +212,11 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Our configs/ package sits beside moco_core/ in a source tree and in site-packages alike. Found by path, not by
+# importing "configs": a detectron2 source checkout on sys.path has a configs/ folder that would shadow ours.
+PRESETS = Path(__file__).resolve().parent.parent / "configs"
+
+
 def preset_path(name_or_path: str) -> Path:
     """A YAML path, or the name of a preset shipped in ``configs/`` (``moco_v2_200ep``, ``embedded``...)."""
     path = Path(name_or_path)
@@ -220,11 +224,11 @@ def preset_path(name_or_path: str) -> Path:
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         return path
-    shipped = resources.files("configs") / f"{name_or_path}.yaml"
+    shipped = PRESETS / f"{name_or_path}.yaml"
     if not shipped.is_file():
-        known = sorted(p.name[:-5] for p in resources.files("configs").iterdir() if p.name.endswith(".yaml"))
+        known = sorted(p.stem for p in PRESETS.glob("*.yaml"))
         raise ConfigError(f"unknown config preset {name_or_path!r} (presets: {', '.join(known)})")
-    return Path(str(shipped))
+    return shipped
 
 
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def demo_cli(
 ) -> None:
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
     init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped."""
-    from demo.run import TASKS, run_demo
+    from moco_demo.run import TASKS, run_demo
     from reports.render import to_markdown
     from reports.report import build_report
 

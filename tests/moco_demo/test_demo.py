@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.run import run_demo
+from moco_demo.run import run_demo
 
 TINY_PRETRAIN = ["model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=1",
                  "data.workers=0", "run.knn_every=0", "augment.crop_size=32"]

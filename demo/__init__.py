@@ -1,1 +1,0 @@
-"""``moco demo``: the whole protocol on the embedded data in one command."""
