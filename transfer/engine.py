@@ -76,6 +76,7 @@ class DetectionDataset(Dataset):
         image = read_rgb(record["file_name"])
         if not self.train:
             return image, {}, index
+        # Deviation from the official code: detectron2's VOC loader keeps difficult objects for training.
         objects = [a for a in record["annotations"] if not a.get("iscrowd") and not a.get("difficult")
                    and a["bbox"][2] > a["bbox"][0] and a["bbox"][3] > a["bbox"][1]]
         height, width = image.shape[1:]
