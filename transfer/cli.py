@@ -9,9 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-# The root cli.py passes these to app.command(); every transfer command parses its options strictly now.
-PENDING: dict[str, Any] = {}
-
 Weights = Annotated[str, typer.Option(
     help="Backbone weights: a checkpoint (ours, official main_moco.py's, a torchvision ResNet state_dict, our "
     "supervised baseline), or 'random'.")]

@@ -56,9 +56,10 @@ def polygon_masks(segmentations: Sequence[Any], height: int, width: int) -> torc
 class DetectionDataset(Dataset):
     """Dataset dicts -> (image (3, H, W) in [0, 1], target, index) for torchvision's detectors.
 
-    Training targets keep neither crowd nor difficult objects (the protocol trains on the others only) and no
-    zero-area box; ``labels`` are ``category_id + 1`` (0 is torchvision's background); ``masks`` (n, H, W) are
-    added when asked for; images are flipped horizontally with ``flip_prob``. Test targets are empty.
+    Training targets keep no crowd object and no zero-area box, but keep VOC's difficult objects, as detectron2's
+    VOC loader (the paper's engine) does; ``labels`` are ``category_id + 1`` (0 is torchvision's background);
+    ``masks`` (n, H, W) are added when asked for; images are flipped horizontally with ``flip_prob``. Test
+    targets are empty.
     """
 
     def __init__(self, dicts: Sequence[dict[str, Any]], *, train: bool, flip_prob: float = 0.0,
@@ -76,8 +77,7 @@ class DetectionDataset(Dataset):
         image = read_rgb(record["file_name"])
         if not self.train:
             return image, {}, index
-        # Deviation from the official code: detectron2's VOC loader keeps difficult objects for training.
-        objects = [a for a in record["annotations"] if not a.get("iscrowd") and not a.get("difficult")
+        objects = [a for a in record["annotations"] if not a.get("iscrowd")
                    and a["bbox"][2] > a["bbox"][0] and a["bbox"][3] > a["bbox"][1]]
         height, width = image.shape[1:]
         target = {"boxes": torch.tensor([a["bbox"] for a in objects], dtype=torch.float32).reshape(-1, 4),

@@ -135,7 +135,7 @@ def _load_voc(cfg: TransferConfig) -> DetectionData:
 
 
 def _trainable(record: dict[str, Any]) -> bool:
-    return any(not a.get("iscrowd") and not a.get("difficult") for a in record["annotations"])
+    return any(not a.get("iscrowd") for a in record["annotations"])  # difficult ones train, as in detectron2
 
 
 def _load_coco(cfg: TransferConfig) -> DetectionData:

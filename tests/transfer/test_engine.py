@@ -47,7 +47,7 @@ def test_bn_parameters_get_their_own_weight_decay() -> None:
     assert other["momentum"] == 0.9
 
 
-def test_training_targets_drop_crowd_and_difficult_and_flip(tmp_path: Path) -> None:
+def test_training_targets_drop_crowd_keep_difficult_and_flip(tmp_path: Path) -> None:
     path = tmp_path / "a.png"
     pixels = np.zeros((10, 20, 3), dtype=np.uint8)
     pixels[:, :5] = 255  # white left strip
@@ -60,14 +60,14 @@ def test_training_targets_drop_crowd_and_difficult_and_flip(tmp_path: Path) -> N
     ]}
     image, target, index = engine.DetectionDataset([record], train=True, masks=True)[0]
     assert image.shape == (3, 10, 20) and image[0, 0, 0] == 1.0 and image[0, 0, 10] == 0.0
-    assert target["labels"].tolist() == [1]  # category 0 + 1: torchvision's 0 is the background
-    assert target["boxes"].tolist() == [[2.0, 1.0, 6.0, 5.0]]
-    assert target["masks"].shape == (1, 10, 20) and target["masks"][0, 2:5, 2:6].all()
-    assert target["masks"].sum() == 16 and index == 0
+    assert target["labels"].tolist() == [1, 3]  # category + 1: torchvision's 0 is the background
+    assert target["boxes"].tolist() == [[2.0, 1.0, 6.0, 5.0], [1.0, 1.0, 3.0, 3.0]]  # difficult kept (detectron2)
+    assert target["masks"].shape == (2, 10, 20) and target["masks"][0, 2:5, 2:6].all()
+    assert target["masks"][0].sum() == 16 and index == 0
     image, target, _ = engine.DetectionDataset([record], train=True, flip_prob=1.0, masks=True)[0]
     assert image[0, 0, 19] == 1.0  # the white strip moved right
-    assert target["boxes"].tolist() == [[14.0, 1.0, 18.0, 5.0]]  # x -> width - x
-    assert target["masks"][0, 2:5, 14:18].all() and target["masks"].sum() == 16
+    assert target["boxes"].tolist() == [[14.0, 1.0, 18.0, 5.0], [17.0, 1.0, 19.0, 3.0]]  # x -> width - x
+    assert target["masks"][0, 2:5, 14:18].all() and target["masks"][0].sum() == 16
     _, empty, _ = engine.DetectionDataset([record], train=False)[0]
     assert empty == {}
 
