@@ -15,7 +15,7 @@ def readme_commands() -> list[str]:
 
 def test_readme_opens_with_the_two_setup_commands() -> None:
     main_job, tests = readme_commands()
-    assert main_job.startswith("python3 -m venv .venv") and "moco pretrain -c embedded" in main_job
+    assert main_job.startswith("python3 -m venv .venv") and main_job.endswith("moco demo")  # the whole protocol
     assert tests.startswith("python3 -m venv .venv") and tests.endswith("pytest -q")
 
 
