@@ -80,6 +80,11 @@ def pretrain_cli(
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
+    print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume, quiet)
+
+
+def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., None], *args: Any) -> None:
+    """``--print-config``: show the resolved config as YAML; otherwise run ``fn(*args)`` in ``nproc`` processes."""
     if print_config:
         import yaml
 
@@ -88,7 +93,7 @@ def pretrain_cli(
     if nproc < 1:
         print("error: --nproc: must be >= 1", file=sys.stderr)
         raise typer.Exit(2)
-    launch(nproc, run_pretrain, cfg, resume, quiet)
+    launch(nproc, fn, *args)
 
 
 def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:

@@ -33,8 +33,8 @@ def _transfer(task: str, weights: str, config: str | None, overrides: list[str],
               resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
     """Resolve the config (bad input: one line, exit 2), then run here or in ``nproc`` processes."""
     from moco_core.checkpoint import CheckpointError
-    from moco_core.cli import launch
-    from moco_core.config import ConfigError, to_dict
+    from moco_core.cli import print_or_launch
+    from moco_core.config import ConfigError
     from transfer.config import load_transfer_config
 
     try:
@@ -42,15 +42,7 @@ def _transfer(task: str, weights: str, config: str | None, overrides: list[str],
     except (ConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
-    if print_config:
-        import yaml
-
-        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
-        return
-    if nproc < 1:
-        print("error: --nproc: must be >= 1", file=sys.stderr)
-        raise typer.Exit(2)
-    launch(nproc, run_transfer, cfg, weights, resume, quiet)
+    print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet)
 
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
