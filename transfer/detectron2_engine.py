@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -47,20 +46,19 @@ from detectron2.utils.env import seed_all_rng
 from torch import nn
 
 from lincls.backbone import BackboneInfo
-from lincls.records import write_record
 from moco_core import distributed
 from moco_core.checkpoint import CheckpointError
 from moco_core.config import ConfigError, to_dict
 from moco_core.data import DatasetError
 from moco_core.engine import NonFiniteLossError
-from moco_core.progress import MetricsWriter, Progress, format_duration
+from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import write_run_files, write_text_atomic
 from moco_core.train import resolve_device
-from transfer.config import TransferConfig, model_name
+from transfer.config import TransferConfig
 from transfer.convert import convert_file, load_detectron2_pkl
 from transfer.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
 from transfer.models import load_resnet
-from transfer.run import DetectionData, _split_name, load_data
+from transfer.run import DetectionData, _split_name, load_data, write_transfer_record
 
 BASIC_BLOCKS = {18: 2, 34: 3}  # res5 blocks of the ResNets made of basic blocks
 
@@ -258,26 +256,13 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
         raise NonFiniteLossError(f"{str(err).splitlines()[0]} ({cfg.task}, detectron2); lower solver.lr or "
                                  f"lengthen solver.warmup_iters") from None
     train_time = time.perf_counter() - started
-    # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
-    results = {k: None if isinstance(v, float) and math.isnan(v) else v
-               for k, v in _test(cfg, d2cfg, model, data, show_progress and distributed.is_main()).items()}
+    results = _test(cfg, d2cfg, model, data, show_progress and distributed.is_main())
     if not distributed.is_main():
         return run_dir / "result.json"
-    record = write_record(
-        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
-        dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
-                 "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
-                 "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names)},
-        config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
-                "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
-        history=history,
-        extra={"engine": "detectron2", "detectron2_version": detectron2.__version__,
-               "world_size": distributed.world_size(), "device": str(device),
-               "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
-    summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
-    print(f"{cfg.task} ({model_name(cfg, info.arch)}, detectron2): {summary} in "
-          f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
-    return record
+    return write_transfer_record(run_dir, cfg, data, info, results, history, engine="detectron2",
+                                 details={"detectron2_version": detectron2.__version__,
+                                          "world_size": distributed.world_size(), "device": str(device)},
+                                 started=started, train_time=train_time, extra=extra)
 
 
 def _setup(cfg: TransferConfig, weights: str, device: torch.device,

@@ -23,6 +23,7 @@ import torchvision
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from lincls.backbone import BackboneInfo
 from lincls.records import write_record
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, to_dict
@@ -233,25 +234,38 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     train_time = time.perf_counter() - started
     test_progress = Progress(-(-len(data.test) // (cfg.run.test_batch_size * world)), every=cfg.run.log_every * 5,
                              enabled=main and show_progress)
+    results = _test(cfg, model, data, device, test_progress)
+    if not main:
+        return run_dir / "result.json"
+    return write_transfer_record(run_dir, cfg, data, info, results, history, engine="torchvision",
+                                 details={"world_size": world, "device": str(device)}, started=started,
+                                 train_time=train_time, extra=extra)
+
+
+def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionData, info: BackboneInfo,
+                          results: dict[str, Any], history: list[dict[str, float]], *, engine: str,
+                          details: dict[str, Any], started: float, train_time: float,
+                          extra: dict[str, Any]) -> Path:
+    """The result record of a VOC/COCO run, the same for every engine (main process only); prints a summary.
+
+    ``details``: the engine's own top-level fields (processes, device, version); ``extra``: the caller's.
+    """
     # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
-    results = {k: None if isinstance(v, float) and math.isnan(v) else v
-               for k, v in _test(cfg, model, data, device, test_progress).items()}
-    record = run_dir / "result.json"
-    if main:
-        record = write_record(
-            record, task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
-            dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
-                     "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
-                     "train_images": len(data.train), "test_images": len(data.test),
-                     "classes": len(data.class_names)},
-            config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
-                    "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
-            history=history,
-            extra={"engine": "torchvision", "world_size": world, "device": str(device),
-                   "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
-        summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
-        print(f"{cfg.task} ({model_name(cfg, info.arch)}, torchvision): {summary} in "
-              f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
+    results = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in results.items()}
+    s = cfg.solver
+    record = write_record(
+        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
+        dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
+                 "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
+                 "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names)},
+        config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
+                "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
+        history=history,
+        extra={"engine": engine, **details, "wall_time_s": time.perf_counter() - started, "train_time_s": train_time,
+               **extra})
+    summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
+    print(f"{cfg.task} ({model_name(cfg, info.arch)}, {engine}): {summary} in "
+          f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
     return record
 
 
