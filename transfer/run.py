@@ -14,12 +14,14 @@ import importlib.util
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torchvision
+from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -110,9 +112,44 @@ def _split_name(name: str, task: str) -> tuple[str, str]:
 def load_data(cfg: TransferConfig) -> DetectionData:
     """Read the configured datasets (generating the embedded ones on first use); DatasetError names what is
     missing. Training images without a usable object are left out (detectron2 filters empty images)."""
-    if cfg.task == "voc":
-        return _load_voc(cfg)
-    return _load_coco(cfg)
+    data = _load_voc(cfg) if cfg.task == "voc" else _load_coco(cfg)
+    check_image_sizes([*data.train, *data.test], workers=max(cfg.data.workers, 1))
+    return data
+
+
+_EXIF_ORIENTATION = 0x0112
+_SIZE_PROBLEMS_SHOWN = 3
+
+
+def _image_size_problem(record: dict[str, Any]) -> str | None:
+    """Why ``record``'s image disagrees with its annotation (size after EXIF rotation, as it is decoded), or None.
+
+    Reads the file's header only; nothing is decoded.
+    """
+    path = record["file_name"]
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            if image.getexif().get(_EXIF_ORIENTATION) in (5, 6, 7, 8):  # a quarter turn swaps the sides
+                width, height = height, width
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except (OSError, SyntaxError, ValueError) as err:
+        return f"{path} is not a readable image ({err.__class__.__name__})"
+    if (width, height) != (record["width"], record["height"]):
+        return f"{path} is {width}x{height} but its annotation says {record['width']}x{record['height']}"
+    return None
+
+
+def check_image_sizes(records: list[dict[str, Any]], *, workers: int = 8) -> None:
+    """Before anything trains: every image exists, opens, and has the size its annotation gives (the boxes and
+    masks are in those coordinates). A DatasetError counts the bad images and names the first few."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        problems = [p for p in pool.map(_image_size_problem, records, chunksize=64) if p]
+    if problems:
+        shown = "; ".join(problems[:_SIZE_PROBLEMS_SHOWN])
+        more = f"; and {len(problems) - _SIZE_PROBLEMS_SHOWN} more" if len(problems) > _SIZE_PROBLEMS_SHOWN else ""
+        raise DatasetError(f"{len(problems)} of {len(records)} images do not match their annotations: {shown}{more}")
 
 
 def _load_voc(cfg: TransferConfig) -> DetectionData:
