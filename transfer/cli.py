@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-Weights = Annotated[str, typer.Option(
-    help="Backbone weights: a checkpoint (ours, official main_moco.py's, a torchvision ResNet state_dict, our "
-    "supervised baseline), or 'random'.")]
+Weights = Annotated[str | None, typer.Option(
+    help="Backbone weights (required, except with --print-config): a checkpoint (ours, official main_moco.py's, "
+    "a torchvision ResNet state_dict, our supervised baseline), or 'random'.")]
 Config = Annotated[str | None, typer.Option(
     "--config", "-c", help="YAML file or preset (voc_embedded, voc_R50_C4_24k, coco_embedded, coco_R50_C4_1x, "
     "coco_R50_C4_2x, coco_R50_FPN_1x, coco_R50_FPN_2x). Without it: the paper's setting.")]
@@ -29,7 +29,7 @@ Quiet = Annotated[bool, typer.Option(help="No progress output.")]
 PrintConfig = Annotated[bool, typer.Option(help="Print the resolved config as YAML and exit.")]
 
 
-def _transfer(task: str, weights: str, config: str | None, overrides: list[str], flags: dict[str, Any],
+def _transfer(task: str, weights: str | None, config: str | None, overrides: list[str], flags: dict[str, Any],
               resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
     """Resolve the config (bad input: one line, exit 2), then run here or in ``nproc`` processes."""
     from moco_core.checkpoint import CheckpointError
@@ -38,6 +38,8 @@ def _transfer(task: str, weights: str, config: str | None, overrides: list[str],
     from transfer.config import load_transfer_config
 
     try:
+        if weights is None and not print_config:
+            raise ConfigError("--weights is required: a checkpoint, a torchvision ResNet state_dict, or 'random'")
         cfg = load_transfer_config(task, config, overrides, flags)
     except (ConfigError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -70,7 +72,7 @@ def _flags(engine: str | None, data: str | None, output_dir: str | None, device:
             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
 
 
-def voc_cli(weights: Weights, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
+def voc_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
             output_dir: OutputDir = None, device: Device = None, seed: Seed = None, workers: Workers = None,
             resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
     """Faster R-CNN (R50-C4, the paper's VOC detector) fine-tuned from a backbone on VOC07+12, tested on VOC07."""
@@ -78,9 +80,10 @@ def voc_cli(weights: Weights, config: Config = None, set_: Sets = None, engine: 
               nproc, quiet, print_config)
 
 
-def coco_cli(weights: Weights, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
-             output_dir: OutputDir = None, device: Device = None, seed: Seed = None, workers: Workers = None,
-             resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+def coco_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None,
+             data: Data = None, output_dir: OutputDir = None, device: Device = None, seed: Seed = None,
+             workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
+             print_config: PrintConfig = False) -> None:
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
     _transfer("coco", weights, config, set_ or [], _flags(engine, data, output_dir, device, seed, workers), resume,
               nproc, quiet, print_config)

@@ -51,6 +51,9 @@ def test_print_config_resolves_presets_and_flags() -> None:
     assert result.exit_code == 0, result.output
     assert "schedule: 2x" in result.output and "head: FPN" in result.output and "lr: 0.01" in result.output
     assert "engine: torchvision" in result.output and "seed: 3" in result.output and "path: /d" in result.output
+    result = runner.invoke(app, ["eval", "voc", "-c", "voc_embedded", "--print-config"])  # no --weights needed
+    assert result.exit_code == 0, result.output
+    assert "path: embedded" in result.output
     paper = load_transfer_config("voc", None, [], {"data": {"path": "/d"}})  # no --config: the paper's VOC run
     assert (paper.detector.head, paper.solver.iterations, paper.solver.steps) == ("C4", 24000, (18000, 22000))
     assert (paper.solver.lr, paper.solver.batch_size, paper.input.min_size_test) == (0.02, 16, 800)
@@ -59,6 +62,8 @@ def test_print_config_resolves_presets_and_flags() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["eval", "voc", "--weights", "random", "--set", "solver.itterations=5", "--data", "x"],
      "solver.itterations: unknown key"),
+    (["eval", "voc", "-c", "voc_embedded"], "--weights is required"),
+    (["eval", "coco", "-c", "coco_embedded", "--engine", "torchvision"], "--weights is required"),
     (["eval", "voc", "--weights", "random", "-c", "coco_embedded"], "is for coco, not voc"),
     (["eval", "voc", "--weights", "random", "-c", "voc_R50_C4_24k"], "data.path: not set"),
     (["eval", "coco", "--weights", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
