@@ -134,7 +134,7 @@ def _image_size_problem(record: dict[str, Any]) -> str | None:
                 width, height = height, width
     except FileNotFoundError:
         return f"{path} is missing"
-    except (OSError, SyntaxError, ValueError) as err:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         return f"{path} is not a readable image ({err.__class__.__name__})"
     if (width, height) != (record["width"], record["height"]):
         return f"{path} is {width}x{height} but its annotation says {record['width']}x{record['height']}"

@@ -58,6 +58,13 @@ def test_resized_missing_and_unreadable_images_are_counted_and_named(tmp_path: P
     assert "text.jpg is not a readable image (UnidentifiedImageError)" in message
 
 
+def test_a_decompression_bomb_is_refused_by_its_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bomb = jpeg(tmp_path / "bomb.jpg", 64, 64)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 64 x 64 is over twice this: PIL refuses the header
+    with pytest.raises(DatasetError, match=r"bomb.jpg is not a readable image \(DecompressionBombError\)"):
+        check_image_sizes([record(bomb, 64, 64)])
+
+
 def test_only_the_first_three_are_named(tmp_path: Path) -> None:
     records = [record(jpeg(tmp_path / f"b{i}.jpg", 10, 10), 20, 20) for i in range(5)]
     with pytest.raises(DatasetError, match=r"^5 of 5 images .*; and 2 more$") as err:
