@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from moco_core.rundir import write_text_atomic
 
 
 def format_duration(seconds: float) -> str:
@@ -78,9 +79,7 @@ class MetricsWriter:
                 continue
             if isinstance(record, dict) and record.get("step", 0) <= step:
                 kept.append(line)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, **record: Any) -> None:
         if not self.enabled:
