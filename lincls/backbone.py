@@ -94,31 +94,38 @@ def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[
                                      f"{_describe(obj)}")
 
 
-def load_backbone(source: str, num_classes: int, *, arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
-    """A torchvision ResNet with the given weights and a new fc (N(0, 0.01), bias 0) for ``num_classes``.
+def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000,
+                arch_option: str = "--arch") -> tuple[torchvision.models.ResNet, BackboneInfo]:
+    """A torchvision ResNet holding ``source``'s weights (a checkpoint path of any format read here, or "random").
 
-    ``source`` is a checkpoint path or "random". Loading must leave exactly fc.weight and fc.bias missing
-    (the check of the official main_lincls.py); anything else fails with a one-line CheckpointError.
+    ``arch`` is the ResNet asked for (the file must hold it; "random" defaults to resnet50), named in errors as
+    ``arch_option``. Loading must leave exactly fc.weight and fc.bias missing (the check of the official
+    main_lincls.py); anything else fails with a one-line CheckpointError. fc keeps torchvision's initialisation.
     """
     if source == "random":
         chosen = arch or "resnet50"
         if chosen not in ARCHS:
             raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)}")
         model = getattr(torchvision.models, chosen)(num_classes=num_classes)
-        info = BackboneInfo("random", "random", chosen, None, {"method": "random init"})
-    else:
-        path = Path(source)
-        state, fmt, facts = read_backbone_state(path)
-        found = infer_arch(state)
-        if arch is not None and arch != found:
-            raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but --arch {arch} was asked for")
-        model = getattr(torchvision.models, found)(num_classes=num_classes)
-        result = model.load_state_dict(state, strict=False)
-        if set(result.missing_keys) != {"fc.weight", "fc.bias"} or result.unexpected_keys:
-            raise checkpoint.CheckpointError(
-                f"{path}: loading left missing {sorted(result.missing_keys)[:4]} and unexpected "
-                f"{sorted(result.unexpected_keys)[:4]}; expected exactly fc.weight and fc.bias missing")
-        info = BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+        return model, BackboneInfo("random", "random", chosen, None, {"method": "random init"})
+    path = Path(source)
+    state, fmt, facts = read_backbone_state(path)
+    found = infer_arch(state)
+    if arch is not None and arch != found:
+        raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but {arch_option} {arch} was asked for")
+    model = getattr(torchvision.models, found)(num_classes=num_classes)
+    result = model.load_state_dict(state, strict=False)
+    if set(result.missing_keys) != {"fc.weight", "fc.bias"} or result.unexpected_keys:
+        missing = sorted(set(result.missing_keys) - {"fc.weight", "fc.bias"})
+        raise checkpoint.CheckpointError(
+            f"{path}: not a complete {found} backbone: missing {missing[:4]}, unexpected "
+            f"{sorted(result.unexpected_keys)[:4]}; loading must leave exactly fc.weight and fc.bias missing")
+    return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+
+
+def load_backbone(source: str, num_classes: int, *, arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
+    """:func:`load_resnet` with a new fc (N(0, 0.01), bias 0) for ``num_classes``, as main_lincls.py."""
+    model, info = load_resnet(source, arch=arch, num_classes=num_classes)
     nn.init.normal_(model.fc.weight, mean=0.0, std=0.01)
     nn.init.zeros_(model.fc.bias)
     return model, info

@@ -15,7 +15,6 @@ processes run). Every backbone stage is trainable (detectron2's FREEZE_AT 0).
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
 
 import torch
 import torchvision
@@ -30,8 +29,8 @@ from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops import MultiScaleRoIAlign, roi_align
 
-from lincls.backbone import BackboneInfo, file_sha256, infer_arch, read_backbone_state
-from moco_core.checkpoint import CheckpointError
+from lincls import backbone
+from lincls.backbone import BackboneInfo
 from transfer.config import TransferConfig
 
 FPN_CHANNELS = 256
@@ -39,27 +38,8 @@ FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-
 
 
 def load_resnet(weights: str, arch: str | None = None) -> tuple[torchvision.models.ResNet, BackboneInfo]:
-    """A torchvision ResNet holding ``weights`` (a checkpoint path of any format lincls reads, or "random").
-
-    The file's tensors must be exactly the ResNet's minus fc: anything missing or left over fails in one line.
-    ``arch``: the expected ResNet (required to match the file; the default for "random" is resnet50).
-    """
-    if weights == "random":
-        chosen = arch or "resnet50"
-        return getattr(torchvision.models, chosen)(), BackboneInfo("random", "random", chosen, None,
-                                                                   {"method": "random init"})
-    path = Path(weights)
-    state, fmt, facts = read_backbone_state(path)
-    found = infer_arch(state)
-    if arch is not None and arch != found:
-        raise CheckpointError(f"{path}: holds {found} weights, but detector.arch is {arch}")
-    model = getattr(torchvision.models, found)()
-    result = model.load_state_dict(state, strict=False)
-    if set(result.missing_keys) != {"fc.weight", "fc.bias"} or result.unexpected_keys:
-        missing = sorted(set(result.missing_keys) - {"fc.weight", "fc.bias"})
-        raise CheckpointError(f"{path}: not a complete {found} backbone: missing {missing[:4]}, unexpected "
-                              f"{sorted(result.unexpected_keys)[:4]}")
-    return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+    """:func:`lincls.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``."""
+    return backbone.load_resnet(weights, arch=arch, arch_option="detector.arch")
 
 
 def stage_channels(stage: nn.Sequential) -> int:

@@ -106,7 +106,8 @@ def test_random_init_and_bad_files(tmp_path: Path, weight_files: dict[str, Path]
     resnet, info = load_resnet("random", None)
     assert (info.source, info.format, info.arch, info.sha256) == ("random", "random", "resnet50", None)
     assert isinstance(resnet, torchvision.models.ResNet)
-    with pytest.raises(checkpoint.CheckpointError, match="holds resnet18 weights, but detector.arch is resnet50"):
+    with pytest.raises(checkpoint.CheckpointError,
+                       match="holds resnet18 weights, but detector.arch resnet50 was asked for"):
         load_resnet(str(weight_files["torchvision"]), "resnet50")
     state = torch.load(weight_files["torchvision"], weights_only=True)
     del state["layer4.1.conv2.weight"]
