@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
+from moco_core.rundir import write_text_atomic
 
 TASKS = ("linear", "voc", "coco")
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
@@ -59,9 +60,8 @@ class Demo:
         self._save_times()
 
     def _save_times(self) -> None:
-        path = self.output_dir / "demo.json"
-        path.write_text(json.dumps({"steps": [t.__dict__ for t in self.times],
-                                    "total_s": sum(t.seconds for t in self.times)}, indent=2) + "\n")
+        times = {"steps": [t.__dict__ for t in self.times], "total_s": sum(t.seconds for t in self.times)}
+        write_text_atomic(self.output_dir / "demo.json", json.dumps(times, indent=2) + "\n")
 
 
 def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", tasks: tuple[str, ...] = TASKS,
