@@ -225,6 +225,11 @@ def _is_complete(root: Path) -> bool:
         return False
 
 
+def data_home() -> Path:
+    """Where generated datasets live: ``$MOCO_DATA_HOME``, by default ``~/.cache/moco``."""
+    return Path(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco").expanduser()
+
+
 def ensure_shapes(root: Path | None = None, **kwargs: int) -> Path:
     """Return a complete shapes dataset directory, generating it first if needed.
 
@@ -241,7 +246,7 @@ def ensure_shapes(root: Path | None = None, **kwargs: int) -> Path:
         raise TypeError(f"ensure_shapes got unknown arguments {sorted(unknown)}; expected {sorted(params)}")
     params.update(kwargs)
     if root is None:
-        home = Path(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco").expanduser()
+        home = data_home()
         name = (f"shapes-v{SHAPES_VERSION}-seed{params['seed']}-{params['image_size']}px-"
                 f"{params['train_per_class']}x{params['val_per_class']}")
         root = home / name

@@ -145,7 +145,7 @@ def _ensure(name: str, write: Callable[[Path, Path, dict[str, int], int], None],
         raise ValueError(f"image counts and scale must be >= 1, got {counts} and scale={scale}")
     source = shapes.ensure_shapes(shapes_root)
     if root is None:
-        home = Path(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco").expanduser()
+        home = shapes.data_home()
         sizes = "x".join(str(v) for v in counts.values())
         root = home / f"{source.name}-detection-v{EMBEDDED_VERSION}-{sizes}-scale{scale}"
     root = Path(root)
