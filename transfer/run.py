@@ -195,7 +195,8 @@ def _load_coco(cfg: TransferConfig) -> DetectionData:
             if not path.exists():
                 raise DatasetError(f"{name}: {path} not found (expected detectron2's layout: coco/annotations/"
                                    f"instances_{split}{year}.json and coco/{split}{year}/ under {root})")
-        loaded.append((name, annotations, load_coco(annotations, images)))
+        # the images it keeps are checked (present, readable, of the annotated size) by load_data
+        loaded.append((name, annotations, load_coco(annotations, images, check_files=False)))
     class_names, mapping = loaded[-1][2][1], loaded[-1][2][2]
     train: list[dict[str, Any]] = []
     for name, _, (dicts, names, _) in loaded[:-1]:
