@@ -73,6 +73,12 @@ def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return [(f, -1) for f in flat], []
 
 
+def show_value(value: object, limit: int = 60) -> str:
+    """A value for a one-line error message: repr'd (so newlines stay escaped), cut to ``limit`` characters."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def _one_line(text: str, limit: int = 120) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

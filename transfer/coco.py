@@ -22,16 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from moco_core.data import DatasetError
+from moco_core.data import DatasetError, show_value
 
 logger = logging.getLogger("moco.transfer")
 
 _MAX_RLE_CHARS = 1 << 24  # a compressed RLE longer than this is not a mask of any plausible image
-
-
-def _show(value: object, limit: int = 60) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _is_int(value: object) -> bool:
@@ -65,7 +60,7 @@ def _categories(doc: dict[str, Any], where: str) -> tuple[list[str], dict[int, i
         cid, name = cat.get("id"), cat.get("name")
         if not _is_int(cid) or not isinstance(name, str) or not name:
             raise DatasetError(f"{where}: categories[{index}] needs an integer 'id' and a non-empty 'name', "
-                               f"got id={_show(cid)} name={_show(name)}")
+                               f"got id={show_value(cid)} name={show_value(name)}")
         if cid in names:
             raise DatasetError(f"{where}: category id {cid} appears twice")
         names[cid] = name
@@ -81,10 +76,10 @@ def _images(doc: dict[str, Any], image_root: Path, where: str) -> dict[int, dict
         iid, name, width, height = img.get("id"), img.get("file_name"), img.get("width"), img.get("height")
         if not _is_int(iid) or not isinstance(name, str) or not name:
             raise DatasetError(f"{where}: images[{index}] needs an integer 'id' and a non-empty 'file_name', "
-                               f"got id={_show(iid)} file_name={_show(name)}")
+                               f"got id={show_value(iid)} file_name={show_value(name)}")
         if not (_is_int(width) and _is_int(height) and width > 0 and height > 0):
             raise DatasetError(f"{where}: image {iid}: width and height must be positive integers, got "
-                               f"{_show(width)} x {_show(height)}")
+                               f"{show_value(width)} x {show_value(height)}")
         if iid in images:
             raise DatasetError(f"{where}: image id {iid} appears twice")
         images[iid] = {"file_name": os.path.join(image_root, name), "image_id": iid, "height": height,
@@ -95,14 +90,14 @@ def _images(doc: dict[str, Any], image_root: Path, where: str) -> dict[int, dict
 def _box(ann: dict[str, Any], img: dict[str, Any], here: str) -> list[float]:
     bbox = ann.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
-        raise DatasetError(f"{here}: 'bbox' must be 4 finite numbers [x, y, w, h], got {_show(bbox)}")
+        raise DatasetError(f"{here}: 'bbox' must be 4 finite numbers [x, y, w, h], got {show_value(bbox)}")
     x, y, w, h = (float(v) for v in bbox)
     if w <= 0 or h <= 0:
-        raise DatasetError(f"{here}: degenerate bbox {_show(bbox)} (w and h must be > 0)")
+        raise DatasetError(f"{here}: degenerate bbox {show_value(bbox)} (w and h must be > 0)")
     x0, y0 = max(x, 0.0), max(y, 0.0)
     x1, y1 = min(x + w, float(img["width"])), min(y + h, float(img["height"]))
     if x1 <= x0 or y1 <= y0 or not all(map(math.isfinite, (x + w, y + h))):
-        raise DatasetError(f"{here}: bbox {_show(bbox)} lies outside the {img['width']}x{img['height']} image")
+        raise DatasetError(f"{here}: bbox {show_value(bbox)} lies outside the {img['width']}x{img['height']} image")
     return [x0, y0, x1, y1]
 
 
@@ -148,7 +143,7 @@ def _rle(segm: dict[str, Any], img: dict[str, Any], here: str) -> dict[str, Any]
     """A validated RLE dict, compressed (``counts`` a str): run lengths add up, so pycocotools can decode it."""
     size, counts = segm.get("size"), segm.get("counts")
     if size != [img["height"], img["width"]]:
-        raise DatasetError(f"{here}: RLE 'size' {_show(size)} is not the image's [height, width] "
+        raise DatasetError(f"{here}: RLE 'size' {show_value(size)} is not the image's [height, width] "
                            f"[{img['height']}, {img['width']}]")
     if img["height"] * img["width"] >= 1 << 32:  # pycocotools keeps sizes and run lengths in 32 bits
         raise DatasetError(f"{here}: an RLE mask of {img['height']}x{img['width']} pixels is too large")
@@ -160,7 +155,7 @@ def _rle(segm: dict[str, Any], img: dict[str, Any], here: str) -> dict[str, Any]
     elif isinstance(counts, list) and all(_is_int(c) for c in counts):
         runs = counts
     else:
-        raise DatasetError(f"{here}: RLE 'counts' must be a string or a list of integers, got {_show(counts)}")
+        raise DatasetError(f"{here}: RLE 'counts' must be a string or a list of integers, got {show_value(counts)}")
     if any(r < 0 for r in runs) or sum(runs) != img["height"] * img["width"]:
         raise DatasetError(f"{here}: RLE run lengths must be >= 0 and add up to height*width")
     return {"size": list(size), "counts": counts if isinstance(counts, str) else encode_rle_string(runs)}
@@ -175,7 +170,7 @@ def _segmentation(ann: dict[str, Any], img: dict[str, Any], here: str) -> list[l
         return _rle(segm, img, here)
     if not isinstance(segm, list) or not all(isinstance(p, list) and all(map(_is_number, p)) for p in segm):
         raise DatasetError(f"{here}: 'segmentation' must be a list of polygons (lists of numbers) or an RLE "
-                           f"object, got {_show(segm)}")
+                           f"object, got {show_value(segm)}")
     return [[float(v) for v in p] for p in segm if len(p) % 2 == 0 and len(p) >= 6]
 
 
@@ -187,14 +182,14 @@ def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>") -> tuple[li
     images = _images(doc, Path(image_root).absolute(), where)
     dropped = 0
     for index, ann in enumerate(_entries(doc, "annotations", where)):
-        here = f"{where} annotations[{index}] (id {_show(ann.get('id'), 20)})"
+        here = f"{where} annotations[{index}] (id {show_value(ann.get('id'), 20)})"
         iid, cid, crowd = ann.get("image_id"), ann.get("category_id"), ann.get("iscrowd", 0)
         if not _is_int(iid) or iid not in images:
-            raise DatasetError(f"{here}: image_id {_show(iid)} is not in 'images'")
+            raise DatasetError(f"{here}: image_id {show_value(iid)} is not in 'images'")
         if not _is_int(cid) or cid not in to_contiguous:
-            raise DatasetError(f"{here}: category_id {_show(cid)} is not in 'categories'")
+            raise DatasetError(f"{here}: category_id {show_value(cid)} is not in 'categories'")
         if crowd not in (0, 1) or isinstance(crowd, float):
-            raise DatasetError(f"{here}: iscrowd must be 0 or 1, got {_show(crowd)}")
+            raise DatasetError(f"{here}: iscrowd must be 0 or 1, got {show_value(crowd)}")
         img = images[iid]
         record = {"bbox": _box(ann, img, here), "category_id": to_contiguous[cid], "iscrowd": int(crowd),
                   "difficult": False}

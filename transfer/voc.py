@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from moco_core.data import DatasetError
+from moco_core.data import DatasetError, show_value
 
 VOC_CLASSES: tuple[str, ...] = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -33,12 +33,6 @@ VOC_CLASSES: tuple[str, ...] = (
 _SUBDIRS = ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main"))
 
 logger = logging.getLogger("moco.transfer")
-
-
-def _show(text: object, limit: int = 60) -> str:
-    """A value for an error message: repr'd (so newlines stay escaped), cut to ``limit`` characters."""
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def read_split(root: Path, split: str) -> list[str]:
@@ -52,7 +46,7 @@ def read_split(root: Path, split: str) -> list[str]:
     for number, line in enumerate(lines, 1):
         fields = line.split()
         if len(fields) > 1:
-            raise DatasetError(f"{path}:{number}: expected one image id per line, found {_show(line)}")
+            raise DatasetError(f"{path}:{number}: expected one image id per line, found {show_value(line)}")
         ids += fields
     return ids
 
@@ -100,9 +94,9 @@ def _number(node: ET.Element, tag: str, where: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise DatasetError(f"{where}: <{tag}> is not a number: {_show(text)}") from None
+        raise DatasetError(f"{where}: <{tag}> is not a number: {show_value(text)}") from None
     if not math.isfinite(value):
-        raise DatasetError(f"{where}: <{tag}> is not finite: {_show(text)}")
+        raise DatasetError(f"{where}: <{tag}> is not finite: {show_value(text)}")
     return value
 
 
@@ -120,13 +114,13 @@ def _object(obj: ET.Element, index: int, width: int, height: int, class_ids: dic
             where: str) -> tuple[dict[str, Any], bool]:
     """One ``<object>`` as an annotation dict, and whether its box had to be clipped."""
     name = _child_text(obj, "name", f"{where} object {index}")
-    here = f"{where} object {index} ({_show(name, 30)})"
+    here = f"{where} object {index} ({show_value(name, 30)})"
     if name not in class_ids:
         raise DatasetError(f"{here}: unknown class name; expected one of {len(class_ids)} classes "
                            f"({', '.join(list(class_ids)[:4])}, ...)")
     difficult_text = (obj.findtext("difficult") or "0").strip() or "0"
     if difficult_text not in ("0", "1"):
-        raise DatasetError(f"{here}: <difficult> must be 0 or 1, got {_show(difficult_text)}")
+        raise DatasetError(f"{here}: <difficult> must be 0 or 1, got {show_value(difficult_text)}")
     box = obj.find("bndbox")
     if box is None:
         raise DatasetError(f"{here}: missing <bndbox>")
@@ -157,7 +151,7 @@ def read_voc_xml(path: Path, class_names: Sequence[str] = VOC_CLASSES) -> tuple[
     except (ET.ParseError, ValueError, LookupError) as err:  # ValueError, LookupError: odd encodings
         raise DatasetError(f"{where}: unparseable XML ({' '.join(str(err).split())[:120]})") from None
     if root.tag != "annotation":
-        raise DatasetError(f"{where}: root element is {_show(root.tag, 30)}, expected 'annotation'")
+        raise DatasetError(f"{where}: root element is {show_value(root.tag, 30)}, expected 'annotation'")
     width, height = _size(root, where)
     class_ids = {name: i for i, name in enumerate(class_names)}
     annotations, clipped = [], 0
