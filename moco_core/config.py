@@ -36,6 +36,9 @@ class ModelConfig:
     dim: int = 128  # feature dimension of q and k (paper: 128)
     mlp: bool = False  # MoCo v2's 2-layer MLP head (arXiv 2003.04297); v1 has a single fc
     queue_size: int = 65536  # K, the number of negatives in the dictionary (paper: 65536)
+    # The queue before K keys have been written: "random" unit vectors (the official code) or "empty" (unwritten
+    # slots are not negatives; see moco_core/moco.py). Matters only in the first K / batch steps.
+    queue_init: Literal["random", "empty"] = "random"
     momentum: float = 0.999  # m, key-encoder momentum (paper: 0.999)
     temperature: float = 0.07  # T in InfoNCE (paper v1: 0.07; v2: 0.2)
     # How batch statistics are kept from leaking the positive (paper section 3.3):

@@ -26,7 +26,7 @@ from moco_core.moco import MoCo
 def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:
     """Translate the model config into a MoCo module, with the BN handling it asks for."""
     return MoCo(_contrastive_encoder(cfg, world_size), dim=cfg.dim, queue_size=cfg.queue_size, momentum=cfg.momentum,
-                temperature=cfg.temperature, shuffle_keys=cfg.shuffle_bn == "shuffle")
+                temperature=cfg.temperature, shuffle_keys=cfg.shuffle_bn == "shuffle", queue_init=cfg.queue_init)
 
 
 class MocoMethod:

@@ -52,6 +52,7 @@ class MoCo(nn.Module):
         momentum: float = 0.999,
         temperature: float = 0.07,
         shuffle_keys: bool = True,
+        queue_init: str = "random",
     ) -> None:
         super().__init__()
         self.queue_size = queue_size  # K
@@ -63,7 +64,17 @@ class MoCo(nn.Module):
         self.momentum_encoder = copy.deepcopy(encoder)
         for p in self.momentum_encoder.parameters():
             p.requires_grad_(False)
-        queue = F.normalize(torch.randn(dim, queue_size), dim=0)  # random unit keys until real ones arrive
+        # "random": unit random keys until real ones arrive (the official code). "empty": zero columns, left out
+        # of the logits until a key is written there. Before the queue fills, random keys are easy negatives
+        # that share nothing with the real ones: pulling every query towards the keys' common direction wins
+        # against them, and in a short run the encoders collapse onto that direction before they recover.
+        if queue_init not in ("random", "empty"):
+            raise ValueError(f"queue_init must be 'random' or 'empty', got {queue_init!r}")
+        self.mask_empty = queue_init == "empty"
+        if self.mask_empty:
+            queue = torch.zeros(dim, queue_size)
+        else:
+            queue = F.normalize(torch.randn(dim, queue_size), dim=0)
         self.register_buffer("queue", queue)  # (C, K)
         self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))  # next column to overwrite
 
@@ -101,6 +112,9 @@ class MoCo(nn.Module):
         # would be off by up to ~0.05 in the logit.
         with torch.autocast(device_type=q.device.type, enabled=False):
             logits, labels = contrastive_logits(q.float(), k.float(), self.queue, self.temperature)
+            if self.mask_empty:  # columns never written are all zero (a written key has norm 1)
+                empty = torch.cat([self.queue.new_zeros(1, dtype=torch.bool), ~self.queue.any(dim=0)])
+                logits = logits.masked_fill(empty, float("-inf"))
         return logits, labels, distributed.all_gather_cat(k.float())
 
     @torch.no_grad()

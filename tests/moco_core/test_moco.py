@@ -163,3 +163,39 @@ def test_training_matches_algorithm_1() -> None:
         assert torch.allclose(ours, ref, atol=1e-6)
     for ours, ref in zip(moco.encoder.parameters(), f_q.parameters(), strict=True):
         assert torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_empty_queue_leaves_unwritten_slots_out_of_the_logits() -> None:
+    """queue_init="empty": the negatives are exactly the keys written so far; once full, the plain logits."""
+    n, dim, queue_size, t = 2, 4, 5, 0.2
+    torch.manual_seed(5)
+    moco = MoCo(tiny_encoder(dim), dim=dim, queue_size=queue_size, momentum=0.9, temperature=t,
+                shuffle_keys=False, queue_init="empty")
+    assert torch.equal(moco.queue, torch.zeros(dim, queue_size))
+    written: list[torch.Tensor] = []  # every key enqueued so far, oldest first
+    for step in range(4):
+        x_q, x_k = torch.randn(n, 2, 3, 3), torch.randn(n, 2, 3, 3)
+        logits, labels, keys = moco(x_q, x_k)
+        loss = F.cross_entropy(logits, labels)
+        q = F.normalize(moco.encoder(x_q), dim=1).detach()
+        negatives = written[-queue_size:]
+        # Independent reference: -log(e^(q.k+/T) / (e^(q.k+/T) + sum over the written keys of e^(q.k/T))).
+        for i in range(n):
+            pos = math.exp(float(q[i] @ keys[i]) / t)
+            neg = sum(math.exp(float(q[i] @ key) / t) for key in negatives)
+            assert F.cross_entropy(logits[i:i + 1], labels[i:i + 1]).item() == pytest.approx(
+                -math.log(pos / (pos + neg)), rel=1e-5)
+        assert int(torch.isfinite(logits[0]).sum()) == 1 + len(negatives)  # slots written so far: 0, 2, 4, 5, 5
+        if step == 0:
+            assert loss.item() == 0.0  # no negatives yet: nothing to push the query away from
+        if len(negatives) == queue_size:
+            plain, _ = contrastive_logits(q, keys, moco.queue, t)
+            assert torch.allclose(logits, plain, atol=1e-5)
+        loss.backward()
+        moco.enqueue(keys)
+        written += list(keys)
+
+
+def test_queue_init_must_be_random_or_empty() -> None:
+    with pytest.raises(ValueError, match="queue_init must be 'random' or 'empty', got 'zeros'"):
+        MoCo(tiny_encoder(), dim=4, queue_size=4, queue_init="zeros")
