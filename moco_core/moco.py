@@ -75,6 +75,11 @@ class MoCo(nn.Module):
             queue = torch.zeros(dim, queue_size)
         else:
             queue = F.normalize(torch.randn(dim, queue_size), dim=0)
+        # Keys still to enqueue before no column can be unwritten; the mask is skipped from then on (it would
+        # cost a (N, 1+K) copy of the logits every step). Counted on the host, so it needs no sync; a loaded
+        # queue may hold unwritten columns, so loading starts the count again.
+        self._unwritten_left = queue_size if self.mask_empty else 0
+        self.register_load_state_dict_post_hook(lambda module, _keys: module._count_unwritten_again())
         self.register_buffer("queue", queue)  # (C, K)
         self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))  # next column to overwrite
 
@@ -112,10 +117,13 @@ class MoCo(nn.Module):
         # would be off by up to ~0.05 in the logit.
         with torch.autocast(device_type=q.device.type, enabled=False):
             logits, labels = contrastive_logits(q.float(), k.float(), self.queue, self.temperature)
-            if self.mask_empty:  # columns never written are all zero (a written key has norm 1)
+            if self._unwritten_left:  # columns never written are all zero (a written key has norm 1)
                 empty = torch.cat([self.queue.new_zeros(1, dtype=torch.bool), ~self.queue.any(dim=0)])
                 logits = logits.masked_fill(empty, float("-inf"))
         return logits, labels, distributed.all_gather_cat(k.float())
+
+    def _count_unwritten_again(self) -> None:
+        self._unwritten_left = self.queue_size if self.mask_empty else 0
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor) -> None:
@@ -126,6 +134,7 @@ class MoCo(nn.Module):
         been written one after another. The pointer stays on the device, so no step waits on a host sync.
         """
         total = keys.shape[0]
+        self._unwritten_left = max(0, self._unwritten_left - total)
         kept = keys[-self.queue_size:] if total > self.queue_size else keys
         start = self.queue_ptr + (total - kept.shape[0])  # (1,), where the kept keys would have landed
         columns = (start + torch.arange(kept.shape[0], device=keys.device)) % self.queue_size

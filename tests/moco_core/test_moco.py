@@ -199,3 +199,12 @@ def test_empty_queue_leaves_unwritten_slots_out_of_the_logits() -> None:
 def test_queue_init_must_be_random_or_empty() -> None:
     with pytest.raises(ValueError, match="queue_init must be 'random' or 'empty', got 'zeros'"):
         MoCo(tiny_encoder(), dim=4, queue_size=4, queue_init="zeros")
+
+
+def test_loading_a_queue_with_unwritten_slots_masks_them_again() -> None:
+    moco = MoCo(tiny_encoder(), dim=4, queue_size=4, shuffle_keys=False, queue_init="empty")
+    moco.enqueue(F.normalize(torch.randn(4, 4), dim=1))  # full: nothing left to mask
+    moco.load_state_dict(MoCo(tiny_encoder(), dim=4, queue_size=4, queue_init="empty").state_dict())
+    x = torch.randn(2, 2, 3, 3)
+    logits, _, _ = moco(x, x.clone())
+    assert torch.isfinite(logits).sum(dim=1).tolist() == [1, 1]
