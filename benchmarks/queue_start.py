@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -37,15 +38,13 @@ from moco_core.methods import build_moco  # noqa: E402
 from moco_core.shapes import ensure_shapes  # noqa: E402
 
 
-def run(queue_init: str, args: argparse.Namespace) -> None:
+def run(queue_init: str, images: list[Image.Image], args: argparse.Namespace) -> None:
     cfg = load_config(PretrainConfig, "embedded")
     model_cfg = dataclasses.replace(cfg.model, momentum=args.momentum, queue_size=args.queue_size,
                                     queue_init=queue_init)
     torch.manual_seed(args.seed)
     moco = build_moco(model_cfg, world_size=1).train()
     transform = build_pretrain_transform(cfg.augment)
-    files = sorted((ensure_shapes() / "train").glob("*/*.png"))
-    images = [load_rgb(f) for f in files]
     optimizer = torch.optim.SGD(moco.encoder.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     print(f"queue_init={queue_init}: K {args.queue_size}, m {args.momentum}, lr {args.lr}, batch {args.batch}")
     print(" step   loss    pos  batch  queue  |mean k|")
@@ -83,8 +82,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    images = [load_rgb(f) for f in sorted((ensure_shapes() / "train").glob("*/*.png"))]
     for queue_init in ("random", "empty"):
-        run(queue_init, args)
+        run(queue_init, images, args)
 
 
 if __name__ == "__main__":
