@@ -1,4 +1,4 @@
-"""Embedded default dataset: coloured geometric shapes over textured backgrounds, generated from a seed.
+"""Embedded default dataset: blue geometric shapes on flat grey backgrounds, generated from a seed.
 
 No download is needed: ``ensure_shapes()`` writes real RGB PNG files in the ImageNet folder-per-class layout
 (``train/<class>/<class>_00000.png``, ``val/<class>/...``) for pretraining and linear classification, plus
@@ -6,15 +6,16 @@ No download is needed: ``ensure_shapes()`` writes real RGB PNG files in the Imag
 segmentation (VOC / COCO conversion). Every shape is one simple polygon, so the stored polygon *is* the mask;
 polygons are drawn with ``PIL.ImageDraw.polygon`` from exactly the stored (rounded) coordinates.
 
-Per image: one labelled main object (the folder's class; ``objects[0]``), the largest, spanning 45-75% of the
-image side, at a random position and rotation, fully inside the image, in a saturated colour; plus at most one
-small distractor of another class whose box never overlaps the main object's (so nothing is occluded).
-The background is a two-colour linear gradient of low-saturation colours; object colours are resampled until
-they are far (in RGB) from every background colour. Gaussian noise is added per pixel last.
+Per image: one labelled object (the folder's class; ``objects[0]``) spanning 45-75% of the image side, upright
+within 15 degrees, at a random position fully inside the image, in a saturated blue far from the background; a
+flat grey background of random brightness; Gaussian noise of standard deviation 4 per pixel, added last.
 
-Version 1 had smaller main objects (28-60%), up to two distractors and striped backgrounds. Neither a ResNet
-trained with labels nor MoCo learned it in CPU minutes: at 32 px its shapes were a few pixels after the ResNet
-stem, and the stripes were an easier cue for telling images apart than the shapes.
+Only the shape and what MoCo's augmentation changes anyway (position, size, brightness, colour within the blues)
+differ between images. Version 2 also drew any hue, gradient backgrounds in a random direction, noise of random
+strength (2-8), free rotation and a small distractor of another class: cues that survive crops and colour jitter
+and tell images apart more easily than their shapes. In a CPU-minutes MoCo run, instance discrimination learned
+those, and its features fell below random init's under the linear protocol (README, Evaluation). Version 1 had
+smaller objects (28-60%) and striped backgrounds; a ResNet trained with labels did not learn it in CPU minutes.
 
 Output is a pure function of the arguments: each image draws from its own ``numpy`` generator seeded by
 ``SeedSequence([seed, split_id, class_id, index])`` (train and val use different ``split_id``), and PIL's PNG
@@ -36,13 +37,15 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross")
-SHAPES_VERSION: int = 2
+SHAPES_VERSION: int = 3
 
 _SPLITS: dict[str, int] = {"train": 0, "val": 1}
-_MAIN_EXTENT = (0.45, 0.75)  # main object's larger bbox side, as a fraction of the image side
-_DISTRACTOR_EXTENT = (0.12, 0.20)
-_MAX_DISTRACTORS = 1
-_MIN_CONTRAST = 90.0  # min RGB distance between an object colour and the background's colour segment
+_MAIN_EXTENT = (0.45, 0.75)  # the object's larger bbox side, as a fraction of the image side
+_MAX_TILT = np.deg2rad(15.0)  # rotation away from upright, either way
+_BACKGROUND_VALUE = (0.3, 0.7)  # grey level of the background, in [0, 1]
+_OBJECT_HUE = (0.55, 0.65)  # blues
+_MIN_CONTRAST = 90.0  # min RGB distance between the object's colour and the background's
+_NOISE_STD = 4.0
 _MARGIN = 1.0  # pixels kept free between every polygon and the image border
 
 
@@ -80,28 +83,17 @@ def _hsv(h: float, s: float, v: float) -> np.ndarray:
     return 255.0 * np.asarray(colorsys.hsv_to_rgb(h, s, v))
 
 
-def _segment_distance(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    """Euclidean distance from colour ``c`` to the RGB segment [a, b] (all background colours lie on it)."""
-    ab = b - a
-    t = float(np.clip(np.dot(c - a, ab) / max(float(np.dot(ab, ab)), 1e-9), 0.0, 1.0))
-    return float(np.linalg.norm(c - (a + t * ab)))
+def _background_colour(rng: np.random.Generator) -> np.ndarray:
+    """A grey of random brightness, as an RGB float vector in [0, 255]."""
+    return _hsv(0.0, 0.0, rng.uniform(*_BACKGROUND_VALUE))
 
 
-def _background_colours(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Two low-saturation colours of clearly different brightness."""
-    v0 = rng.uniform(0.15, 0.9)
-    v1 = float(np.clip(v0 + rng.choice([-1.0, 1.0]) * rng.uniform(0.1, 0.35), 0.05, 1.0))
-    c0 = _hsv(rng.uniform(), rng.uniform(0.0, 0.35), v0)
-    c1 = _hsv(rng.uniform(), rng.uniform(0.0, 0.35), v1)
-    return c0, c1
-
-
-def _object_colour(rng: np.random.Generator, c0: np.ndarray, c1: np.ndarray) -> tuple[int, int, int]:
-    """A saturated colour far from the background; the most distant of 32 tries if none passes the check."""
+def _object_colour(rng: np.random.Generator, background: np.ndarray) -> tuple[int, int, int]:
+    """A saturated blue far from the background; the most distant of 32 tries if none passes the check."""
     best, best_dist = None, -1.0
     for _ in range(32):
-        c = _hsv(rng.uniform(), rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
-        dist = _segment_distance(c, c0, c1)
+        c = _hsv(rng.uniform(*_OBJECT_HUE), rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
+        dist = float(np.linalg.norm(c - background))
         if dist > best_dist:
             best, best_dist = c, dist
         if dist >= _MIN_CONTRAST:
@@ -110,47 +102,19 @@ def _object_colour(rng: np.random.Generator, c0: np.ndarray, c1: np.ndarray) -> 
     return r, g, b
 
 
-def _background(rng: np.random.Generator, size: int, c0: np.ndarray, c1: np.ndarray) -> np.ndarray:
-    """A (size, size, 3) float image: a linear gradient from ``c0`` to ``c1`` in a random direction."""
-    yy, xx = np.mgrid[0:size, 0:size] / size
-    phi = rng.uniform(0, 2 * np.pi)
-    proj = xx * np.cos(phi) + yy * np.sin(phi)
-    t = (proj - proj.min()) / max(float(np.ptp(proj)), 1e-9)
-    return c0 + t[..., None] * (c1 - c0)
-
-
 def _place(rng: np.random.Generator, cls: str, extent: float, size: int) -> np.ndarray:
-    """Rotate the unit shape randomly, scale its larger bbox side to ``extent`` px, place it in the image."""
-    theta = rng.uniform(0, 2 * np.pi)
+    """Tilt the unit shape, scale its larger bbox side to ``extent`` px, place it in the image.
+
+    The unit shapes are drawn with y up; image rows go down, so y is flipped first (a triangle points up).
+    """
+    theta = rng.uniform(-_MAX_TILT, _MAX_TILT)
     rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
-    pts = _UNIT_SHAPES[cls] @ rot.T
+    pts = (_UNIT_SHAPES[cls] * np.array([1.0, -1.0])) @ rot.T
     pts -= pts.min(axis=0)
     pts *= extent / pts.max()
     w, h = pts.max(axis=0)
     offset = [rng.uniform(_MARGIN, size - _MARGIN - w), rng.uniform(_MARGIN, size - _MARGIN - h)]
     return np.round(pts + offset, 2)
-
-
-def _boxes_overlap(a: np.ndarray, b: np.ndarray, gap: float = 1.0) -> bool:
-    """Whether two polygons' boxes overlap or come within ``gap`` pixels of each other."""
-    a0, a1, b0, b1 = a.min(axis=0), a.max(axis=0), b.min(axis=0), b.max(axis=0)
-    return bool(np.all(a0 < b1 + gap) and np.all(b0 < a1 + gap))
-
-
-def _layout(rng: np.random.Generator, class_id: int, size: int) -> list[tuple[int, np.ndarray]]:
-    """(class index, polygon) pairs, main object first; distractors that find no free spot are dropped."""
-    main = _place(rng, CLASSES[class_id], rng.uniform(*_MAIN_EXTENT) * size, size)
-    objects = [(class_id, main)]
-    others = [i for i in range(len(CLASSES)) if i != class_id]
-    n = int(rng.integers(0, _MAX_DISTRACTORS + 1))
-    for cid in rng.choice(others, size=n, replace=False):
-        extent = rng.uniform(*_DISTRACTOR_EXTENT) * size
-        for _ in range(20):
-            poly = _place(rng, CLASSES[int(cid)], extent, size)
-            if not any(_boxes_overlap(poly, p) for _, p in objects):
-                objects.append((int(cid), poly))
-                break
-    return objects
 
 
 def _object_record(class_id: int, poly: np.ndarray, size: int) -> dict[str, Any]:
@@ -166,15 +130,14 @@ def _object_record(class_id: int, poly: np.ndarray, size: int) -> dict[str, Any]
 
 
 def _render(rng: np.random.Generator, class_id: int, size: int) -> tuple[Image.Image, list[dict[str, Any]]]:
-    """Draw one image; returns it with its object records (main object first, drawn last)."""
-    c0, c1 = _background_colours(rng)
-    image = Image.fromarray(np.clip(_background(rng, size, c0, c1), 0, 255).astype(np.uint8), "RGB")
-    draw = ImageDraw.Draw(image)
-    records = [_object_record(cid, poly, size) for cid, poly in _layout(rng, class_id, size)]
-    for rec in records[1:] + records[:1]:
-        draw.polygon(rec["polygon"], fill=_object_colour(rng, c0, c1))
-    noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, rng.uniform(2.0, 8.0), (size, size, 3))
-    return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), records
+    """Draw one image; returns it with its object records (one object)."""
+    background = _background_colour(rng)
+    image = Image.new("RGB", (size, size), tuple(int(round(x)) for x in background))
+    polygon = _place(rng, CLASSES[class_id], rng.uniform(*_MAIN_EXTENT) * size, size)
+    record = _object_record(class_id, polygon, size)
+    ImageDraw.Draw(image).polygon(record["polygon"], fill=_object_colour(rng, background))
+    noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
+    return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), [record]
 
 
 def _write_split(root: Path, split: str, seed: int, size: int, per_class: int) -> None:

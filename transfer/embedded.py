@@ -9,8 +9,9 @@ count is balanced. Class names are :data:`moco_core.shapes.CLASSES`; COCO catego
 contiguous, like COCO's own) so the contiguous-id mapping is exercised.
 
 Images are upscaled by ``scale`` (default 2: 64 -> 128 px, bicubic) with boxes and polygons scaled exactly.
-At 64 px a distractor is 8-13 px, under the smallest default anchor (32 px) and a single cell of a stride-16
-C4 feature map; at 128 px it is 16-26 px, for 4x the pixels of a few hundred small JPEGs (quality 95).
+Each image holds one object, 29-48 px at 64 px and 58-96 px at 128: several cells of a stride-16 C4 feature map,
+for 4x the pixels of a few hundred small JPEGs (quality 95). (Shapes version 2 also had a small distractor, 8-13
+px at 64 px, under the smallest default anchor of 32 px; the scale and the embedded presets were set for it.)
 
 Each dataset directory is written into a temporary sibling and renamed into place; its ``DONE`` file (written
 last) holds the version and parameters, and a directory whose ``DONE`` differs is regenerated.
