@@ -10,10 +10,11 @@ prints, on the step's own batch:
   negatives without looking at the image).
 - ``|mean k|``: the norm of the mean of the batch's unit keys: 1 when every image gets the same key (collapse).
 
-Measured on the 2-core CPU machine (2026-11-22), resnet18 at 32 px, batch 128, K 1024, m 0.99, lr 0.06:
-with the random start, ``|mean k|`` goes from 0.73 to 0.99 within 40 steps and the loss stays near ln(1+K);
-with the empty start it stays between 0.59 and 0.73 and ``pos - batch`` grows to 0.25 by step 99. Neither
-start made the run's features beat random init on the embedded data (see README, Evaluation).
+Measured on the 2-core CPU machine (2026-11-22; shapes version 3, the embedded preset's 50-100% crops and 4 BN
+groups), resnet18 at 32 px, batch 128, K 1024, m 0.99, lr 0.06: with the random start, ``|mean k|`` goes from
+0.73 to 0.99 within 40 steps, ``pos`` and ``batch`` stay equal and the loss stays near ln(1+K); with the empty
+start ``|mean k|`` stays between 0.59 and 0.81 and ``pos - batch`` grows to 0.32 by step 149. The embedded
+preset starts empty (see README, Evaluation).
 
     .venv/bin/python benchmarks/queue_start.py --steps 150 --every 10
 """
