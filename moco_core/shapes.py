@@ -10,11 +10,12 @@ Per image: one labelled object (the folder's class; ``objects[0]``) spanning 45-
 within 15 degrees, at a random position fully inside the image, in a saturated blue far from the background; a
 flat grey background of random brightness; Gaussian noise of standard deviation 4 per pixel, added last.
 
-Only the shape and what MoCo's augmentation changes anyway (position, size, brightness, colour within the blues)
-differ between images. Version 2 also drew any hue, gradient backgrounds in a random direction, noise of random
-strength (2-8), free rotation and a small distractor of another class: cues that survive crops and colour jitter
-and tell images apart more easily than their shapes. In a CPU-minutes MoCo run, instance discrimination learned
-those, and its features fell below random init's under the linear protocol (README, Evaluation). Version 1 had
+Only the shape, its tilt and what MoCo's augmentation changes anyway (position, size, brightness, a colour among
+the blues) differ between images. Version 2 also drew any hue, gradient backgrounds in a random direction, noise
+of random strength (2-8), free rotation and a small distractor of another class: cues that survive crops and
+colour jitter and tell images apart more easily than their shapes. In a CPU-minutes MoCo run, instance
+discrimination learned those, and its features fell below random init's under the linear protocol (README,
+Evaluation). Version 1 had
 smaller objects (28-60%) and striped backgrounds; a ResNet trained with labels did not learn it in CPU minutes.
 
 Output is a pure function of the arguments: each image draws from its own ``numpy`` generator seeded by
