@@ -15,8 +15,8 @@ the blues) differ between images. Version 2 also drew any hue, gradient backgrou
 of random strength (2-8), free rotation and a small distractor of another class: cues that survive crops and
 colour jitter and tell images apart more easily than their shapes. In a CPU-minutes MoCo run, instance
 discrimination learned those, and its features fell below random init's under the linear protocol (README,
-Evaluation). Version 1 had
-smaller objects (28-60%) and striped backgrounds; a ResNet trained with labels did not learn it in CPU minutes.
+Evaluation). Version 1 had smaller objects (28-60%) and striped backgrounds; a ResNet trained with labels did
+not learn it in CPU minutes.
 
 Output is a pure function of the arguments: each image draws from its own ``numpy`` generator seeded by
 ``SeedSequence([seed, split_id, class_id, index])`` (train and val use different ``split_id``), and PIL's PNG
