@@ -7,6 +7,7 @@ overrides < explicit CLI flags. Unknown keys and wrong types are rejected with a
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -302,13 +303,13 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (m.dim >= 1, "model.dim", f"must be >= 1, got {m.dim}"),
         (m.queue_size >= 1, "model.queue_size", f"must be >= 1, got {m.queue_size}"),
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
-        (m.temperature > 0, "model.temperature", f"must be > 0, got {m.temperature}"),
+        (0 < m.temperature < math.inf, "model.temperature", f"must be finite and > 0, got {m.temperature}"),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),
         (0.0 <= m.bank_momentum <= 1.0, "model.bank_momentum", f"must be in [0, 1], got {m.bank_momentum}"),
-        (o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}"),
+        (0 < o.lr < math.inf, "optim.lr", f"must be finite and > 0, got {o.lr}"),
         (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
-        (o.momentum >= 0, "optim.momentum", f"must be >= 0, got {o.momentum}"),
-        (o.weight_decay >= 0, "optim.weight_decay", f"must be >= 0, got {o.weight_decay}"),
+        (0 <= o.momentum < math.inf, "optim.momentum", f"must be finite and >= 0, got {o.momentum}"),
+        (0 <= o.weight_decay < math.inf, "optim.weight_decay", f"must be finite and >= 0, got {o.weight_decay}"),
         (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
         (a.crop_size >= 8, "augment.crop_size", f"must be >= 8, got {a.crop_size}"),
         (0 < a.crop_scale[0] <= a.crop_scale[1] <= 1, "augment.crop_scale", f"need 0 < min <= max <= 1, got "
