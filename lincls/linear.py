@@ -74,6 +74,7 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
     o, d = cfg.optim, cfg.data
     checks = [
         (o.lr > 0, "optim.lr", f"must be > 0, got {o.lr}"),
+        (math.isfinite(o.lr), "optim.lr", f"must be finite, got {o.lr}"),
         (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
         (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
         (o.momentum >= 0 and o.weight_decay >= 0, "optim", "momentum and weight_decay must be >= 0"),

@@ -9,6 +9,7 @@ tested on VOC07 test. The COCO presets (``configs/coco_*.yaml``) change what dif
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -144,6 +145,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (0 <= i.flip_prob <= 1, "input.flip_prob", f"must be in [0, 1], got {i.flip_prob}"),
         (s.batch_size >= 1, "solver.batch_size", f"must be >= 1, got {s.batch_size}"),
         (s.lr > 0 and s.momentum >= 0, "solver.lr", "need lr > 0 and momentum >= 0"),
+        (math.isfinite(s.lr), "solver.lr", f"must be finite, got {s.lr}"),
         (s.weight_decay >= 0 and s.weight_decay_norm >= 0, "solver.weight_decay", "must be >= 0"),
         (s.iterations >= 1, "solver.iterations", f"must be >= 1, got {s.iterations}"),
         (list(s.steps) == sorted(s.steps) and all(0 < m for m in s.steps), "solver.steps",

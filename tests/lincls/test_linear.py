@@ -90,6 +90,8 @@ def test_bad_config_and_unlabelled_data(tmp_path: Path, shapes_root: Path) -> No
         load_linear_config(None, [])
     with pytest.raises(ConfigError, match="optim.lr: must be > 0"):
         load_linear_config("lincls_embedded", ["optim.lr=0"])
+    with pytest.raises(ConfigError, match="optim.lr: must be finite, got inf"):
+        load_linear_config("lincls_embedded", ["optim.lr=.inf"])
     flat = tmp_path / "flat"
     (flat / "train").mkdir(parents=True)
     (flat / "val").mkdir()

@@ -66,6 +66,8 @@ def test_print_config_resolves_presets_and_flags() -> None:
     (["eval", "coco", "-c", "coco_embedded", "--engine", "torchvision"], "--weights is required"),
     (["eval", "voc", "--weights", "random", "-c", "coco_embedded"], "is for coco, not voc"),
     (["eval", "voc", "--weights", "random", "-c", "voc_R50_C4_24k"], "data.path: not set"),
+    (["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--set", "solver.lr=.inf"],
+     "solver.lr: must be finite, got inf"),
     (["eval", "coco", "--weights", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
 ])
 def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> None:
