@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import typer
 
 from moco_core.checkpoint import CheckpointError
 from moco_core.cli import launch
-from moco_core.config import ConfigError, replace
+from moco_core.config import ConfigError
 from moco_core.data import DatasetError
 
 USER_ERRORS = (ConfigError, DatasetError, CheckpointError)
@@ -45,12 +44,9 @@ def linear_cli(
     from lincls.linear import load_linear_config
 
     try:
-        cfg = load_linear_config(config, set_ or [])
-        cfg = dataclasses.replace(cfg, arch=arch or cfg.arch)
-        cfg = replace(cfg, data={k: v for k, v in {"path": data, "workers": workers}.items() if v is not None},
-                      run={k: v for k, v in {"output_dir": output_dir, "device": device,
-                                              "cached_features": cached_features or cfg.run.cached_features}.items()
-                           if v is not None})
+        cfg = load_linear_config(config, set_ or [], flags={
+            "arch": arch, "data": {"path": data, "workers": workers},
+            "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
     except USER_ERRORS as err:
         raise _fail(err) from None
     if nproc < 1:

@@ -88,8 +88,10 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
     return cfg
 
 
-def load_linear_config(config: str | None, overrides: list[str]) -> LinearConfig:
-    return validate_linear(load_config(LinearConfig, config, overrides))
+def load_linear_config(config: str | None, overrides: list[str],
+                       flags: dict[str, Any] | None = None) -> LinearConfig:
+    """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result."""
+    return validate_linear(load_config(LinearConfig, config, overrides, flags=flags))
 
 
 def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from moco_core import checkpoint, distributed
-from moco_core.config import ConfigError, PretrainConfig, load_config, replace, to_dict, validated
+from moco_core.config import ConfigError, PretrainConfig, load_config, to_dict
 from moco_core.data import DatasetError
 from moco_core.engine import NonFiniteLossError
 
@@ -29,9 +29,7 @@ def resolve_pretrain_config(
         if "output_dir" not in flags.get("run", {}):
             path = Path(resume)
             flags.setdefault("run", {})["output_dir"] = str(path if path.is_dir() else path.parent)
-    cfg = load_config(PretrainConfig, config, overrides, base=base)
-    sections = {name: {k: v for k, v in values.items() if v is not None} for name, values in flags.items()}
-    return validated(replace(cfg, **{k: v for k, v in sections.items() if v}))
+    return load_config(PretrainConfig, config, overrides, base=base, flags=flags)
 
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:

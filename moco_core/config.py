@@ -269,15 +269,29 @@ def parse_override(text: str) -> dict[str, Any]:
 
 def load_config(
     cls: type, config: str | None = None, overrides: tuple[str, ...] | list[str] = (),
-    base: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None,
 ) -> Any:
-    """Defaults < ``base`` (a stored config, when resuming) < YAML file < overrides; the result is validated."""
+    """Defaults < ``base`` (a stored config, when resuming) < YAML file < overrides < ``flags`` (explicit CLI
+    flags as a nested dict; None means "not given"). The result is validated once, after everything is merged:
+    a value that only a flag supplies (``--data``) must not be reported missing."""
     data: dict[str, Any] = dict(base or {})
     if config:
         data = _merge(data, read_yaml(preset_path(config)))
     for text in overrides:
         data = _merge(data, parse_override(text))
+    data = _merge(data, given(flags or {}))
     return validated(from_dict(cls, data))
+
+
+def given(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` without the values that were not given (None), at every level; empty sections dropped."""
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        if isinstance(value, dict):
+            value = given(value) or None
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def validated(cfg: Any) -> Any:

@@ -66,6 +66,30 @@ def test_print_config_applies_flags_last() -> None:
     assert "seed: 7" in result.output and "temperature: 0.3" in result.output
 
 
+@pytest.mark.parametrize("preset", [None, "moco_v1_200ep", "moco_v2_200ep", "moco_v2_800ep"])
+def test_paper_presets_take_the_data_flag(preset: str | None) -> None:
+    """The README's first command: presets that leave data.path unset get it from --data (at 5671961 the config
+    was validated before the flag was merged, and every one of these stopped with "data.path: not set")."""
+    config = ["-c", preset] if preset else []
+    result = runner.invoke(app, ["pretrain", *config, "--data", "/data/imagenet", "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "path: /data/imagenet" in result.output
+    result = runner.invoke(app, ["pretrain", *config, "--print-config"])  # without it: still the one-line error
+    assert result.exit_code == 2 and "data.path: not set" in result.output
+
+
+def test_linear_eval_takes_the_data_flag_over_a_preset_without_data(tmp_path: Path) -> None:
+    """``moco eval linear CKPT --data DIR``: the paper protocol's config has no data.path; the flag supplies it
+    (at 5671961 this stopped with "data.path: not set"), and the run goes on to check the folder itself."""
+    result = runner.invoke(app, ["eval", "linear", "absent.pth", "--data", str(tmp_path), "--output-dir",
+                                 str(tmp_path / "out")])
+    assert result.exit_code == 2
+    expected = f"error: data.path: {tmp_path} needs train/ and val/ folders with one folder per class"
+    assert result.output.strip() == expected
+    result = runner.invoke(app, ["eval", "linear", "absent.pth"])
+    assert result.exit_code == 2 and result.output.startswith("error: data.path: not set")
+
+
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     res = moco("pretrain", "-c", "embedded", "--set", "model.momentum=2")
     assert res.returncode == 2
