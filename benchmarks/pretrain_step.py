@@ -45,14 +45,14 @@ from reference import ReferenceMoCo, reference_step  # benchmarks/reference.py, 
 from torch.utils.data import DataLoader
 
 from moco_core.augment import TwoCrops, build_pretrain_transform
-from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, load_config
+from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, RunConfig, load_config
 from moco_core.data import ImageDataset, scan_images
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import top1, train_one_epoch
 from moco_core.methods import MocoMethod, build_moco
 from moco_core.moco import MoCo, contrastive_logits
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.train import resolve_data, resolve_device
+from moco_core.train import resolve_data, resolve_device, speed_up, use_fused_kernels
 
 Batch = tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]
 
@@ -72,15 +72,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CUDA only)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    p.add_argument("--data", default="synthetic", help="synthetic, embedded, or an image folder")
+    p.add_argument("--data", action="append", default=None,
+                   help="synthetic (default), embedded, or an image folder, optionally prefixed with its pipeline "
+                        "(tensor:DIR, pil:DIR); repeat to time several sources on one model (one compilation)")
     p.add_argument("--pipeline", default="pil", choices=("pil", "tensor"),
-                   help="real data only: pil = PIL augmentation in workers; tensor = decode and augment on the device")
+                   help="for real data without a prefix: pil = PIL augmentation in workers; tensor = decode and "
+                        "augment on the device")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile both encoders (run.compile; default: on under CUDA)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels_last encoders and images (run.channels_last; default: on under CUDA)")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="DataLoader workers")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--reference", action="store_true",
                    help="also time the official recipe (benchmarks/reference.py) on the same data and report the ratio")
     p.add_argument("--json", action="store_true", help="also print one JSON line with every figure")
     args = p.parse_args(argv)
+    sources = []
+    for data in args.data or ["synthetic"]:
+        pipeline, sep, path = data.partition(":")
+        sources.append((path, pipeline) if sep and pipeline in ("pil", "tensor") else (data, args.pipeline))
+    args.data, args.pipeline = [d for d, _ in sources], [p for _, p in sources]
     args.shuffle_bn = "none" if args.shuffle_bn == "off" else args.shuffle_bn
     if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.image_size < 8:
         p.error("need --steps >= 1, --warmup >= 0, --batch >= 1, --image-size >= 8")
@@ -99,21 +111,23 @@ def synthetic_batches(batch: int, size: int, device: torch.device) -> Iterator[B
         yield (im_q, im_k), labels, index
 
 
-def image_batches(args: argparse.Namespace, device: torch.device, pipeline: str) -> Iterator[Batch]:
+def image_batches(args: argparse.Namespace, device: torch.device, data: str, pipeline: str,
+                  channels_last: bool = False) -> Iterator[Batch]:
     """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader.
 
     ``pipeline`` "pil": PIL decoding and augmentation in the workers; "tensor": the workers read bytes, and
     decoding and augmentation run on ``device`` (``moco_core.device_data``), as ``data.pipeline: tensor``.
     """
-    overrides = [f"augment.crop_size={args.image_size}", f"data.path={json.dumps(args.data)}"]
+    overrides = [f"augment.crop_size={args.image_size}", f"data.path={json.dumps(data)}"]
     cfg: PretrainConfig = load_config(PretrainConfig, "moco_v2_200ep", overrides)
-    images = scan_images(resolve_data(args.data), split="train", workers=max(args.workers, 1))
+    images = scan_images(resolve_data(data), split="train", workers=max(args.workers, 1))
     if len(images.samples) < args.batch:
         raise SystemExit(f"--batch {args.batch} is larger than the dataset ({len(images.samples)} images)")
     if pipeline == "tensor":
         loader = DataLoader(EncodedImages(images.samples), batch_size=args.batch, shuffle=True, drop_last=True,
                             num_workers=args.workers, persistent_workers=args.workers > 0, collate_fn=collate_encoded)
-        source: Iterable[Batch] = DeviceAugmentLoader(loader, cfg.augment, device, views=2)
+        source: Iterable[Batch] = DeviceAugmentLoader(loader, cfg.augment, device, views=2,
+                                                      channels_last=channels_last)
     else:
         dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
         source = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True,
@@ -185,13 +199,13 @@ def machine(device: torch.device) -> dict[str, Any]:
 
 
 def run_steps(method: MocoMethod, source: Iterator[Batch], optimizer: torch.optim.Optimizer, steps: int,
-              device: torch.device, amp: bool) -> float:
+              device: torch.device, amp: bool, channels_last: bool) -> float:
     """``steps`` steps of the engine's own loop; returns its data-wait fraction."""
     batches: Iterable[Batch] = itertools.islice(source, steps)
     quiet_progress, no_metrics = Progress(steps, enabled=False), MetricsWriter(Path(os.devnull), enabled=False)
     stats = train_one_epoch(method.module, method, batches, optimizer, epoch=0, epochs=1, step=0,
                             lr=optimizer.defaults["lr"], device=device, amp=amp, log_every=steps + 1,
-                            progress=quiet_progress, metrics=no_metrics)
+                            progress=quiet_progress, metrics=no_metrics, channels_last=channels_last)
     return stats.data_wait
 
 
@@ -201,11 +215,14 @@ def sgd(params: Iterable[torch.nn.Parameter], batch: int) -> torch.optim.SGD:
 
 
 def measure(run: Callable[[int], float], args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """``run(n)`` does n steps and returns their data-wait fraction: ``args.warmup`` untimed steps, then
-    ``args.steps`` timed ones (peak memory counted from there on CUDA)."""
+    """``run(n)`` does n steps and returns their data-wait fraction: ``args.warmup`` untimed steps (their time is
+    reported: with --compile it is mostly compiling), then ``args.steps`` timed ones (peak memory counted from
+    there on CUDA)."""
+    start = time.perf_counter()
     if args.warmup:
         run(args.warmup)
     sync(device)
+    warmup_s = time.perf_counter() - start
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
@@ -214,7 +231,8 @@ def measure(run: Callable[[int], float], args: argparse.Namespace, device: torch
     elapsed = time.perf_counter() - start
     memory_mb, memory_kind = peak_memory(device)
     return {"images_per_s": args.batch * args.steps / elapsed, "step_ms": elapsed * 1000 / args.steps,
-            "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind}
+            "data_wait_fraction": data_wait, "peak_memory_mb": memory_mb, "peak_memory_kind": memory_kind,
+            "warmup_s": warmup_s}
 
 
 def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> dict[str, float]:
@@ -223,8 +241,9 @@ def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.devi
     if args.queue_size % args.batch:
         raise SystemExit(f"--reference: the official recipe needs --queue-size ({args.queue_size}) to be a multiple "
                          f"of --batch ({args.batch})")
-    source = (synthetic_batches(args.batch, args.image_size, device) if args.data == "synthetic"
-              else image_batches(args, device, "pil"))
+    data = args.data[0]
+    source = (synthetic_batches(args.batch, args.image_size, device) if data == "synthetic"
+              else image_batches(args, device, data, "pil"))
     torch.manual_seed(0)
     encoder = build_moco(cfg, world_size=1).encoder  # the same network and BN handling as ours
     model = ReferenceMoCo(encoder, dim=args.dim, queue_size=args.queue_size, momentum=cfg.momentum,
@@ -254,27 +273,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.threads and device.type == "cpu":
         torch.set_num_threads(args.threads)
     amp = args.amp and device.type == "cuda"
+    torch.backends.cudnn.benchmark = True  # as a real run on CUDA (moco_core.train.resolve_device)
     torch.manual_seed(0)
     cfg = ModelConfig(arch=args.arch, dim=args.dim, mlp=args.mlp, queue_size=args.queue_size,
                       shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)
     method = MocoMethod(cfg, world_size=1, num_classes=0, dataset_size=0)  # its module is build_moco(cfg, world_size=1)
     moco = method.module.to(device)
+    speed = speed_up(method, device, RunConfig(channels_last=args.channels_last, compile=args.compile))
     optimizer = sgd(moco.parameters(), args.batch)
-    synthetic = args.data == "synthetic"
-    source = (synthetic_batches(args.batch, args.image_size, device) if synthetic
-              else image_batches(args, device, args.pipeline))
+    use_fused_kernels(optimizer, device)
 
-    timed = measure(lambda n: run_steps(method, source, optimizer, n, device, amp), args, device)
-    step_ms = timed["step_ms"]
+    runs = []
+    for data, pipeline in zip(args.data, args.pipeline, strict=True):
+        synthetic = data == "synthetic"
+        source = (synthetic_batches(args.batch, args.image_size, device) if synthetic
+                  else image_batches(args, device, data, pipeline, speed.channels_last))
+        timed = measure(lambda n, source=source: run_steps(method, source, optimizer, n, device, amp,
+                                                           speed.channels_last), args, device)
+        runs.append({"data": data, "workers": None if synthetic else args.workers,
+                     "pipeline": None if synthetic else pipeline, **timed})
+    step_ms = runs[0]["step_ms"]
     queue_ms, head_ms = queue_costs(moco, args.batch, device, iters=max(args.steps, 10))
 
     result = {
         "machine": machine(device), "arch": args.arch, "image_size": args.image_size, "batch": args.batch,
         "queue_size": args.queue_size, "dim": args.dim, "mlp": args.mlp, "shuffle_bn": args.shuffle_bn,
         "bn_groups": args.bn_groups, "device": str(device), "amp": amp, "threads": torch.get_num_threads(),
-        "data": args.data, "workers": None if synthetic else args.workers,
-        "pipeline": None if synthetic else args.pipeline,
-        **timed,
+        "channels_last": speed.channels_last, "compiled": speed.compiled,
+        **runs[0], "runs": runs,
         "queue_ms": queue_ms, "queue_fraction": queue_ms / step_ms,
         "head_ms": head_ms, "head_fraction": head_ms / step_ms, "steps": args.steps, "warmup": args.warmup,
     }
@@ -286,20 +312,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"MoCo pretrain step: {args.arch} {args.image_size}px batch {args.batch} K {args.queue_size} "
           f"dim {args.dim}{' mlp' if args.mlp else ''} bn {args.shuffle_bn}/{args.bn_groups}")
     print(f"  device {device} ({m['cuda_device'] or m.get('cpu_model') or m['processor']}, "
-          f"{result['threads']} threads) amp {'bf16' if amp else 'off'}, torch {m['torch']}")
-    print(f"  data {args.data}" + ("" if synthetic else f" ({args.workers} workers, {args.pipeline} pipeline)") +
-          f", {args.steps} timed steps after {args.warmup} warm-up")
-    print(f"  {result['images_per_s']:.1f} images/s, {step_ms:.1f} ms/step, "
-          f"data wait {timed['data_wait_fraction']:.1%}")
-    print(f"  peak memory {timed['peak_memory_mb']:.0f} MiB ({timed['peak_memory_kind']})")
+          f"{result['threads']} threads) amp {'bf16' if amp else 'off'}, torch {m['torch']}, "
+          f"channels_last {speed.channels_last}, compiled {speed.compiled}")
+    for run in runs:
+        print(f"  data {run['data']}" + ("" if run["pipeline"] is None else
+                                         f" ({args.workers} workers, {run['pipeline']} pipeline)") +
+              f", {args.steps} timed steps after {args.warmup} warm-up ({run['warmup_s']:.1f} s)")
+        print(f"    {run['images_per_s']:.1f} images/s, {run['step_ms']:.1f} ms/step, "
+              f"data wait {run['data_wait_fraction']:.1%}, peak memory {run['peak_memory_mb']:.0f} MiB "
+              f"({run['peak_memory_kind']})")
     print(f"  queue ops (l_neg fwd+bwd, enqueue) {queue_ms:.2f} ms = {result['queue_fraction']:.1%} of the step; "
           f"all K-dependent head work {head_ms:.2f} ms = {result['head_fraction']:.1%}")
     if args.reference:
         ref = result["reference"]
         print(f"  reference (official recipe: fp32, Python momentum loop, queue clone, host pointer"
-              f"{'' if synthetic else ', PIL augmentation in workers'}): {ref['images_per_s']:.1f} images/s, "
-              f"{ref['step_ms']:.1f} ms/step, data wait {ref['data_wait_fraction']:.1%}, "
-              f"peak memory {ref['peak_memory_mb']:.0f} MiB")
+              f"{'' if args.data[0] == 'synthetic' else ', PIL augmentation in workers'}): "
+              f"{ref['images_per_s']:.1f} images/s, {ref['step_ms']:.1f} ms/step, data wait "
+              f"{ref['data_wait_fraction']:.1%}, peak memory {ref['peak_memory_mb']:.0f} MiB")
         print(f"  speed-up over the reference: {result['speedup_vs_reference']:.2f}x")
     if args.json:
         print(json.dumps(result))

@@ -24,6 +24,13 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
     multiple of ``groups``. Running statistics are the mean over groups of what each group's BN would track
     (as rank 0's would be, roughly, on ``groups`` GPUs). In eval mode it is a plain BatchNorm2d, and its
     state_dict keys are BatchNorm2d's, so checkpoints stay torchvision-compatible.
+
+    Two ways to compute the same thing. A contiguous NCHW input in eager mode goes through one ``F.batch_norm``
+    over the free view (N/g, g*C, H, W) (the native kernels, fastest eagerly). A channels_last input, or one
+    under ``torch.compile``, goes through :func:`group_batch_norm`, written in plain tensor ops on the view
+    (N/g, g, C, H, W), which is free in both memory layouts: the (N/g, g*C) view of a channels_last tensor would
+    need a copy (2.5x slower steps, measured on an H100), and the compiler fuses the plain ops into its own
+    reduction and pointwise kernels with no graph break.
     """
 
     def __init__(self, num_features: int, groups: int, **kwargs: object) -> None:
@@ -37,8 +44,15 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         g = self.groups
         if n % g:
             raise ValueError(f"batch of {n} is not divisible into {g} BN groups (model.bn_groups)")
+        tracking = self.track_running_stats and self.num_batches_tracked is not None
+        if torch.compiler.is_compiling() or not x.is_contiguous():
+            if tracking:
+                self.num_batches_tracked.add_(1)
+            factor = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked
+            return group_batch_norm(x, g, self.weight, self.bias, self.running_mean if tracking else None,
+                                    self.running_var if tracking else None, factor if tracking else 0.0, self.eps)
         factor = 0.0
-        if self.track_running_stats and self.num_batches_tracked is not None:
+        if tracking:
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         # (N, C, H, W) -> (N/g, g*C, H, W): sample i*g + j lands in channel block j, i.e. BN group j.
@@ -52,6 +66,34 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
                 self.running_mean.copy_(mean.view(g, c).mean(0))
                 self.running_var.copy_(var.view(g, c).mean(0))
         return out.reshape(n, c, h, w)
+
+
+def group_batch_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                     running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                     factor: float | torch.Tensor, eps: float) -> torch.Tensor:
+    """Training-mode BN of (N, C, H, W) ``x`` with separate statistics for sample groups ``i*groups + j``.
+
+    Statistics in float32 whatever ``x``'s dtype (as cuDNN's BN under autocast); the output has ``x``'s dtype
+    and memory layout. Running statistics, when given, move by ``factor`` towards the mean over groups of each
+    group's batch mean and unbiased variance (in place, outside autograd).
+    """
+    n, c, h, w = x.shape
+    xg = x.unflatten(0, (n // groups, groups)).float()  # (N/g, g, C, H, W): a view in NCHW and channels_last
+    var, mean = torch.var_mean(xg, dim=(0, 3, 4), correction=0, keepdim=True)  # (1, g, C, 1, 1)
+    scale = torch.rsqrt(var + eps)
+    if weight is not None:
+        scale = scale * weight.view(1, 1, c, 1, 1)
+    shift = -mean * scale
+    if bias is not None:
+        shift = shift + bias.view(1, 1, c, 1, 1)
+    out = (xg * scale + shift).to(x.dtype).flatten(0, 1)
+    if running_mean is not None and running_var is not None:
+        count = (n // groups) * h * w
+        with torch.no_grad():
+            unbiased = var.detach().view(groups, c) * (count / max(count - 1, 1))
+            running_mean.lerp_(mean.detach().view(groups, c).mean(0), factor)
+            running_var.lerp_(unbiased.mean(0), factor)
+    return out
 
 
 def split_batchnorm(module: nn.Module, groups: int) -> nn.Module:

@@ -2,18 +2,39 @@
 
 With ``data.pipeline: pil`` (the default, the official code's way) DataLoader workers decode each image with PIL
 and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits for. Here the
-workers only read each file's bytes. The training process then decodes the batch (JPEGs on the GPU with
-``torchvision.io.decode_jpeg`` when training on CUDA; other formats, and everything on CPU, with torchvision's
-CPU decoders) and runs the augmentation of ``moco_core.gpu_augment`` as batched tensor ops on the device. Its
-random parameters are drawn from torch's global generator, which the training loop reseeds every epoch, so a
-run is as reproducible as with the PIL pipeline (the two pipelines draw different random numbers).
+workers only read each file's bytes (and each JPEG's component count, from its header). The training process then
+decodes the batch (JPEGs on the GPU with ``torchvision.io.decode_jpeg`` when training on CUDA; other formats,
+CMYK JPEGs, and everything on CPU, with torchvision's CPU decoders) and runs the augmentation of
+``moco_core.gpu_augment`` as batched tensor ops on the device.
 
-The time spent decoding and augmenting is counted as data wait by the engine, as it is work done for the data.
+On CPU this happens in the training loop's own thread, between steps, with the random parameters drawn from torch's
+global generator (reseeded every epoch by the training loop), so a run is as reproducible as with the PIL pipeline.
+
+On CUDA it runs ahead of the step, in two threads: one decodes batch t+2 while the other augments batch t+1 and the
+training stream runs step t. Each has its own CUDA stream, and the training stream waits for a batch's event
+before it reads the views. The random parameters come from a generator of the loader's own, seeded from the global
+generator when an epoch's iteration starts, so a seed still fixes the run's views.
+
+nvJPEG's hardware decoder (A100, H100) does not wait for work already queued on the stream it is handed:
+``nvjpegDecodeBatched`` may write its output before earlier kernels on that stream have run. PyTorch's caching
+allocator hands a stream a block as soon as the kernels queued there that used it were *queued*, not run, so a
+decode into such a block can overwrite memory those kernels still read: NaN losses within 20 steps on an H100 when
+decoding ran on the training stream (see meta-pytorch/torchcodec pull request 1634, which adds a stream
+synchronisation before the batched hardware decode, and pytorch/vision pull request 9606). Here the decoder only
+ever allocates from its own stream, which runs nothing else: before each decode, that stream is synchronised
+(so nothing queued there can be overtaken), and every decoded image is marked with ``record_stream`` for the
+stream that reads it, so its block goes back to the decoder only after that reading has run. The views are handed
+to the training stream the same way. No host synchronisation of the training stream is needed.
+
+The time the training loop spends waiting for the next batch is counted as data wait by the engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import contextlib
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -26,11 +47,14 @@ from moco_core.gpu_augment import (
     apply_params,
     decode_jpegs,
     image_sizes,
+    jpeg_num_components,
     quiet_torchvision_io,
     sample_params,
 )
 
 _JPEG_MAGIC = (0xFF, 0xD8)
+
+Batch = tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[int]]
 
 
 class EncodedImages(torch.utils.data.Dataset):
@@ -52,11 +76,21 @@ class EncodedImages(torch.utils.data.Dataset):
         return encoded, label, index
 
 
-def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> tuple[list[torch.Tensor], torch.Tensor,
-                                                                           torch.Tensor]:
-    """Files have different lengths: keep them as a list; labels and indices become tensors."""
+def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> Batch:
+    """Files have different lengths: keep them as a list; labels and indices become tensors. Also each JPEG's
+    component count (0 for other files and unreadable headers), read here in the worker: 4-component JPEGs
+    (CMYK) go to the CPU decoder, and parsing 256 headers in the training process would hold its interpreter."""
     datas, labels, index = zip(*batch, strict=True)
-    return list(datas), torch.tensor(labels), torch.tensor(index)
+    return list(datas), torch.tensor(labels), torch.tensor(index), [_components(d) for d in datas]
+
+
+def _components(data: torch.Tensor) -> int:
+    if not is_jpeg(data):
+        return 0
+    try:
+        return jpeg_num_components(data)
+    except ValueError:
+        return 0
 
 
 def is_jpeg(data: torch.Tensor) -> bool:
@@ -73,17 +107,20 @@ def _decode_one(data: torch.Tensor, device: torch.device) -> torch.Tensor | None
         return None
 
 
-def decode_batch(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+def decode_batch(datas: list[torch.Tensor], device: torch.device,
+                 components: Sequence[int] | None = None) -> list[torch.Tensor | None]:
     """RGB uint8 (3, H, W) images on ``device``, None where a file does not decode.
 
-    JPEGs are decoded in one batched call (one nvJPEG call under CUDA); if that call fails, each is retried alone
-    so that one corrupt file costs only itself.
+    JPEGs are decoded in one batched call (one nvJPEG call under CUDA; ``components``, as ``collate_encoded``
+    gives them, saves reading the headers again); if that call fails, each is retried alone so that one corrupt
+    file costs only itself.
     """
     images: list[torch.Tensor | None] = [None] * len(datas)
     jpegs = [i for i, data in enumerate(datas) if is_jpeg(data)]
     if jpegs:
+        counts = None if components is None else [components[i] for i in jpegs]
         try:
-            decoded: list[torch.Tensor | None] = list(decode_jpegs([datas[i] for i in jpegs], device))
+            decoded: list[torch.Tensor | None] = list(decode_jpegs([datas[i] for i in jpegs], device, counts))
         except Exception:
             decoded = [_decode_one(datas[i], device) for i in jpegs]
         for i, image in zip(jpegs, decoded, strict=True):
@@ -98,14 +135,22 @@ class DeviceAugmentLoader:
     """Wraps a DataLoader of ``EncodedImages``: yields what the PIL pipeline yields, made on ``device``.
 
     ``views`` 2 gives ``((query view, key view), labels, indices)`` (moco, end2end); 1 gives ``(view, labels,
-    indices)`` (memory-bank).
+    indices)`` (memory-bank). ``channels_last`` writes the views in that layout (``run.channels_last``).
+    ``ahead`` (default: on CUDA) decodes and augments up to ``prefetch`` batches ahead of the one being trained
+    on, in two threads (on the CPU it only moves the work off the training thread, which a CPU run does not
+    gain from; it is there to test the threads without a GPU).
     """
 
-    def __init__(self, loader: Iterable[Any], cfg: AugmentConfig, device: torch.device, *, views: int) -> None:
+    def __init__(self, loader: Iterable[Any], cfg: AugmentConfig, device: torch.device, *, views: int,
+                 channels_last: bool = False, prefetch: int = 2, ahead: bool | None = None) -> None:
         if views not in (1, 2):
             raise ValueError(f"views must be 1 or 2, got {views}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         self.loader, self.cfg, self.device, self.views = loader, cfg, device, views
-        self.two_crops = TensorTwoCrops(cfg)
+        self.channels_last, self.prefetch = channels_last, prefetch
+        self.ahead = device.type == "cuda" if ahead is None else ahead
+        self.two_crops = TensorTwoCrops(cfg, channels_last=channels_last)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -126,11 +171,138 @@ class DeviceAugmentLoader:
                                f"{index.tolist()[:5]}...); check the files (data.verify_images checks headers only)")
         return [image if image is not None else good[i % len(good)] for i, image in enumerate(images)]
 
+    def _augment(self, images: list[torch.Tensor | None], index: torch.Tensor,
+                 generator: torch.Generator | None) -> Any:
+        decoded = self._replace_undecodable(images, index)
+        if self.views == 2:
+            return self.two_crops(decoded, generator)
+        params = sample_params(len(decoded), image_sizes(decoded), self.cfg, generator)
+        return apply_params(decoded, params, self.cfg, channels_last=self.channels_last)
+
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
-        for datas, labels, index in self.loader:
-            images = self._replace_undecodable(decode_batch(datas, self.device), index)
-            if self.views == 2:
-                yield self.two_crops(images), labels, index
-            else:
-                params = sample_params(len(images), image_sizes(images), self.cfg)
-                yield apply_params(images, params, self.cfg), labels, index
+        if self.ahead:
+            yield from self._ahead()
+            return
+        for datas, labels, index, components in self.loader:
+            yield self._augment(decode_batch(datas, self.device, components), index, None), labels, index
+
+    def _ahead(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
+        """Decode and augment in two threads (each on its own CUDA stream under CUDA), ``prefetch`` ahead."""
+        batches = iter(self.loader)  # here, not in a thread: creating it draws the workers' seed from torch's RNG
+        generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
+        pipeline = _Pipeline(self, batches, generator)
+        try:
+            yield from pipeline
+        finally:
+            pipeline.close()
+
+
+_END = object()
+
+
+class _Pipeline:
+    """Two stages in threads (decode, augment) joined by bounded queues; the consumer's stream waits on events."""
+
+    def __init__(self, owner: DeviceAugmentLoader, batches: Iterator[Batch], generator: torch.Generator) -> None:
+        self.owner, self.batches, self.generator = owner, batches, generator
+        self.device = owner.device
+        self.cuda = self.device.type == "cuda"
+        self.decoded: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=owner.prefetch)
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(stage,), daemon=True, name=f"moco-{stage.__name__}")
+                        for stage in (self._decode, self._augment)]
+        for thread in self.threads:
+            thread.start()
+
+    def _put(self, q: queue.Queue[Any], item: Any) -> bool:
+        """Put ``item`` unless the pipeline is closing; False when it is."""
+        while not self.stopping.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self, q: queue.Queue[Any]) -> Any:
+        while not self.stopping.is_set():
+            try:
+                return q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return _END
+
+    def _run(self, stage: Any) -> None:
+        out = self.decoded if stage == self._decode else self.ready
+        try:
+            stage(out)
+        except BaseException as err:  # noqa: BLE001 (handed to the consumer, which raises it)
+            self._put(out, err)
+            return
+        self._put(out, _END)
+
+    def _stream(self) -> tuple[Any, contextlib.AbstractContextManager[Any]]:
+        """A new CUDA stream of this thread's own and the context that makes it current (nothing on the CPU)."""
+        if not self.cuda:
+            return None, contextlib.nullcontext()
+        stream = torch.cuda.Stream(self.device)
+        return stream, torch.cuda.stream(stream)
+
+    def _event(self, stream: Any) -> Any:
+        """An event recorded on ``stream`` (None on the CPU, where every op has finished when it returns)."""
+        if stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def _decode(self, out: queue.Queue[Any]) -> None:
+        stream, current = self._stream()
+        with current:
+            for datas, labels, index, components in self.batches:
+                if stream is not None:  # nothing may be pending where nvJPEG writes (see the module docstring)
+                    stream.synchronize()
+                images = decode_batch(datas, self.device, components)
+                if not self._put(out, (images, labels, index, self._event(stream))):
+                    return
+
+    def _augment(self, out: queue.Queue[Any]) -> None:
+        stream, current = self._stream()
+        with current:
+            while True:
+                item = self._get(self.decoded)
+                if item is _END or isinstance(item, BaseException):
+                    if isinstance(item, BaseException):
+                        raise item
+                    return
+                images, labels, index, decoded = item
+                if stream is not None:
+                    stream.wait_event(decoded)
+                    for image in images:
+                        if image is not None:
+                            image.record_stream(stream)  # the decoder gets this block back once our reads have run
+                views = self.owner._augment(images, index, self.generator)
+                del images, item
+                if not self._put(out, (views, labels, index, self._event(stream))):
+                    return
+
+    def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
+        consumer = torch.cuda.current_stream(self.device) if self.cuda else None
+        while True:
+            item = self._get(self.ready)
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            views, labels, index, done = item
+            if consumer is not None:
+                consumer.wait_event(done)
+                for view in views if isinstance(views, tuple) else (views,):
+                    view.record_stream(consumer)  # the augment stream reuses this block only after the step has run
+            yield views, labels, index
+
+    def close(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=10)

@@ -77,6 +77,7 @@ def train_one_epoch(
     metrics: MetricsWriter,
     resume: EpochState | None = None,
     checkpoints: StepCheckpoints | None = None,
+    channels_last: bool = False,
 ) -> EpochStats:
     """Train ``model`` (``method.module``, possibly wrapped in DDP) for one pass over ``loader``.
 
@@ -89,6 +90,8 @@ def train_one_epoch(
     ``resume`` continues an epoch a checkpoint left part-way: ``loader`` must then yield only the batches not yet
     seen, and the RNG states are restored after the loader's iterator exists (creating it draws a seed), so on
     CPU with ``data.workers`` 0 the rest of the epoch is bit-identical to an uninterrupted run's.
+    ``channels_last`` puts the images in the layout the encoders were given (``run.channels_last``).
+    ``channels_last`` puts the images in the layout the encoders were given (``run.channels_last``).
     ``checkpoints`` is asked after every step whether to save (every ``checkpoints.every`` steps, never on the
     epoch's last batch: the caller's epoch checkpoint follows) and whether to stop (SIGTERM); a stop saves first.
     """
@@ -112,10 +115,10 @@ def train_one_epoch(
             break
         wait += time.perf_counter() - fetch_start
         if isinstance(images, (tuple, list)):
-            images = tuple(view.to(device, non_blocking=True) for view in images)
+            images = tuple(_to_device(view, device, channels_last) for view in images)
             batch = images[0].shape[0]
         else:
-            images = images.to(device, non_blocking=True)
+            images = _to_device(images, device, channels_last)
             batch = images.shape[0]
         with autocast(device, amp):
             logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True),
@@ -156,6 +159,13 @@ def train_one_epoch(
                       images_per_s=epoch_images / elapsed if elapsed > 0 else 0.0,
                       data_wait=wait / elapsed if elapsed > 0 else 0.0, stopped=stopped,
                       complete=not stopped or last_batch)
+
+
+def _to_device(images: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
+    """The batch on ``device`` (asynchronously from pinned memory), then in channels_last if asked (on the device:
+    a copy between layouts across devices would go through an unpinned host buffer)."""
+    images = images.to(device, non_blocking=True)
+    return images.contiguous(memory_format=torch.channels_last) if channels_last else images
 
 
 def _close_window(sums: torch.Tensor, steps: int, state: EpochState, epoch: int, step: int) -> tuple[float, float]:

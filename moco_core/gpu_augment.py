@@ -54,9 +54,8 @@ from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as nnf
+import torchvision.ops  # noqa: F401  (registers torch.ops.torchvision.roi_align)
 from torchvision.io import ImageReadMode, decode_jpeg
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 from moco_core.config import AugmentConfig
 
@@ -342,11 +341,16 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor | Sequence[float]) -> tor
     return out.reshape(m, c, height, width)
 
 
-def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """``(x - mean) / std`` per channel."""
-    mean_t = torch.tensor(mean, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
-    return (x - mean_t) / std_t
+def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], *,
+              channels_last: bool = False) -> torch.Tensor:
+    """``(x - mean) / std`` per channel, as ``x / std - mean / std`` in one pass, into a new tensor (channels_last
+    if asked)."""
+    scale = (1.0 / torch.tensor(std, dtype=torch.float64)).to(x.dtype)
+    shift = (-torch.tensor(mean, dtype=torch.float64) * scale.double()).to(x.dtype)
+    scale = scale.to(x.device, non_blocking=True).view(1, -1, 1, 1)
+    shift = shift.to(x.device, non_blocking=True).view(1, -1, 1, 1)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    return torch.addcmul(shift, x, scale, out=torch.empty_like(x, memory_format=layout))
 
 
 def _as_image_list(images: Images) -> list[torch.Tensor]:
@@ -365,17 +369,53 @@ def _as_image_list(images: Images) -> list[torch.Tensor]:
 
 
 def crop_and_resize(images: Images, boxes: torch.Tensor, size: int) -> torch.Tensor:
-    """Crop each image to its box and resize to ``size`` x ``size`` (bilinear, antialiased): uint8 (N, 3, S, S)."""
+    """Crop each image to its box and resize to ``size`` x ``size``: float32 (N, 3, S, S) in [0, 1], rounded to
+    uint8 levels (PIL's resize returns uint8), on the images' device.
+
+    One ``roi_align`` per distinct image size does the resampling of every view of those images (an image listed
+    twice, as the two crops list it, is read once). With ``aligned`` boxes its sample points are those of a
+    bilinear resize without corner alignment (output pixel ``j`` reads ``left - 0.5 + (j + 0.5) * w / S``),
+    edges clamped as a resize clamps them; where the crop is larger than ``S`` each output pixel averages a
+    ``ceil(w / S)`` x ``ceil(h / S)`` grid of such samples over its footprint (``sampling_ratio`` 0), a box
+    prefilter that keeps the downscaling antialiased, as PIL's and torchvision's antialiased bilinear are (their
+    prefilter is a triangle over the same footprint: results differ by about a uint8 level on photographs).
+    """
     images = _as_image_list(images)
     if len(images) != boxes.shape[0]:
         raise ValueError(f"{len(images)} images but {boxes.shape[0]} crop boxes")
     if not images:
-        return torch.empty((0, 3, size, size), dtype=torch.uint8)
-    crops = [
-        TF.resized_crop(img, top, left, h, w, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=True)
-        for img, (top, left, h, w) in zip(images, boxes.tolist(), strict=True)
-    ]
-    return torch.stack(crops)
+        return torch.empty((0, 3, size, size), dtype=torch.float32)
+    device = images[0].device
+    distinct: dict[int, int] = {}  # id(image) -> index into `sources`: each image is converted once
+    sources: list[torch.Tensor] = []
+    for img in images:
+        if distinct.setdefault(id(img), len(sources)) == len(sources):
+            sources.append(img)
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for k, img in enumerate(sources):
+        by_size.setdefault((int(img.shape[1]), int(img.shape[2])), []).append(k)
+    place = {k: (g, j) for g, ks in enumerate(by_size.values()) for j, k in enumerate(ks)}
+    # Every source image, grouped by size, in one float buffer: each group is a (n, 3, H, W) view of it.
+    flat = torch.cat([sources[k].reshape(-1) for ks in by_size.values() for k in ks]).to(torch.float32)
+    views_of: list[list[int]] = [[] for _ in by_size]
+    for v, img in enumerate(images):
+        views_of[place[distinct[id(img)]][0]].append(v)
+    order = [v for views in views_of for v in views]
+    top, left, h, w = boxes[order].to(torch.float32).unbind(1)
+    batch_index = torch.tensor([place[distinct[id(images[v])]][1] for v in order], dtype=torch.float32)
+    rois = torch.stack([batch_index, left, top, left + w, top + h], dim=1).to(device, non_blocking=True)
+    out, offset, row = [], 0, 0
+    for ((height, width), ks), views in zip(by_size.items(), views_of, strict=True):
+        block = flat[offset:offset + len(ks) * 3 * height * width].view(len(ks), 3, height, width)
+        # (input, rois, spatial_scale, height, width, sampling_ratio 0: adaptive, aligned): the op itself, not
+        # torchvision.ops.roi_align, whose Python checks cost more than the kernel for a small group
+        out.append(torch.ops.torchvision.roi_align(block, rois[row:row + len(views)], 1.0, size, size, 0, True))
+        offset += block.numel()
+        row += len(views)
+    crops = torch.cat(out) if len(out) > 1 else out[0]
+    if order != list(range(len(images))):
+        crops = torch.empty_like(crops).index_copy_(0, torch.tensor(order, device=device), crops)
+    return crops.round_().div_(255.0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -397,19 +437,39 @@ def _update_where(
     return x.index_copy_(0, index, fn(x.index_select(0, index), index_cpu))
 
 
-def _jitter_op(x: torch.Tensor, mask: torch.Tensor, op: int, factors: torch.Tensor) -> torch.Tensor:
-    """Apply jitter op ``op`` to the samples in ``mask``, each with its own factor."""
-    return _update_where(x, mask, lambda sub, index: JITTER_OPS[op](sub, factors[index]))
-
-
 def color_jitter(x: torch.Tensor, params: AugmentParams, cfg: AugmentConfig) -> torch.Tensor:
-    """ColorJitter per sample: the enabled ops in the sample's own order, only where ``params.jitter`` (in place)."""
-    ops = enabled_jitter_ops(cfg)
+    """ColorJitter per sample: the enabled ops in the sample's own order, only where ``params.jitter`` (in place).
+
+    At each of the four positions every sample applies at most one op. Brightness, contrast and saturation are
+    all blends ``clamp(a x + b gray(x) + c mean(gray(x)))`` (a = f; b = 1 - f for saturation, c = 1 - f for
+    contrast), so the samples applying any of them at this position take one batched blend with per-sample
+    ``a, b, c`` (a = 1, b = c = 0 leaves a sample bit for bit as it was); those applying hue go through the HSV
+    round trip together. A position costs a few passes over the batch, whatever the mix of ops.
+    """
+    enabled = torch.zeros(4, dtype=torch.bool)
+    enabled[list(enabled_jitter_ops(cfg))] = True
     for position in range(params.jitter_order.shape[1]):
-        for op in ops:
-            mask = params.jitter & (params.jitter_order[:, position] == op)
-            x = _jitter_op(x, mask, op, params.jitter_factors[:, op])
+        op = params.jitter_order[:, position]
+        active = params.jitter & enabled[op]
+        blend = active & (op != HUE)
+        if blend.any():
+            x = _blend_ops(x, op, blend, params.jitter_factors.gather(1, op[:, None]).squeeze(1))
+        hue = active & (op == HUE)
+        x = _update_where(x, hue, lambda sub, index: adjust_hue(sub, params.jitter_factors[index, HUE]))
     return x
+
+
+def _blend_ops(x: torch.Tensor, op: torch.Tensor, mask: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Brightness, contrast or saturation (``op`` per sample, CPU) with ``factor`` where ``mask``, in one blend."""
+    one = torch.ones_like(factor)
+    a = torch.where(mask, factor, one)
+    b = torch.where(mask & (op == SATURATION), 1.0 - factor, 0.0)
+    c = torch.where(mask & (op == CONTRAST), 1.0 - factor, 0.0)
+    gray = rgb_to_grayscale(x)  # (M, 1, H, W)
+    other = gray * _per_sample(b, gray)
+    if bool((c != 0).any()):
+        other = other + gray.mean(dim=(-2, -1), keepdim=True) * _per_sample(c, gray)
+    return torch.addcmul(other, x, _per_sample(a, x)).clamp_(0.0, 1.0)
 
 
 def random_grayscale(x: torch.Tensor, params: AugmentParams) -> torch.Tensor:
@@ -427,19 +487,22 @@ def random_flip(x: torch.Tensor, params: AugmentParams) -> torch.Tensor:
     return _update_where(x, params.flip, lambda sub, _: sub.flip(-1))
 
 
-def apply_params(images: Images, params: AugmentParams, cfg: AugmentConfig) -> torch.Tensor:
+@torch.no_grad()
+def apply_params(images: Images, params: AugmentParams, cfg: AugmentConfig, *,
+                 channels_last: bool = False) -> torch.Tensor:
     """One view of each image with the given parameters: float32 ``(N, 3, S, S)``, normalised, on the images' device.
 
     ``images``: a list of uint8 ``(3, H, W)`` tensors (sizes may differ) or a uint8 ``(N, 3, H, W)`` batch.
-    Steps: crop and resize, colour (grayscale and jitter in ``cfg``'s order), blur, flip, normalise.
+    Steps: crop and resize, colour (grayscale and jitter in ``cfg``'s order), blur, flip, normalise; the last
+    writes the views in the channels_last layout when asked (what the encoders take under ``run.channels_last``).
     """
-    x = crop_and_resize(images, params.boxes, cfg.crop_size).to(torch.float32).div_(255.0)
+    x = crop_and_resize(images, params.boxes, cfg.crop_size)
     if cfg.grayscale_before_jitter:
         x = color_jitter(random_grayscale(x, params), params, cfg)
     else:
         x = random_grayscale(color_jitter(x, params, cfg), params)
     x = random_flip(random_blur(x, params), params)
-    return normalize(x, cfg.mean, cfg.std)
+    return normalize(x, cfg.mean, cfg.std, channels_last=channels_last)
 
 
 class TensorTwoCrops:
@@ -453,8 +516,9 @@ class TensorTwoCrops:
     times over.
     """
 
-    def __init__(self, cfg: AugmentConfig) -> None:
+    def __init__(self, cfg: AugmentConfig, *, channels_last: bool = False) -> None:
         self.cfg = cfg
+        self.channels_last = channels_last
 
     def __call__(
         self, images: Images, generator: torch.Generator | None = None
@@ -464,7 +528,8 @@ class TensorTwoCrops:
         sizes = image_sizes(images)
         query = sample_params(n, sizes, self.cfg, generator)
         key = sample_params(n, sizes, self.cfg, generator)
-        views = apply_params(images + images, AugmentParams.cat([query, key]), self.cfg)
+        views = apply_params(images + images, AugmentParams.cat([query, key]), self.cfg,
+                             channels_last=self.channels_last)
         return views[:n], views[n:]
 
     def __repr__(self) -> str:
@@ -518,12 +583,18 @@ def _decode_rgb(datas: list[torch.Tensor], device: torch.device) -> list[torch.T
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
 
 
-def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cpu") -> list[torch.Tensor]:
+def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cpu",
+                 components: Sequence[int] | None = None) -> list[torch.Tensor]:
     """Decode JPEG bytes (uint8 1-D CPU tensors) to uint8 ``(3, H, W)`` RGB images on ``device``.
 
     On CUDA the images are decoded in one batched nvJPEG call; grayscale JPEGs come out as 3 equal channels.
     nvJPEG converts 4-component (CMYK/YCCK) JPEGs to RGB only when asked to (torchvision does not ask), so those
-    are decoded on the CPU and copied to the device. On the CPU, libjpeg-turbo decodes every kind.
+    are decoded on the CPU and copied to the device (``components``: each file's count from its frame header,
+    when the caller has it; read here otherwise). On the CPU, libjpeg-turbo decodes every kind.
+
+    nvJPEG's hardware decoder does not wait for the work queued on the current stream before writing into the
+    output it allocates there: call this on a stream that has nothing pending (``moco_core.device_data`` decodes
+    on a stream of its own, synchronised before each call).
     """
     device = torch.device(device)
     datas = [d.cpu() for d in datas]
@@ -531,7 +602,8 @@ def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cp
         return []
     if device.type != "cuda":
         return _decode_rgb(datas, device)
-    on_cpu = [jpeg_num_components(d) == 4 for d in datas]
+    counts = list(components) if components is not None else [jpeg_num_components(d) for d in datas]
+    on_cpu = [count == 4 for count in counts]
     out: list[torch.Tensor | None] = [None] * len(datas)
     for use_cpu in (False, True):
         positions = [i for i, flag in enumerate(on_cpu) if flag == use_cpu]

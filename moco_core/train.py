@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, to_dict
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
@@ -39,6 +39,7 @@ def resolve_device(name: str) -> torch.device:
         if device.index is None:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick its fastest kernels (as main_moco.py)
     return device
 
 
@@ -73,6 +74,48 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     if batch > dataset_size:
         raise ConfigError(f"optim.batch_size: {batch} is larger than the dataset ({dataset_size} images)")
     return local
+
+
+@dataclass(frozen=True)
+class Speed:
+    channels_last: bool
+    compiled: bool
+
+
+def speed_up(method: Method, device: torch.device, run: RunConfig) -> Speed:
+    """Apply ``run.channels_last`` and ``run.compile`` (null: on under CUDA) to the method's encoders, in place.
+
+    ``nn.Module.compile`` compiles each encoder's call and leaves its parameters and state_dict keys as they were,
+    so checkpoints, the momentum update and DDP see the same modules. MoCo's key encoder is compiled too (its
+    forward runs under no_grad: an inference graph); the shuffle, the queue and the loss stay eager.
+    """
+    cuda = device.type == "cuda"
+    channels_last = cuda if run.channels_last is None else run.channels_last
+    compiled = cuda if run.compile is None else run.compile
+    if channels_last:
+        method.module.to(memory_format=torch.channels_last)
+    if compiled:
+        for encoder in {id(m): m for m in (method.encoder, getattr(method.module, "momentum_encoder", None))
+                        if m is not None}.values():
+            encoder.compile()
+    return Speed(channels_last=channels_last, compiled=compiled)
+
+
+def build_optimizer(module: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.SGD:
+    """SGD over all parameters, as the official code: the key encoder's never get gradients, so SGD skips them,
+    and optimizer state indices then match official checkpoints. One fused kernel per step on CUDA."""
+    optimizer = torch.optim.SGD(module.parameters(), lr=learning_rate(cfg, 0), momentum=cfg.momentum,
+                                weight_decay=cfg.weight_decay)
+    use_fused_kernels(optimizer, device)
+    return optimizer
+
+
+def use_fused_kernels(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Fused SGD on CUDA, torch's default (foreach) elsewhere; set again after loading a checkpoint, whose param
+    groups carry the flags of the machine that wrote it (an official checkpoint carries none)."""
+    for group in optimizer.param_groups:
+        group["fused"] = device.type == "cuda"
+        group["foreach"] = None
 
 
 def resolve_data(path: str) -> Path:
@@ -175,10 +218,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
     method = method_cls(cfg.model, world_size=world, num_classes=len(images.classes), dataset_size=len(images.samples))
     module = method.module.to(device)
-    # All parameters, as the official code: the key encoder's never get gradients, so SGD skips them, and
-    # optimizer state indices then match official checkpoints.
-    optimizer = torch.optim.SGD(module.parameters(), lr=learning_rate(cfg.optim, 0), momentum=cfg.optim.momentum,
-                                weight_decay=cfg.optim.weight_decay)
+    speed = speed_up(method, device, cfg.run)
+    optimizer = build_optimizer(module, cfg.optim, device)
     transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
@@ -192,11 +233,13 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
                              pin_memory=device.type == "cuda" and collate is None, drop_last=True,
                              collate_fn=collate, worker_init_fn=ignore_sigterm)
     if cfg.data.pipeline == "tensor":
-        loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1)
+        loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1,
+                                     channels_last=speed.channels_last)
     steps_per_epoch = len(loader)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
         start = restore(resume_path, method, optimizer, steps_per_epoch)
+        use_fused_kernels(optimizer, device)  # the checkpoint's choice was for the device that wrote it
     model: nn.Module = module
     if world > 1:
         model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
@@ -230,6 +273,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             saver = _StepSaver(cfg, method, optimizer, run_dir, epoch, stop, enabled=main)
             stats = train_one_epoch(model, method, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs,
                                     step=step, lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
+                                    channels_last=speed.channels_last,
                                     progress=progress, metrics=metrics, resume=partial, checkpoints=saver)
             sampler.start = 0
             step = stats.step
@@ -273,7 +317,8 @@ def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optim
     progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
                      f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
     if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
-        knn = monitor(method.encoder)
+        with torch.compiler.set_stance("force_eager"):  # other shapes, eval mode: not worth recompiling for
+            knn = monitor(method.encoder)
         metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
         progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
     if force_checkpoint or epoch + 1 == cfg.optim.epochs or (epoch + 1) % cfg.run.checkpoint_every == 0:

@@ -119,3 +119,69 @@ def test_two_process_gloo_shuffle(tmp_path: Path) -> None:
     assert any(mixed)
     for a, b in zip(results[0]["seen"], results[1]["seen"], strict=True):
         assert sorted(a + b) == list(range(8))  # a permutation of the global batch, split between ranks
+
+
+def _split_pair(groups: int = 4, c: int = 5) -> tuple[SplitBatchNorm2d, SplitBatchNorm2d]:
+    torch.manual_seed(1)
+    bn = SplitBatchNorm2d(c, groups)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 2)
+        bn.bias.uniform_(-1, 1)
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return bn, copy.deepcopy(bn)
+
+
+def test_channels_last_input_takes_the_functional_path_with_the_same_result() -> None:
+    """The functional path (channels_last, compiled) equals the F.batch_norm path: outputs, running statistics
+    and every gradient; its output keeps the channels_last layout (no copy into NCHW)."""
+    native, functional = _split_pair()
+    x = (torch.randn(16, 5, 6, 7) * 2 + 0.5).requires_grad_(True)
+    x_cl = x.detach().to(memory_format=torch.channels_last).requires_grad_(True)
+    out, out_cl = native(x), functional(x_cl)
+    assert out_cl.is_contiguous(memory_format=torch.channels_last) and not out_cl.is_contiguous()
+    torch.testing.assert_close(out_cl, out, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    out_cl.backward(grad)
+    torch.testing.assert_close(x_cl.grad, x.grad, atol=1e-5, rtol=1e-4)
+    for name in ("weight", "bias"):
+        torch.testing.assert_close(getattr(functional, name).grad, getattr(native, name).grad, atol=1e-4, rtol=1e-4)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(functional, name), getattr(native, name), atol=1e-6, rtol=1e-6)
+
+
+def test_functional_group_bn_against_statistics_worked_by_hand() -> None:
+    """Two groups of two samples, one channel, 1x2 pixels: group 0 = samples 0 and 2, group 1 = samples 1, 3."""
+    from moco_core.batchnorm import group_batch_norm
+
+    x = torch.tensor([[1.0, 3.0], [0.0, 0.0], [5.0, 7.0], [2.0, 6.0]]).view(4, 1, 1, 2)
+    running_mean, running_var = torch.zeros(1), torch.ones(1)
+    out = group_batch_norm(x, 2, None, None, running_mean, running_var, 0.5, eps=0.0)
+    # group 0: 1, 3, 5, 7: mean 4, biased var 5; group 1: 0, 0, 2, 6: mean 2, biased var 6
+    expected = torch.tensor([[-3, -1], [-2, -2], [1, 3], [0, 4]]) / torch.tensor([5, 6, 5, 6]).sqrt().view(4, 1)
+    torch.testing.assert_close(out.view(4, 2), expected.float())
+    # running: 0.5 * old + 0.5 * mean over groups of (mean, unbiased var = var * 4/3): (4+2)/2 = 3, (20/3+8)/2
+    torch.testing.assert_close(running_mean, torch.tensor([1.5]))
+    torch.testing.assert_close(running_var, torch.tensor([0.5 + 0.5 * (20 / 3 + 8) / 2]))
+
+
+def test_split_bn_encoder_compiles_without_graph_breaks() -> None:
+    """torch.compile sees the functional path: the whole encoder is one graph, and its forward and backward
+    (traced through AOTAutograd, no C++ compiler needed) equal eager mode's."""
+    torch.manual_seed(2)
+    encoder = split_batchnorm(build_encoder("resnet18", dim=8, mlp=True), 2).to(memory_format=torch.channels_last)
+    x = torch.randn(8, 3, 64, 64).to(memory_format=torch.channels_last)
+    explanation = torch._dynamo.explain(copy.deepcopy(encoder))(x)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    eager, compiled = copy.deepcopy(encoder), copy.deepcopy(encoder)
+    compiled.compile(backend="aot_eager")
+    out_eager, out_compiled = eager(x), compiled(x)
+    # AOTAutograd decomposes var_mean and friends into other ops: float32 rounding differs slightly
+    torch.testing.assert_close(out_compiled, out_eager, atol=2e-4, rtol=1e-3)
+    out_eager.square().sum().backward()
+    out_compiled.square().sum().backward()
+    for (name, a), (_, b) in zip(eager.named_parameters(), compiled.named_parameters(), strict=True):
+        assert (b.grad - a.grad).norm() <= 1e-3 * a.grad.norm(), name
+    for (name, a), (_, b) in zip(eager.named_buffers(), compiled.named_buffers(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)

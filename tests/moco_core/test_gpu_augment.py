@@ -252,8 +252,7 @@ def _fixed_params() -> AugmentParams:
 
 def _reference_view(img: torch.Tensor, params: AugmentParams, i: int, cfg: AugmentConfig) -> torch.Tensor:
     """Sample ``i``'s view with torchvision.transforms.v2.functional, one op at a time."""
-    top, left, h, w = params.boxes[i].tolist()
-    x = TF.resized_crop(img, top, left, h, w, [cfg.crop_size] * 2, antialias=True).float() / 255
+    x = ga.crop_and_resize([img], params.boxes[i:i + 1], cfg.crop_size)[0]  # checked against torchvision below
 
     def jitter(x: torch.Tensor) -> torch.Tensor:
         if params.jitter[i]:
@@ -299,11 +298,66 @@ def test_without_random_ops_a_view_is_the_normalised_crop() -> None:
     params = AugmentParams(params.boxes, none, params.jitter_factors, params.jitter_order, none, none,
                            params.blur_sigma, none)
     out = apply_params(images, params, cfg)
-    for i, img in enumerate(images):
-        top, left, h, w = params.boxes[i].tolist()
-        crop = TF.resized_crop(img, top, left, h, w, [20, 20], antialias=True).float() / 255
-        expected = (crop - torch.tensor(cfg.mean).view(3, 1, 1)) / torch.tensor(cfg.std).view(3, 1, 1)
-        torch.testing.assert_close(out[i], expected, atol=1e-6, rtol=0)
+    crops = ga.crop_and_resize(images, params.boxes, 20)
+    expected = (crops - torch.tensor(cfg.mean).view(3, 1, 1)) / torch.tensor(cfg.std).view(3, 1, 1)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    assert torch.equal(crops * 255, (crops * 255).round())  # rounded to uint8 levels once, as PIL's resize
+    in_channels_last = apply_params(images, params, cfg, channels_last=True)
+    assert in_channels_last.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(in_channels_last, out)
+
+
+def _photo(seed: int, height: int, width: int) -> torch.Tensor:
+    """A photograph-like uint8 image: smooth colour structure plus grain (as ../shared/gpu/make_jpegs.py draws)."""
+    rng = np.random.default_rng(seed)
+    low = rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(low).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    grain = rng.integers(-24, 24, (height, width, 3))
+    return torch.from_numpy((smooth + grain).clip(0, 255).astype(np.uint8)).permute(2, 0, 1).contiguous()
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per image, in dB, of uint8-scaled (N, 3, H, W) images."""
+    mse = (a.double() - b.double()).square().mean(dim=(1, 2, 3))
+    return 10 * torch.log10(255**2 / mse)
+
+
+def test_crops_match_torchvision_antialiased_resized_crop_on_photographs() -> None:
+    """Downscaling by up to ~2x (crops of 20-100% of 300-440 px images to 224) against torchvision's antialiased
+    bilinear resized_crop (PIL's filter): measured 44.5 dB at worst and 0.8 levels mean absolute difference."""
+    images = [_photo(i, 300 + 7 * i, 400 + 5 * i) for i in range(12)]
+    params = sample_params(12, ga.image_sizes(images), AugmentConfig(crop_size=224), _generator(30))
+    ours = ga.crop_and_resize(images, params.boxes, 224) * 255
+    theirs = torch.stack([TF.resized_crop(img, *box.tolist(), [224, 224], antialias=True)
+                          for img, box in zip(images, params.boxes, strict=True)])
+    assert float(_psnr(ours, theirs).min()) > 40.0
+    assert float((ours - theirs.double()).abs().mean()) < 1.2
+
+
+def test_upscaled_crops_are_bilinear_inside_and_read_the_neighbours_at_the_border() -> None:
+    """Upscaling: the same sample points as a bilinear resize of the cropped region, so the interior equals
+    torchvision's within rounding. At the crop's border the sample points of the first and last rows and columns
+    (half a source pixel outside it) interpolate with the image's pixels around the crop, where a crop-then-resize
+    clamps to the crop's own edge: a difference confined to a frame half a source pixel wide (1-2 output pixels
+    at 2.5x)."""
+    images = [_photo(i, 100, 120) for i in range(3)]
+    boxes = torch.tensor([[3, 5, 90, 100], [0, 0, 100, 120], [10, 20, 50, 60]])
+    ours = ga.crop_and_resize(images, boxes, 224) * 255
+    theirs = torch.stack([TF.resized_crop(img, *box.tolist(), [224, 224], antialias=True).double()
+                          for img, box in zip(images, boxes, strict=True)])
+    assert float((ours - theirs)[..., 3:-3, 3:-3].abs().max()) <= 1.0  # 2.5x: the frame is ~1.25 px wide
+    assert float((ours[1] - theirs[1]).abs().max()) <= 1.0  # the whole image: no neighbours to read
+    assert float((ours - theirs).abs().max()) > 2.0  # the frame does differ where there are neighbours
+
+
+def test_crops_of_many_sizes_and_repeated_images_land_in_order() -> None:
+    """Views are computed in groups of equal image size (one roi_align each) and put back in the given order;
+    an image listed twice is read once and gives the same view for the same box."""
+    images = _random_images([(48, 64), (30, 30), (48, 64), (17, 23), (30, 30)], seed=31)
+    boxes = torch.tensor([[5, 7, 30, 40], [0, 0, 30, 30], [2, 2, 40, 40], [1, 1, 15, 20], [4, 3, 20, 21]])
+    both = ga.crop_and_resize(images + images, torch.cat([boxes, boxes]), 16)
+    one_by_one = torch.cat([ga.crop_and_resize([img], box[None], 16) for img, box in zip(images, boxes, strict=True)])
+    assert torch.equal(both[:5], one_by_one) and torch.equal(both[5:], one_by_one)
 
 
 @pytest.mark.parametrize("op", range(4))
@@ -357,6 +411,10 @@ def _view_statistics(views: torch.Tensor, cfg: AugmentConfig) -> torch.Tensor:
     """Per view, in [0, 1] units: channel means (3), channel stds (3), mean chroma (max - min), mean |dx|."""
     x = views * torch.tensor(cfg.std).view(1, 3, 1, 1) + torch.tensor(cfg.mean).view(1, 3, 1, 1)
     chroma = (x.amax(1) - x.amin(1)).mean(dim=(1, 2))
+    # A grayscale view's chroma is rounding noise from undoing the normalisation (up to ~1e-7, and not the same
+    # for both paths, whose normalisations round differently): call it 0, or its 20% of the mass would decide the
+    # KS distance below.
+    chroma = torch.where(chroma < 1e-5, 0.0, chroma)
     gradient = (x[..., 1:] - x[..., :-1]).abs().mean(dim=(1, 2, 3))
     return torch.cat([x.mean(dim=(2, 3)), x.std(dim=(2, 3)), chroma[:, None], gradient[:, None]], dim=1)
 
@@ -389,9 +447,9 @@ def test_views_match_the_pil_path_statistically(tmp_path: Path) -> None:
     # distance is 0.03-0.046 over seeds, the others <= 0.037). No jitter (0.115), no blur (0.165), grayscale p 0.3
     # (0.109), brightness 0.6 (0.09) or crop scale from 0.5 (0.078) exceed it.
     distances = [_ks_statistic(a[:, j], b[:, j]) for j in range(a.shape[1])]
-    assert max(distances) < 0.07, distances
-    gray_pil = (a[:, 6] < 1e-6).double().mean().item()  # views with equal channels: grayscale ones
-    gray_tensor = (b[:, 6] < 1e-6).double().mean().item()
+    assert max(distances) < 0.07, str(distances)
+    gray_pil = (a[:, 6] == 0).double().mean().item()  # views with equal channels: grayscale ones
+    gray_tensor = (b[:, 6] == 0).double().mean().item()
     assert abs(gray_pil - V2.grayscale_prob) < 0.05 and abs(gray_tensor - V2.grayscale_prob) < 0.05
 
 
@@ -476,12 +534,31 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 @pytest.mark.gpu
 @needs_cuda
 def test_decode_jpegs_on_cuda_matches_cpu() -> None:
+    """nvJPEG against libjpeg-turbo, on what matters: the same shape and orientation for every kind of JPEG; the
+    same pixels up to the decoders' rounding on photographs (nvJPEG upsamples 4:2:0 chroma without libjpeg's
+    "fancy" interpolation, which shows most at sharp colour edges: the 5-px colour blocks of the cases above
+    differ by a mean of 10 levels, smooth photographs by about 1-4); CMYK exactly, as it is decoded on the CPU."""
+    photos = [_photo(i, 90 + 13 * i, 120 + 7 * i) for i in range(6)]
+    datas = [_jpeg(Image.fromarray(p.permute(1, 2, 0).numpy()), subsampling=s)
+             for p, s in zip(photos, [0, 1, 2, 2, 2, 2], strict=True)]  # 4:4:4, 4:2:2, 4:2:0
+    on_cpu, on_cuda = ga.decode_jpegs(datas, "cpu"), ga.decode_jpegs(datas, "cuda")
+    for a, b in zip(on_cpu, on_cuda, strict=True):
+        assert b.is_cuda and b.dtype == torch.uint8 and b.shape == a.shape
+    psnr = torch.cat([_psnr(b.cpu()[None], a[None]) for a, b in zip(on_cpu, on_cuda, strict=True)])
+    assert float(psnr.min()) > 35.0, psnr.tolist()
     cases = _jpeg_cases()
     on_cpu = ga.decode_jpegs([data for _, data, _ in cases], "cpu")
     on_cuda = ga.decode_jpegs([data for _, data, _ in cases], "cuda")
     for (name, _, _), a, b in zip(cases, on_cpu, on_cuda, strict=True):
-        assert b.is_cuda and b.shape == a.shape, name
-        assert (a.float() - b.cpu().float()).abs().mean() < 3.0, name  # nvJPEG vs libjpeg-turbo
+        assert b.is_cuda and b.shape == a.shape == (3, 30, 40), name
+        if name == "CMYK":
+            assert torch.equal(a, b.cpu())
+        if name == "L":
+            assert torch.equal(b[0], b[1]) and torch.equal(b[1], b[2])
+        # orientation: the two decodes correlate far better as they are than mirrored or flipped
+        ref = a.double() - a.double().mean()
+        same = float((b.cpu().double() - b.double().mean().cpu()).mul(ref).mean())
+        assert same > 2 * float((b.cpu().flip(-1).double() - b.double().mean().cpu()).mul(ref).mean()), name
 
 
 @pytest.mark.gpu

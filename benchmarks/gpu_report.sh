@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue #20's table for the current tree, on one CUDA GPU, in one run of at most $BUDGET seconds (default 560):
+#   OUT=/tmp/gpu bash benchmarks/gpu_report.sh            # from the repository root
+# Stages run in order of importance; one that would not fit in what is left of the budget is skipped (and says so).
+# Each writes $OUT/<stage>.log (and .json); the table comes last (benchmarks/gpu_table.py: $OUT/table.md and
+# $OUT/report.json), and the logs end in $OUT/logs.tgz.
+# Needs torch, torchvision, pyyaml, typer, pandas, pytest; nothing is downloaded. The JPEGs are generated here
+# (benchmarks/make_jpegs.py: $N files, default 25600, in $DATA).
+set -u
+OUT=${OUT:-/tmp/gpu_report}
+DATA=${DATA:-/tmp/moco_jpegs}
+N=${N:-25600}
+BUDGET=${BUDGET:-560}
+PY=${PYTHON:-python3}
+WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+start=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - start) )); }
+
+# stage NAME SECONDS_NEEDED COMMAND...: run COMMAND with a timeout of what is left, output to $OUT/NAME.log; the
+# last line of the output that is a JSON object goes to $OUT/NAME.json.
+stage() {
+  local name=$1 need=$2; shift 2
+  local remaining; remaining=$(left)
+  if [ "$remaining" -lt "$need" ]; then
+    echo "== $name: skipped, ${remaining}s left of the budget, needs about ${need}s" | tee "$OUT/$name.log"
+    return
+  fi
+  echo "== $name ($(date +%T), ${remaining}s left)"
+  local t0; t0=$(date +%s)
+  timeout "$remaining" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "   rc $rc, $(( $(date +%s) - t0 ))s"
+  grep '^{' "$OUT/$name.log" | tail -n 1 >"$OUT/$name.json"
+  [ -s "$OUT/$name.json" ] || rm -f "$OUT/$name.json"
+  tail -n 4 "$OUT/$name.log" | sed 's/^/   /' | cut -c1-400
+}
+
+STEP=(benchmarks/pretrain_step.py --arch resnet50 --image-size 224 --batch 256 --mlp --steps 30 --json)
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  "$PY" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
+'cuda', torch.version.cuda, torch.cuda.get_device_name())"; nproc; } >"$OUT/env.log" 2>&1
+cat "$OUT/env.log"
+[ -d "$DATA/train" ] || stage jpegs 60 "$PY" benchmarks/make_jpegs.py "$DATA" "$N"
+stage tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/moco_core
+# One compiled model (split BN, 8 groups: the single-process shuffled BN) timed on synthetic data, then end to
+# end from the JPEGs through both pipelines.
+stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORKERS" \
+  --data synthetic --data "tensor:$DATA" --data "pil:$DATA"
+stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json
+RUN=${RUN:-/tmp/moco_real_run}
+rm -rf "$RUN"
+stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set data.pipeline=tensor \
+  --set run.log_every=20 --workers "$WORKERS" --output-dir "$RUN"
+[ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/real_metrics.jsonl"
+stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
+stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none
+stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup 3
+"$PY" benchmarks/gpu_table.py "$OUT" | tee "$OUT/table.md"
+# Few files come back from a device call: the logs travel as one archive beside report.json and table.md.
+(cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.jsonl $(ls ./*.json | grep -v report.json) 2>/dev/null)

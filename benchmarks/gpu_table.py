@@ -1,0 +1,100 @@
+"""Issue #20's table from the files benchmarks/gpu_report.sh writes: ``python benchmarks/gpu_table.py OUT``.
+
+Prints Markdown (this tree beside the figures measured at 5671961 on one H100 80GB HBM3, as the issue gives them)
+and writes everything it read to ``OUT/report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load(out: Path, name: str) -> dict[str, Any]:
+    path = out / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def real_run(out: Path) -> dict[str, Any]:
+    """The real command's last logged window and its epoch summary (metrics.jsonl)."""
+    path = out / "real_metrics.jsonl"
+    if not path.is_file():
+        return {}
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    windows = [line for line in lines if "loss" in line]
+    epochs = [line for line in lines if "epoch_loss" in line]
+    return {"last_window": windows[-1] if windows else None, "epoch": epochs[-1] if epochs else None,
+            "windows": windows}
+
+
+def tail(out: Path, name: str) -> str:
+    path = out / f"{name}.log"
+    lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
+    return lines[-1] if lines else "not run"
+
+
+def rate(value: Any) -> str:
+    return f"{value:,.0f}" if isinstance(value, (int, float)) else "-"
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    compiled, eager, plain, nchw = (load(out, n) for n in ("step_compiled", "step_eager", "step_plain_compiled",
+                                                            "step_eager_nchw"))
+    data, real = load(out, "data"), real_run(out)
+    runs = {(r["data"] if r["pipeline"] is None else r["pipeline"]): r for r in compiled.get("runs", [])}
+    synthetic, tensor, pil = runs.get("synthetic", {}), runs.get("tensor", {}), runs.get("pil", {})
+    reference = eager.get("reference", {})
+    window, epoch = real.get("last_window") or {}, real.get("epoch") or {}
+
+    def wait(run: dict[str, Any]) -> str:
+        value = run.get("data_wait_fraction", run.get("data_wait"))
+        return f", data wait {value:.1%}" if isinstance(value, (int, float)) else ""
+
+    rows = [
+        ("step, synthetic, split BN 8 groups, eager NCHW (5671961's default path)", "1,759",
+         rate(nchw.get("images_per_s"))),
+        ("official recipe rebuilt (`--reference`: fp32, per-parameter momentum, queue clone)", "1,184",
+         rate(reference.get("images_per_s"))),
+        ("step, split BN, eager channels_last", "1,032", rate(eager.get("images_per_s"))),
+        ("step, split BN, channels_last + torch.compile (the CUDA default now)", "did not compile in 8 min",
+         rate(synthetic.get("images_per_s"))),
+        ("step, plain BN, channels_last + torch.compile", "4,130", rate(plain.get("images_per_s"))),
+        ("compile warm-up (5 steps), split BN / plain BN, s", "100 (plain)",
+         f"{synthetic.get('warmup_s', float('nan')):.0f} / {plain.get('warmup_s', float('nan')):.0f}"),
+        ("peak GPU memory, compiled split BN step, GiB", "13.2 (eager)",
+         f"{synthetic.get('peak_memory_mb', float('nan')) / 1024:.1f}"),
+        ("speed-up of the compiled step over the official recipe", "1.34x (eager)",
+         f"{synthetic['images_per_s'] / reference['images_per_s']:.2f}x" if synthetic and reference else "-"),
+        ("end to end from JPEGs, tensor pipeline, compiled step", "NaN within 20 steps",
+         rate(tensor.get("images_per_s")) + wait(tensor)),
+        ("end to end from JPEGs, PIL pipeline, compiled step", "891, data wait 37%",
+         rate(pil.get("images_per_s")) + wait(pil)),
+        ("`moco pretrain -c moco_v2_200ep --data DIR` (tensor), last logged window / epoch", "1,145 (PIL), 38%",
+         f"{rate(window.get('images_per_s'))} / {rate(epoch.get('images_per_s'))}" + wait(epoch)),
+        ("pipeline alone: nvJPEG batched decode", "11,300", rate(data.get("nvjpeg"))),
+        ("pipeline alone: decode + two crops, tensor (ahead, threads)", "1,479", rate(data.get("tensor_ahead"))),
+        ("pipeline alone: decode + two crops, tensor (inline)", "-", rate(data.get("tensor_inline"))),
+        ("pipeline alone: PIL two crops in workers", "1,181", rate(data.get("pil"))),
+        ("nvJPEG hazard: corrupt trials, unsafe decode / our decoder", "NaN every run",
+         "{unsafe_corrupt} / {safe_corrupt} of {trials}".format(**data["hazard"]) if "hazard" in data else "-"),
+        ("`pytest -m gpu tests/moco_core`", "1 failure", tail(out, "tests")),
+    ]
+    device = (compiled.get("machine") or eager.get("machine") or {}).get("cuda_device") or data.get("device", "?")
+    env = (out / "env.log").read_text().strip().splitlines() if (out / "env.log").is_file() else []
+    print(f"GPU report: {device}; {' | '.join(env[1:3])}")
+    print()
+    print("| images/s unless said | at 5671961 (issue #20, H100) | this tree |")
+    print("|---|---|---|")
+    for name, before, now in rows:
+        print(f"| {name} | {before} | {now} |")
+    report = {"device": device, "env": env, "rows": [{"what": n, "before": b, "now": v} for n, b, v in rows],
+              "step_compiled": compiled, "step_eager": eager, "step_plain_compiled": plain, "step_eager_nchw": nchw,
+              "data": data, "real": real}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
