@@ -10,6 +10,10 @@ Rows (images/s, each over ``--batches`` batches after 3 untimed ones, clocks rea
 - ``tensor_inline``: the same work in the consumer's thread, one batch after the other.
 - ``pil``: ``data.pipeline: pil``: PIL decoding and the two-crop augmentation in the workers, pinned batches copied
   to the GPU.
+- ``loader``: the DataLoader alone (workers read the files' bytes), nothing decoded.
+- ``augment``: the two crops alone, on one batch decoded beforehand (GPU time and host time per batch reported).
+
+``--profile``: torch.profiler over 3 batches of the ``augment`` row: the kernels and host ops that cost most.
 
 ``--hazard N``: N trials of decoding a batch on a stream that has work queued (kernels that allocate and free
 blocks of the decoded images' size behind a slow matrix product), first the unsafe way (on the training stream,
@@ -43,7 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=15)
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--batches", type=int, default=30, help="timed batches per row")
-    p.add_argument("--rows", default="nvjpeg,tensor_ahead,tensor_inline,pil")
+    p.add_argument("--rows", default="nvjpeg,tensor_ahead,tensor_inline,pil,loader,augment")
+    p.add_argument("--profile", action="store_true")
     p.add_argument("--hazard", type=int, default=0, help="trials of the stream-hazard check (0: skip)")
     p.add_argument("--json", action="store_true")
     return p.parse_args()
@@ -84,7 +89,47 @@ def tensor_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argpa
     loader = DataLoader(EncodedImages(samples), batch_size=args.batch, shuffle=True, drop_last=True,
                         num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded)
     views = DeviceAugmentLoader(loader, cfg.augment, torch.device("cuda"), views=2, channels_last=True, ahead=ahead)
-    return timed(forever(views), args.batches, args.batch)
+    rate = timed(forever(views), args.batches, args.batch)
+    if ahead:
+        print("tensor_ahead, the threads' seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in views.seconds.items()))
+    return rate
+
+
+def loader_rate(samples: list[tuple[str, int]], args: argparse.Namespace) -> float:
+    loader = DataLoader(EncodedImages(samples), batch_size=args.batch, shuffle=True, drop_last=True,
+                        num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded)
+    return timed(forever(loader), args.batches, args.batch)
+
+
+def augment_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace) -> dict[str, float]:
+    from moco_core.gpu_augment import TensorTwoCrops
+
+    datas = [torch.frombuffer(bytearray(Path(p).read_bytes()), dtype=torch.uint8) for p, _ in samples[:args.batch]]
+    images = decode_jpegs(datas, "cuda")
+    two_crops, generator = TensorTwoCrops(cfg.augment, channels_last=True), torch.Generator().manual_seed(0)
+    for _ in range(3):
+        two_crops(images, generator)
+    torch.cuda.synchronize()
+    start, host = time.perf_counter(), 0.0
+    for _ in range(args.batches):
+        t0 = time.perf_counter()
+        two_crops(images, generator)
+        host += time.perf_counter() - t0
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    result = {"images_per_s": args.batches * args.batch / elapsed, "host_ms_per_batch": host * 1000 / args.batches,
+              "ms_per_batch": elapsed * 1000 / args.batches}
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                two_crops(images, generator)
+            torch.cuda.synchronize()
+        averages = prof.key_averages()
+        print(averages.table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+        print(averages.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60))
+    return result
 
 
 def pil_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace) -> float:
@@ -156,11 +201,18 @@ def main() -> None:
         result["tensor_inline"] = tensor_rate(samples, cfg, args, ahead=False)
     if "pil" in rows:
         result["pil"] = pil_rate(samples, cfg, args)
+    if "loader" in rows:
+        result["loader"] = loader_rate(samples, args)
+    if "augment" in rows:
+        result["augment"] = augment_rate(samples, cfg, args)
     if args.hazard:
         result["hazard"] = hazard(samples, args)
-    for key in ("nvjpeg", "tensor_ahead", "tensor_inline", "pil"):
+    for key in ("nvjpeg", "tensor_ahead", "tensor_inline", "pil", "loader"):
         if key in result:
             print(f"{key:14s} {result[key]:9.0f} images/s")
+    if "augment" in result:
+        print("augment        {images_per_s:9.0f} images/s, {ms_per_batch:.1f} ms a batch, of which host "
+              "{host_ms_per_batch:.1f} ms".format(**result["augment"]))
     if "hazard" in result:
         print(f"hazard: {result['hazard']}")
     if args.json:

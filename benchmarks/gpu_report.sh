@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #20's table for the current tree, on one CUDA GPU, in one run of at most $BUDGET seconds (default 560):
 #   OUT=/tmp/gpu bash benchmarks/gpu_report.sh            # from the repository root
-# Stages run in order of importance; one that would not fit in what is left of the budget is skipped (and says so).
+# Stages run in order of importance; one that would not fit in what is left of the budget is skipped (and says so);
+# $STAGES names the ones to run (default: all).
 # Each writes $OUT/<stage>.log (and .json); the table comes last (benchmarks/gpu_table.py: $OUT/table.md and
 # $OUT/report.json), and the logs end in $OUT/logs.tgz.
 # Needs torch, torchvision, pyyaml, typer, pandas, pytest; nothing is downloaded. The JPEGs are generated here
@@ -13,6 +14,7 @@ N=${N:-25600}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
 WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
+STAGES=${STAGES:-jpegs tests step_compiled data real step_plain_compiled step_eager step_eager_nchw}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -22,6 +24,7 @@ left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 # last line of the output that is a JSON object goes to $OUT/NAME.json.
 stage() {
   local name=$1 need=$2; shift 2
+  case " $STAGES " in *" $name "*) ;; *) return ;; esac
   local remaining; remaining=$(left)
   if [ "$remaining" -lt "$need" ]; then
     echo "== $name: skipped, ${remaining}s left of the budget, needs about ${need}s" | tee "$OUT/$name.log"
@@ -52,8 +55,8 @@ stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORK
 stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json
 RUN=${RUN:-/tmp/moco_real_run}
 rm -rf "$RUN"
-stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set data.pipeline=tensor \
-  --set run.log_every=20 --workers "$WORKERS" --output-dir "$RUN"
+stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=20 \
+  --workers "$WORKERS" --output-dir "$RUN"
 [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/real_metrics.jsonl"
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
 stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none

@@ -72,7 +72,7 @@ def main() -> None:
          rate(tensor.get("images_per_s")) + wait(tensor)),
         ("end to end from JPEGs, PIL pipeline, compiled step", "891, data wait 37%",
          rate(pil.get("images_per_s")) + wait(pil)),
-        ("`moco pretrain -c moco_v2_200ep --data DIR` (tensor), last logged window / epoch", "1,145 (PIL), 38%",
+        ("`moco pretrain -c moco_v2_200ep --data DIR` (default: tensor on CUDA), last logged window / epoch", "1,145 (PIL), 38%",
          f"{rate(window.get('images_per_s'))} / {rate(epoch.get('images_per_s'))}" + wait(epoch)),
         ("pipeline alone: nvJPEG batched decode", "11,300", rate(data.get("nvjpeg"))),
         ("pipeline alone: decode + two crops, tensor (ahead, threads)", "1,479", rate(data.get("tensor_ahead"))),

@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -76,12 +78,31 @@ class EncodedImages(torch.utils.data.Dataset):
         return encoded, label, index
 
 
+class EncodedBatch(list):
+    """A batch's files as views into one byte buffer (a list of 1-D uint8 tensors).
+
+    Collated in the workers into one buffer, a batch crosses from a worker to the training process as one shared
+    memory segment instead of one per file (256 a batch, a cost the training process pays for every file); it is
+    cut into per-file views again there.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        lengths = [int(d.numel()) for d in self]
+        buffer = torch.cat(list(self)) if self else torch.empty(0, dtype=torch.uint8)
+        return _unpack, (buffer, lengths)
+
+
+def _unpack(buffer: torch.Tensor, lengths: list[int]) -> EncodedBatch:
+    return EncodedBatch(torch.split(buffer, lengths) if lengths else [])
+
+
 def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> Batch:
-    """Files have different lengths: keep them as a list; labels and indices become tensors. Also each JPEG's
-    component count (0 for other files and unreadable headers), read here in the worker: 4-component JPEGs
-    (CMYK) go to the CPU decoder, and parsing 256 headers in the training process would hold its interpreter."""
+    """Files have different lengths: keep them as a list (one buffer when it crosses processes: EncodedBatch);
+    labels and indices become tensors. Also each JPEG's component count (0 for other files and unreadable headers),
+    read here in the worker: 4-component JPEGs (CMYK) go to the CPU decoder, and parsing 256 headers in the
+    training process would hold its interpreter."""
     datas, labels, index = zip(*batch, strict=True)
-    return list(datas), torch.tensor(labels), torch.tensor(index), [_components(d) for d in datas]
+    return EncodedBatch(datas), torch.tensor(labels), torch.tensor(index), [_components(d) for d in datas]
 
 
 def _components(data: torch.Tensor) -> int:
@@ -149,6 +170,7 @@ class DeviceAugmentLoader:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         self.loader, self.cfg, self.device, self.views = loader, cfg, device, views
         self.channels_last, self.prefetch = channels_last, prefetch
+        self.seconds: Counter[str] = Counter()  # where the threads' time went (ahead only), summed over epochs
         self.ahead = device.type == "cuda" if ahead is None else ahead
         self.two_crops = TensorTwoCrops(cfg, channels_last=channels_last)
 
@@ -210,6 +232,8 @@ class _Pipeline:
         self.decoded: queue.Queue[Any] = queue.Queue(maxsize=1)
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=owner.prefetch)
         self.stopping = threading.Event()
+        # Seconds each thread spent in each part, for benchmarks/data_pipeline.py (DeviceAugmentLoader.seconds).
+        self.seconds: Counter[str] = owner.seconds
         self.threads = [threading.Thread(target=self._run, args=(stage,), daemon=True, name=f"moco-{stage.__name__}")
                         for stage in (self._decode, self._augment)]
         for thread in self.threads:
@@ -242,6 +266,11 @@ class _Pipeline:
             return
         self._put(out, _END)
 
+    def _tick(self, part: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[part] += now - since
+        return now
+
     def _stream(self) -> tuple[Any, contextlib.AbstractContextManager[Any]]:
         """A new CUDA stream of this thread's own and the context that makes it current (nothing on the CPU)."""
         if not self.cuda:
@@ -260,18 +289,24 @@ class _Pipeline:
     def _decode(self, out: queue.Queue[Any]) -> None:
         stream, current = self._stream()
         with current:
+            clock = time.perf_counter()
             for datas, labels, index, components in self.batches:
+                clock = self._tick("decode: loader", clock)
                 if stream is not None:  # nothing may be pending where nvJPEG writes (see the module docstring)
                     stream.synchronize()
                 images = decode_batch(datas, self.device, components)
+                clock = self._tick("decode: nvjpeg", clock)
                 if not self._put(out, (images, labels, index, self._event(stream))):
                     return
+                clock = self._tick("decode: queue full", clock)
 
     def _augment(self, out: queue.Queue[Any]) -> None:
         stream, current = self._stream()
         with current:
+            clock = time.perf_counter()
             while True:
                 item = self._get(self.decoded)
+                clock = self._tick("augment: waiting for decode", clock)
                 if item is _END or isinstance(item, BaseException):
                     if isinstance(item, BaseException):
                         raise item
@@ -284,8 +319,10 @@ class _Pipeline:
                             image.record_stream(stream)  # the decoder gets this block back once our reads have run
                 views = self.owner._augment(images, index, self.generator)
                 del images, item
+                clock = self._tick("augment: augment", clock)
                 if not self._put(out, (views, labels, index, self._event(stream))):
                     return
+                clock = self._tick("augment: queue full", clock)
 
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
         consumer = torch.cuda.current_stream(self.device) if self.cuda else None

@@ -221,16 +221,25 @@ def sample_params(
 # Batched colour ops on float images in [0, 1], (M, 3, H, W), each sample with its own factor
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small CPU tensor (parameters, indices) on ``device`` without holding the host: a copy to CUDA from
+    pageable memory first waits for everything queued on the stream, which would stall the host at each of the
+    pipeline's few dozen parameter copies; from pinned memory the copy is queued like a kernel."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def _per_sample(factor: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
     """A factor per sample as an ``(M, 1, 1, 1)`` tensor on ``x``'s device (a float applies to all)."""
-    return torch.as_tensor(factor, dtype=x.dtype).to(x.device, non_blocking=True).reshape(-1, 1, 1, 1)
+    return to_device(torch.as_tensor(factor, dtype=x.dtype), x.device).reshape(-1, 1, 1, 1)
 
 
 def rgb_to_grayscale(x: torch.Tensor, num_output_channels: int = 1) -> torch.Tensor:
     """Luma ``0.299 R + 0.587 G + 0.114 B`` (``LUMA_WEIGHTS``) of ``(..., 3, H, W)`` images, 1 or 3 channels."""
     r, g, b = x.unbind(dim=-3)
     wr, wg, wb = LUMA_WEIGHTS
-    gray = (r * wr + g * wg + b * wb).unsqueeze(-3)
+    gray = (r * wr).add_(g, alpha=wg).add_(b, alpha=wb).unsqueeze(-3)  # three passes, not five
     return gray.expand_as(x) if num_output_channels == 3 else gray
 
 
@@ -287,7 +296,7 @@ def _hsv_to_rgb(hue: torch.Tensor, saturation: torch.Tensor, value: torch.Tensor
 
     ``k = (n + 6 hue) mod 6`` with ``n`` 5, 3 and 1 for red, green and blue.
     """
-    offsets = torch.tensor([5.0, 3.0, 1.0], dtype=hue.dtype, device=hue.device).view(1, 3, 1, 1)
+    offsets = to_device(torch.tensor([5.0, 3.0, 1.0], dtype=hue.dtype), hue.device).view(1, 3, 1, 1)
     k = (offsets + 6.0 * hue.unsqueeze(1)).remainder_(6.0)
     ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     v = value.unsqueeze(1)
@@ -332,7 +341,7 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor | Sequence[float]) -> tor
     if m == 0:
         return x
     radius = blur_radius(sigma).clamp_(0, min(height, width) - 1)
-    kernels = gaussian_kernels(sigma, radius).to(device=x.device, dtype=x.dtype, non_blocking=True)
+    kernels = to_device(gaussian_kernels(sigma, radius).to(x.dtype), x.device)
     kernels = kernels.repeat_interleave(c, dim=0)  # (M * C, K): sample i's kernel for each of its channels
     pad, taps = int(radius.max()), kernels.shape[1]
     out = nnf.pad(x.reshape(1, m * c, height, width), (pad, pad, pad, pad), mode="reflect")
@@ -347,8 +356,8 @@ def normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], *,
     if asked)."""
     scale = (1.0 / torch.tensor(std, dtype=torch.float64)).to(x.dtype)
     shift = (-torch.tensor(mean, dtype=torch.float64) * scale.double()).to(x.dtype)
-    scale = scale.to(x.device, non_blocking=True).view(1, -1, 1, 1)
-    shift = shift.to(x.device, non_blocking=True).view(1, -1, 1, 1)
+    scale = to_device(scale, x.device).view(1, -1, 1, 1)
+    shift = to_device(shift, x.device).view(1, -1, 1, 1)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     return torch.addcmul(shift, x, scale, out=torch.empty_like(x, memory_format=layout))
 
@@ -368,17 +377,29 @@ def _as_image_list(images: Images) -> list[torch.Tensor]:
     return images
 
 
+def canvas_size(n: int) -> int:
+    """``n`` rounded up to a multiple of a quarter of its octave (300 -> 320, 419 -> 448, 559 -> 640, 64 -> 64):
+    images whose rounded heights and widths agree share one canvas, padded by at most a third of a side."""
+    step = 1 << max(n.bit_length() - 3, 0)
+    return -(-n // step) * step
+
+
 def crop_and_resize(images: Images, boxes: torch.Tensor, size: int) -> torch.Tensor:
     """Crop each image to its box and resize to ``size`` x ``size``: float32 (N, 3, S, S) in [0, 1], rounded to
     uint8 levels (PIL's resize returns uint8), on the images' device.
 
-    One ``roi_align`` per distinct image size does the resampling of every view of those images (an image listed
-    twice, as the two crops list it, is read once). With ``aligned`` boxes its sample points are those of a
-    bilinear resize without corner alignment (output pixel ``j`` reads ``left - 0.5 + (j + 0.5) * w / S``),
-    edges clamped as a resize clamps them; where the crop is larger than ``S`` each output pixel averages a
-    ``ceil(w / S)`` x ``ceil(h / S)`` grid of such samples over its footprint (``sampling_ratio`` 0), a box
-    prefilter that keeps the downscaling antialiased, as PIL's and torchvision's antialiased bilinear are (their
-    prefilter is a triangle over the same footprint: results differ by about a uint8 level on photographs).
+    The resampling is ``roi_align``'s. With ``aligned`` boxes its sample points are those of a bilinear resize
+    without corner alignment (output pixel ``j`` reads ``left - 0.5 + (j + 0.5) * w / S``), edges clamped as a
+    resize clamps them; where the crop is larger than ``S`` each output pixel averages a ``ceil(w / S)`` x
+    ``ceil(h / S)`` grid of such samples over its footprint (``sampling_ratio`` 0), a box prefilter that keeps the
+    downscaling antialiased, as PIL's and torchvision's antialiased bilinear are (their prefilter is a triangle
+    over the same footprint: results differ by about a uint8 level on photographs).
+
+    Batched: images of similar size (``canvas_size`` of height and width) are gathered into one (n, 3, H, W)
+    canvas, each padded by repeating its last row and column, and one ``roi_align`` resamples every view of them.
+    A sample point lies at most half a pixel past the image's last row or column, where the padding holds what
+    the clamp of a lone image's edge would read: the views are those of one ``roi_align`` per image. An image
+    listed twice, as the two crops list it, is gathered once.
     """
     images = _as_image_list(images)
     if len(images) != boxes.shape[0]:
@@ -386,35 +407,49 @@ def crop_and_resize(images: Images, boxes: torch.Tensor, size: int) -> torch.Ten
     if not images:
         return torch.empty((0, 3, size, size), dtype=torch.float32)
     device = images[0].device
-    distinct: dict[int, int] = {}  # id(image) -> index into `sources`: each image is converted once
+    distinct: dict[int, int] = {}  # id(image) -> index into `sources`
     sources: list[torch.Tensor] = []
     for img in images:
         if distinct.setdefault(id(img), len(sources)) == len(sources):
             sources.append(img)
-    by_size: dict[tuple[int, int], list[int]] = {}
+    buckets: dict[tuple[int, int], list[int]] = {}
     for k, img in enumerate(sources):
-        by_size.setdefault((int(img.shape[1]), int(img.shape[2])), []).append(k)
-    place = {k: (g, j) for g, ks in enumerate(by_size.values()) for j, k in enumerate(ks)}
-    # Every source image, grouped by size, in one float buffer: each group is a (n, 3, H, W) view of it.
-    flat = torch.cat([sources[k].reshape(-1) for ks in by_size.values() for k in ks]).to(torch.float32)
-    views_of: list[list[int]] = [[] for _ in by_size]
+        buckets.setdefault((canvas_size(int(img.shape[1])), canvas_size(int(img.shape[2]))), []).append(k)
+    ordered = [k for ks in buckets.values() for k in ks]  # sources in bucket order
+    place = {k: (b, j) for b, ks in enumerate(buckets.values()) for j, k in enumerate(ks)}
+    flat = torch.cat([sources[k].reshape(-1) for k in ordered])  # uint8, every source once
+    heights = torch.tensor([int(sources[k].shape[1]) for k in ordered])
+    widths = torch.tensor([int(sources[k].shape[2]) for k in ordered])
+    offsets = torch.cumsum(3 * heights * widths, 0) - 3 * heights * widths
+    index_type = torch.int32 if flat.numel() < 2**31 else torch.int64
+    views_of: list[list[int]] = [[] for _ in buckets]
     for v, img in enumerate(images):
         views_of[place[distinct[id(img)]][0]].append(v)
     order = [v for views in views_of for v in views]
     top, left, h, w = boxes[order].to(torch.float32).unbind(1)
     batch_index = torch.tensor([place[distinct[id(images[v])]][1] for v in order], dtype=torch.float32)
-    rois = torch.stack([batch_index, left, top, left + w, top + h], dim=1).to(device, non_blocking=True)
-    out, offset, row = [], 0, 0
-    for ((height, width), ks), views in zip(by_size.items(), views_of, strict=True):
-        block = flat[offset:offset + len(ks) * 3 * height * width].view(len(ks), 3, height, width)
+    # One copy for every small tensor the device needs: the sources' offset, height and width; the views' boxes.
+    meta = torch.cat([torch.stack([offsets, heights, widths], 1).to(torch.float64).reshape(-1),
+                      torch.stack([batch_index, left, top, left + w, top + h], 1).to(torch.float64).reshape(-1)])
+    meta = to_device(meta, device)
+    source_meta = meta[:3 * len(ordered)].view(-1, 3).to(index_type)
+    rois = meta[3 * len(ordered):].view(-1, 5).to(torch.float32)
+    out, first, row = [], 0, 0
+    for ((height, width), ks), views in zip(buckets.items(), views_of, strict=True):
+        offset, h_img, w_img = (t.view(-1, 1, 1, 1) for t in source_meta[first:first + len(ks)].unbind(1))
+        rows = torch.minimum(torch.arange(height, device=device, dtype=index_type).view(1, 1, -1, 1), h_img - 1)
+        cols = torch.minimum(torch.arange(width, device=device, dtype=index_type).view(1, 1, 1, -1), w_img - 1)
+        channel = torch.arange(3, device=device, dtype=index_type).view(1, 3, 1, 1)
+        index = (offset + channel * h_img * w_img + rows * w_img) + cols  # (n, 3, H, W), edges repeated
+        canvas = flat.index_select(0, index.view(-1)).view(len(ks), 3, height, width).to(torch.float32)
         # (input, rois, spatial_scale, height, width, sampling_ratio 0: adaptive, aligned): the op itself, not
-        # torchvision.ops.roi_align, whose Python checks cost more than the kernel for a small group
-        out.append(torch.ops.torchvision.roi_align(block, rois[row:row + len(views)], 1.0, size, size, 0, True))
-        offset += block.numel()
+        # torchvision.ops.roi_align, whose Python checks cost more than the kernel
+        out.append(torch.ops.torchvision.roi_align(canvas, rois[row:row + len(views)], 1.0, size, size, 0, True))
+        first += len(ks)
         row += len(views)
     crops = torch.cat(out) if len(out) > 1 else out[0]
     if order != list(range(len(images))):
-        crops = torch.empty_like(crops).index_copy_(0, torch.tensor(order, device=device), crops)
+        crops = torch.empty_like(crops).index_copy_(0, to_device(torch.tensor(order), device), crops)
     return crops.round_().div_(255.0)
 
 
@@ -433,7 +468,7 @@ def _update_where(
     index_cpu = mask.nonzero().squeeze(1)
     if index_cpu.numel() == 0:
         return x
-    index = index_cpu.to(x.device, non_blocking=True)
+    index = to_device(index_cpu, x.device)
     return x.index_copy_(0, index, fn(x.index_select(0, index), index_cpu))
 
 

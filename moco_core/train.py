@@ -101,6 +101,14 @@ def speed_up(method: Method, device: torch.device, run: RunConfig) -> Speed:
     return Speed(channels_last=channels_last, compiled=compiled)
 
 
+def data_pipeline(name: str, device: torch.device, transform: str) -> str:
+    """``data.pipeline`` resolved: "auto" is the tensor pipeline under CUDA for the contrastive methods (their
+    augmentation is the one it implements), else PIL."""
+    if name != "auto":
+        return name
+    return "tensor" if device.type == "cuda" and transform != "supervised" else "pil"
+
+
 def build_optimizer(module: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.SGD:
     """SGD over all parameters, as the official code: the key encoder's never get gradients, so SGD skips them,
     and optimizer state indices then match official checkpoints. One fused kernel per step on CUDA."""
@@ -212,6 +220,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     method_cls = METHODS[cfg.method]
     if cfg.data.pipeline == "tensor" and method_cls.transform == "supervised":
         raise ConfigError(f"data.pipeline: tensor has the MoCo augmentation only; method {cfg.method} needs pil")
+    pipeline = data_pipeline(cfg.data.pipeline, device, method_cls.transform)
     if method_cls.needs_labels and not images.classes:
         raise ConfigError(f"method: {cfg.method} needs labels: {data_root} has no class folders")
 
@@ -223,7 +232,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
-    if cfg.data.pipeline == "tensor":
+    if pipeline == "tensor":
         dataset, collate = EncodedImages(images.samples), collate_encoded
     else:
         dataset, collate = ImageDataset(images.samples, transform), None
@@ -232,7 +241,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                              pin_memory=device.type == "cuda" and collate is None, drop_last=True,
                              collate_fn=collate, worker_init_fn=ignore_sigterm)
-    if cfg.data.pipeline == "tensor":
+    if pipeline == "tensor":
         loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1,
                                      channels_last=speed.channels_last)
     steps_per_epoch = len(loader)
@@ -251,6 +260,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             "world_size": world, "device": str(device), "dataset": str(data_root),
             "images": len(images.samples), "skipped_images": len(images.skipped),
             "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
+            "data_pipeline": pipeline, "channels_last": speed.channels_last, "compiled": speed.compiled,
         })
         metrics.truncate_after(start.step)
         checkpoint.remove_partial_writes(run_dir)
