@@ -7,6 +7,7 @@ Rows (images/s, each over ``--batches`` batches after 3 untimed ones, clocks rea
   its own synchronised before each call (as the pipeline decodes); no augmentation.
 - ``tensor_ahead``: ``data.pipeline: tensor`` as training runs it on CUDA: DataLoader workers read bytes, one
   thread decodes, another crops and augments both views (MoCo v2) at ``--crop`` px, ahead of the consumer.
+- ``tensor_ahead1``: the same with both stages in one thread.
 - ``tensor_inline``: the same work in the consumer's thread, one batch after the other.
 - ``pil``: ``data.pipeline: pil``: PIL decoding and the two-crop augmentation in the workers, pinned batches copied
   to the GPU.
@@ -47,7 +48,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=15)
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--batches", type=int, default=30, help="timed batches per row")
-    p.add_argument("--rows", default="nvjpeg,tensor_ahead,tensor_inline,pil,loader,augment")
+    p.add_argument("--rows", default="nvjpeg,tensor_ahead,tensor_ahead1,tensor_inline,pil,loader,augment")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (s), GIL handoffs")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--hazard", type=int, default=0, help="trials of the stream-hazard check (0: skip)")
     p.add_argument("--json", action="store_true")
@@ -85,13 +87,16 @@ def nvjpeg_rate(samples: list[tuple[str, int]], args: argparse.Namespace) -> flo
     return timed(forever(decode()), args.batches, args.batch)
 
 
-def tensor_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace, ahead: bool) -> float:
+def tensor_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace, ahead: bool,
+                threads: int = 2) -> float:
     loader = DataLoader(EncodedImages(samples), batch_size=args.batch, shuffle=True, drop_last=True,
                         num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded)
-    views = DeviceAugmentLoader(loader, cfg.augment, torch.device("cuda"), views=2, channels_last=True, ahead=ahead)
+    views = DeviceAugmentLoader(loader, cfg.augment, torch.device("cuda"), views=2, channels_last=True, ahead=ahead,
+                                threads=threads)
     rate = timed(forever(views), args.batches, args.batch)
     if ahead:
-        print("tensor_ahead, the threads' seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in views.seconds.items()))
+        print(f"tensor_ahead ({threads} threads), seconds: " +
+              ", ".join(f"{k} {v:.2f}" for k, v in views.seconds.items()))
     return rate
 
 
@@ -187,6 +192,10 @@ def hazard(samples: list[tuple[str, int]], args: argparse.Namespace) -> dict[str
 
 def main() -> None:
     args = parse_args()
+    if args.switch_interval:
+        import sys
+
+        sys.setswitchinterval(args.switch_interval)
     cfg = load_config(PretrainConfig, "moco_v2_200ep", [f"augment.crop_size={args.crop}"], flags={"data": {
         "path": args.data}})
     samples = scan_images(Path(args.data), split="train", verify=False, workers=args.workers).samples
@@ -197,6 +206,8 @@ def main() -> None:
         result["nvjpeg"] = nvjpeg_rate(samples, args)
     if "tensor_ahead" in rows:
         result["tensor_ahead"] = tensor_rate(samples, cfg, args, ahead=True)
+    if "tensor_ahead1" in rows:
+        result["tensor_ahead1"] = tensor_rate(samples, cfg, args, ahead=True, threads=1)
     if "tensor_inline" in rows:
         result["tensor_inline"] = tensor_rate(samples, cfg, args, ahead=False)
     if "pil" in rows:
@@ -207,7 +218,7 @@ def main() -> None:
         result["augment"] = augment_rate(samples, cfg, args)
     if args.hazard:
         result["hazard"] = hazard(samples, args)
-    for key in ("nvjpeg", "tensor_ahead", "tensor_inline", "pil", "loader"):
+    for key in ("nvjpeg", "tensor_ahead", "tensor_ahead1", "tensor_inline", "pil", "loader"):
         if key in result:
             print(f"{key:14s} {result[key]:9.0f} images/s")
     if "augment" in result:

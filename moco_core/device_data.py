@@ -137,7 +137,9 @@ def decode_batch(datas: list[torch.Tensor], device: torch.device,
     file costs only itself.
     """
     images: list[torch.Tensor | None] = [None] * len(datas)
-    jpegs = [i for i, data in enumerate(datas) if is_jpeg(data)]
+    # With the workers' component counts, a JPEG whose header does not parse (0) goes to the lone decoder at once.
+    batched = [is_jpeg(d) for d in datas] if components is None else [count > 0 for count in components]
+    jpegs = [i for i, flag in enumerate(batched) if flag]
     if jpegs:
         counts = None if components is None else [components[i] for i in jpegs]
         try:
@@ -146,9 +148,9 @@ def decode_batch(datas: list[torch.Tensor], device: torch.device,
             decoded = [_decode_one(datas[i], device) for i in jpegs]
         for i, image in zip(jpegs, decoded, strict=True):
             images[i] = image
-    for i, data in enumerate(datas):
-        if not is_jpeg(data):
-            images[i] = _decode_one(data, device)
+    for i, flag in enumerate(batched):
+        if not flag:
+            images[i] = _decode_one(datas[i], device)
     return images
 
 
@@ -158,12 +160,14 @@ class DeviceAugmentLoader:
     ``views`` 2 gives ``((query view, key view), labels, indices)`` (moco, end2end); 1 gives ``(view, labels,
     indices)`` (memory-bank). ``channels_last`` writes the views in that layout (``run.channels_last``).
     ``ahead`` (default: on CUDA) decodes and augments up to ``prefetch`` batches ahead of the one being trained
-    on, in two threads (on the CPU it only moves the work off the training thread, which a CPU run does not
-    gain from; it is there to test the threads without a GPU).
+    on, in ``threads`` threads (2: one decodes while the other augments; 1: one does both). On the CPU it only
+    moves the work off the training thread, which a CPU run does not gain from: it is there to test the threads
+    without a GPU.
     """
 
     def __init__(self, loader: Iterable[Any], cfg: AugmentConfig, device: torch.device, *, views: int,
-                 channels_last: bool = False, prefetch: int = 2, ahead: bool | None = None) -> None:
+                 channels_last: bool = False, prefetch: int = 2, ahead: bool | None = None,
+                 threads: int = 2) -> None:
         if views not in (1, 2):
             raise ValueError(f"views must be 1 or 2, got {views}")
         if prefetch < 1:
@@ -172,6 +176,9 @@ class DeviceAugmentLoader:
         self.channels_last, self.prefetch = channels_last, prefetch
         self.seconds: Counter[str] = Counter()  # where the threads' time went (ahead only), summed over epochs
         self.ahead = device.type == "cuda" if ahead is None else ahead
+        if threads not in (1, 2):
+            raise ValueError(f"threads must be 1 or 2, got {threads}")
+        self.threads = threads  # ahead: decode and augment in two threads, or both in one
         self.two_crops = TensorTwoCrops(cfg, channels_last=channels_last)
 
     def __len__(self) -> int:
@@ -223,7 +230,8 @@ _END = object()
 
 
 class _Pipeline:
-    """Two stages in threads (decode, augment) joined by bounded queues; the consumer's stream waits on events."""
+    """Decode and augment ahead of the consumer, in two threads joined by a bounded queue (or both in one), each
+    stage on a CUDA stream of its own; the consumer's stream waits on each batch's event."""
 
     def __init__(self, owner: DeviceAugmentLoader, batches: Iterator[Batch], generator: torch.Generator) -> None:
         self.owner, self.batches, self.generator = owner, batches, generator
@@ -234,8 +242,10 @@ class _Pipeline:
         self.stopping = threading.Event()
         # Seconds each thread spent in each part, for benchmarks/data_pipeline.py (DeviceAugmentLoader.seconds).
         self.seconds: Counter[str] = owner.seconds
-        self.threads = [threading.Thread(target=self._run, args=(stage,), daemon=True, name=f"moco-{stage.__name__}")
-                        for stage in (self._decode, self._augment)]
+        stages = [(self._decode, self.decoded), (self._augment, self.ready)] if owner.threads == 2 else [
+            (self._decode_and_augment, self.ready)]
+        self.threads = [threading.Thread(target=self._run, args=stage, daemon=True, name=f"moco-{stage[0].__name__}")
+                        for stage in stages]
         for thread in self.threads:
             thread.start()
 
@@ -257,8 +267,7 @@ class _Pipeline:
                 continue
         return _END
 
-    def _run(self, stage: Any) -> None:
-        out = self.decoded if stage == self._decode else self.ready
+    def _run(self, stage: Any, out: queue.Queue[Any]) -> None:
         try:
             stage(out)
         except BaseException as err:  # noqa: BLE001 (handed to the consumer, which raises it)
@@ -272,11 +281,11 @@ class _Pipeline:
         return now
 
     def _stream(self) -> tuple[Any, contextlib.AbstractContextManager[Any]]:
-        """A new CUDA stream of this thread's own and the context that makes it current (nothing on the CPU)."""
+        """A new CUDA stream and a function giving the context that makes it current (nothing on the CPU)."""
         if not self.cuda:
-            return None, contextlib.nullcontext()
+            return None, contextlib.nullcontext
         stream = torch.cuda.Stream(self.device)
-        return stream, torch.cuda.stream(stream)
+        return stream, lambda: torch.cuda.stream(stream)
 
     def _event(self, stream: Any) -> Any:
         """An event recorded on ``stream`` (None on the CPU, where every op has finished when it returns)."""
@@ -286,43 +295,66 @@ class _Pipeline:
         event.record(stream)
         return event
 
+    def _decode_one(self, batch: Batch, stream: Any) -> tuple[Any, ...]:
+        datas, labels, index, components = batch
+        if stream is not None:  # nothing may be pending where nvJPEG writes (see the module docstring)
+            stream.synchronize()
+        images = decode_batch(datas, self.device, components)
+        return images, labels, index, self._event(stream)
+
+    def _augment_one(self, item: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
+        images, labels, index, decoded = item
+        if stream is not None:
+            stream.wait_event(decoded)
+            for image in images:
+                if image is not None:
+                    image.record_stream(stream)  # the decoder gets this block back once our reads have run
+        views = self.owner._augment(images, index, self.generator)
+        return views, labels, index, self._event(stream)
+
     def _decode(self, out: queue.Queue[Any]) -> None:
         stream, current = self._stream()
-        with current:
+        with current():
             clock = time.perf_counter()
-            for datas, labels, index, components in self.batches:
+            for batch in self.batches:
                 clock = self._tick("decode: loader", clock)
-                if stream is not None:  # nothing may be pending where nvJPEG writes (see the module docstring)
-                    stream.synchronize()
-                images = decode_batch(datas, self.device, components)
+                item = self._decode_one(batch, stream)
                 clock = self._tick("decode: nvjpeg", clock)
-                if not self._put(out, (images, labels, index, self._event(stream))):
+                if not self._put(out, item):
                     return
                 clock = self._tick("decode: queue full", clock)
 
     def _augment(self, out: queue.Queue[Any]) -> None:
         stream, current = self._stream()
-        with current:
+        with current():
             clock = time.perf_counter()
             while True:
                 item = self._get(self.decoded)
                 clock = self._tick("augment: waiting for decode", clock)
-                if item is _END or isinstance(item, BaseException):
-                    if isinstance(item, BaseException):
-                        raise item
+                if isinstance(item, BaseException):
+                    raise item
+                if item is _END:
                     return
-                images, labels, index, decoded = item
-                if stream is not None:
-                    stream.wait_event(decoded)
-                    for image in images:
-                        if image is not None:
-                            image.record_stream(stream)  # the decoder gets this block back once our reads have run
-                views = self.owner._augment(images, index, self.generator)
-                del images, item
+                item = self._augment_one(item, stream)
                 clock = self._tick("augment: augment", clock)
-                if not self._put(out, (views, labels, index, self._event(stream))):
+                if not self._put(out, item):
                     return
                 clock = self._tick("augment: queue full", clock)
+
+    def _decode_and_augment(self, out: queue.Queue[Any]) -> None:
+        (decode_stream, decoding), (augment_stream, augmenting) = self._stream(), self._stream()
+        clock = time.perf_counter()
+        for batch in self.batches:
+            clock = self._tick("loader", clock)
+            with decoding():
+                item = self._decode_one(batch, decode_stream)
+            clock = self._tick("nvjpeg", clock)
+            with augmenting():
+                item = self._augment_one(item, augment_stream)
+            clock = self._tick("augment", clock)
+            if not self._put(out, item):
+                return
+            clock = self._tick("queue full", clock)
 
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
         consumer = torch.cuda.current_stream(self.device) if self.cuda else None

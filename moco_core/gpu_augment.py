@@ -646,7 +646,7 @@ def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cp
             continue
         decoded = _decode_rgb([datas[i] for i in positions], torch.device("cpu") if use_cpu else device)
         for i, img in zip(positions, decoded, strict=True):
-            out[i] = img.to(device, non_blocking=True)
+            out[i] = img.to(device, non_blocking=True) if use_cpu else img
     return [img for img in out if img is not None]
 
 

@@ -149,6 +149,9 @@ def test_ahead_yields_every_batch_in_order_and_is_seeded_by_torch(jpeg_root: Pat
         return list(ahead)
 
     first, again, other = run(0), run(0), run(1)
+    ahead.threads = 1  # both stages in one thread: the same batches, the same views
+    for ((q, k), _, index), ((q1, k1), _, index1) in zip(first, run(0), strict=True):
+        assert torch.equal(index, index1) and torch.equal(q, q1) and torch.equal(k, k1)
     assert [index.tolist() for _, _, index in first] == [list(range(i, i + 8)) for i in (0, 8, 16)]
     for ((q, k), _, _), ((q2, k2), _, _) in zip(first, again, strict=True):
         assert q.shape == k.shape == (8, 3, 24, 24) and torch.equal(q, q2) and torch.equal(k, k2)
