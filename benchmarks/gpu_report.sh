@@ -14,7 +14,7 @@ N=${N:-25600}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
 WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
-STAGES=${STAGES:-jpegs tests step_compiled data real step_plain_compiled step_eager step_eager_nchw}
+STAGES=${STAGES:-jpegs tests step_compiled data data_switch real step_plain_compiled step_eager step_eager_nchw}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -51,8 +51,11 @@ stage tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/moco_core
 # One compiled model (split BN, 8 groups: the single-process shuffled BN) timed on synthetic data, then end to
 # end from the JPEGs through both pipelines.
 stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORKERS" \
-  --data synthetic --data "tensor:$DATA" --data "pil:$DATA"
-stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json
+  --data synthetic --data "tensor:$DATA" --data "tensor1:$DATA" --data "pil:$DATA"
+stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json \
+  --rows "${DATA_ROWS:-nvjpeg,tensor_ahead,tensor_ahead1,tensor_inline,pil,loader,augment}"
+stage data_switch 40 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --switch-interval 0.0005 \
+  --rows tensor_ahead,tensor_ahead1
 RUN=${RUN:-/tmp/moco_real_run}
 rm -rf "$RUN"
 stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=20 \

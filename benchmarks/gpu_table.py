@@ -46,6 +46,7 @@ def main() -> None:
     data, real = load(out, "data"), real_run(out)
     runs = {(r["data"] if r["pipeline"] is None else r["pipeline"]): r for r in compiled.get("runs", [])}
     synthetic, tensor, pil = runs.get("synthetic", {}), runs.get("tensor", {}), runs.get("pil", {})
+    tensor1 = runs.get("tensor1", {})
     reference = eager.get("reference", {})
     window, epoch = real.get("last_window") or {}, real.get("epoch") or {}
 
@@ -70,6 +71,8 @@ def main() -> None:
          f"{synthetic['images_per_s'] / reference['images_per_s']:.2f}x" if synthetic and reference else "-"),
         ("end to end from JPEGs, tensor pipeline, compiled step", "NaN within 20 steps",
          rate(tensor.get("images_per_s")) + wait(tensor)),
+        ("end to end from JPEGs, tensor pipeline in one thread, compiled step", "-",
+         rate(tensor1.get("images_per_s")) + wait(tensor1)),
         ("end to end from JPEGs, PIL pipeline, compiled step", "891, data wait 37%",
          rate(pil.get("images_per_s")) + wait(pil)),
         ("`moco pretrain -c moco_v2_200ep --data DIR` (default: tensor on CUDA), last logged window / epoch",

@@ -74,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--data", action="append", default=None,
                    help="synthetic (default), embedded, or an image folder, optionally prefixed with its pipeline "
-                        "(tensor:DIR, pil:DIR); repeat to time several sources on one model (one compilation)")
+                        "(tensor:DIR, pil:DIR; tensor1:DIR runs the tensor pipeline's two stages in one thread); "
+                        "repeat to time several sources on one model (one compilation)")
     p.add_argument("--pipeline", default="pil", choices=("pil", "tensor"),
                    help="for real data without a prefix: pil = PIL augmentation in workers; tensor = decode and "
                         "augment on the device")
@@ -91,7 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sources = []
     for data in args.data or ["synthetic"]:
         pipeline, sep, path = data.partition(":")
-        sources.append((path, pipeline) if sep and pipeline in ("pil", "tensor") else (data, args.pipeline))
+        sources.append((path, pipeline) if sep and pipeline in ("pil", "tensor", "tensor1") else (data, args.pipeline))
     args.data, args.pipeline = [d for d, _ in sources], [p for _, p in sources]
     args.shuffle_bn = "none" if args.shuffle_bn == "off" else args.shuffle_bn
     if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.image_size < 8:
@@ -123,11 +124,12 @@ def image_batches(args: argparse.Namespace, device: torch.device, data: str, pip
     images = scan_images(resolve_data(data), split="train", workers=max(args.workers, 1))
     if len(images.samples) < args.batch:
         raise SystemExit(f"--batch {args.batch} is larger than the dataset ({len(images.samples)} images)")
-    if pipeline == "tensor":
+    if pipeline.startswith("tensor"):
         loader = DataLoader(EncodedImages(images.samples), batch_size=args.batch, shuffle=True, drop_last=True,
                             num_workers=args.workers, persistent_workers=args.workers > 0, collate_fn=collate_encoded)
         source: Iterable[Batch] = DeviceAugmentLoader(loader, cfg.augment, device, views=2,
-                                                      channels_last=channels_last)
+                                                      channels_last=channels_last,
+                                                      threads=1 if pipeline == "tensor1" else 2)
     else:
         dataset = ImageDataset(images.samples, TwoCrops(build_pretrain_transform(cfg.augment)))
         source = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=args.workers, drop_last=True,
