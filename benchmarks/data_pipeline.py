@@ -93,7 +93,16 @@ def tensor_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argpa
                         num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded)
     views = DeviceAugmentLoader(loader, cfg.augment, torch.device("cuda"), views=2, channels_last=True, ahead=ahead,
                                 threads=threads)
-    rate = timed(forever(views), args.batches, args.batch)
+    if args.profile and ahead:  # every thread's host ops: where the augment thread's time goes in the pipeline
+        from torch.profiler import ProfilerActivity, profile
+
+        batches = forever(views)
+        timed(batches, 3, args.batch)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            rate = timed(batches, args.batches, args.batch, warmup=0)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=50))
+    else:
+        rate = timed(forever(views), args.batches, args.batch)
     if ahead:
         print(f"tensor_ahead ({threads} threads), seconds: " +
               ", ".join(f"{k} {v:.2f}" for k, v in views.seconds.items()))
