@@ -51,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rows", default="nvjpeg,tensor_ahead,tensor_ahead1,tensor_inline,pil,loader,augment")
     p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (s), GIL handoffs")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="tensor rows: the DataLoader pins each batch's byte buffer (as training does under CUDA)")
     p.add_argument("--hazard", type=int, default=0, help="trials of the stream-hazard check (0: skip)")
     p.add_argument("--json", action="store_true")
     return p.parse_args()
@@ -90,7 +92,8 @@ def nvjpeg_rate(samples: list[tuple[str, int]], args: argparse.Namespace) -> flo
 def tensor_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace, ahead: bool,
                 threads: int = 2) -> float:
     loader = DataLoader(EncodedImages(samples), batch_size=args.batch, shuffle=True, drop_last=True,
-                        num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded)
+                        num_workers=args.workers, persistent_workers=True, collate_fn=collate_encoded,
+                        pin_memory=args.pin)
     views = DeviceAugmentLoader(loader, cfg.augment, torch.device("cuda"), views=2, channels_last=True, ahead=ahead,
                                 threads=threads)
     if args.profile and ahead:  # every thread's host ops: where the augment thread's time goes in the pipeline

@@ -126,7 +126,8 @@ def image_batches(args: argparse.Namespace, device: torch.device, data: str, pip
         raise SystemExit(f"--batch {args.batch} is larger than the dataset ({len(images.samples)} images)")
     if pipeline.startswith("tensor"):
         loader = DataLoader(EncodedImages(images.samples), batch_size=args.batch, shuffle=True, drop_last=True,
-                            num_workers=args.workers, persistent_workers=args.workers > 0, collate_fn=collate_encoded)
+                            num_workers=args.workers, persistent_workers=args.workers > 0, collate_fn=collate_encoded,
+                            pin_memory=device.type == "cuda")
         source: Iterable[Batch] = DeviceAugmentLoader(loader, cfg.augment, device, views=2,
                                                       channels_last=channels_last,
                                                       threads=1 if pipeline == "tensor1" else 2)

@@ -83,17 +83,31 @@ class EncodedBatch(list):
 
     Collated in the workers into one buffer, a batch crosses from a worker to the training process as one shared
     memory segment instead of one per file (256 a batch, a cost the training process pays for every file); it is
-    cut into per-file views again there.
+    cut into per-file views again there. ``pin_memory`` (the DataLoader's, under CUDA) pins that one buffer: nvJPEG
+    then copies the files to the GPU from page-locked memory (a profile on an H100 showed one pageable copy per
+    file in each batched decode, about 20 us of host time each).
     """
 
+    buffer: torch.Tensor | None = None
+
     def __reduce__(self) -> tuple[Any, ...]:
+        return _unpack, self._packed()
+
+    def _packed(self) -> tuple[torch.Tensor, list[int]]:
         lengths = [int(d.numel()) for d in self]
-        buffer = torch.cat(list(self)) if self else torch.empty(0, dtype=torch.uint8)
-        return _unpack, (buffer, lengths)
+        if self.buffer is None:
+            self.buffer = torch.cat(list(self)) if self else torch.empty(0, dtype=torch.uint8)
+        return self.buffer, lengths
+
+    def pin_memory(self) -> EncodedBatch:
+        buffer, lengths = self._packed()
+        return _unpack(buffer.pin_memory(), lengths)
 
 
 def _unpack(buffer: torch.Tensor, lengths: list[int]) -> EncodedBatch:
-    return EncodedBatch(torch.split(buffer, lengths) if lengths else [])
+    batch = EncodedBatch(torch.split(buffer, lengths) if lengths else [])
+    batch.buffer = buffer
+    return batch
 
 
 def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> Batch:

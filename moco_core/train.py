@@ -239,7 +239,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                drop_last=True)
     loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
-                             pin_memory=device.type == "cuda" and collate is None, drop_last=True,
+                             pin_memory=device.type == "cuda", drop_last=True,
                              collate_fn=collate, worker_init_fn=ignore_sigterm)
     if pipeline == "tensor":
         loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1,
