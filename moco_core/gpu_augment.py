@@ -379,7 +379,7 @@ def _as_image_list(images: Images) -> list[torch.Tensor]:
 
 def canvas_size(n: int) -> int:
     """``n`` rounded up to a multiple of a quarter of its octave (300 -> 320, 419 -> 448, 559 -> 640, 64 -> 64):
-    images whose rounded heights and widths agree share one canvas, padded by at most a third of a side."""
+    images whose rounded heights and widths agree share one canvas, each padded by less than a quarter of a side."""
     step = 1 << max(n.bit_length() - 3, 0)
     return -(-n // step) * step
 

@@ -89,3 +89,66 @@ def test_benchmark_on_real_images_with_the_tensor_pipeline(bench, shapes_root: P
                                  "--workers", "0", "--pipeline", "tensor", "--reference"])
     assert result["pipeline"] == "tensor" and 0 <= result["data_wait_fraction"] <= 1
     assert 0 <= result["reference"]["data_wait_fraction"] <= 1
+
+
+def test_data_sources_take_a_pipeline_prefix(bench) -> None:
+    pretrain_step, _ = bench
+    args = pretrain_step.parse_args(["--data", "synthetic", "--data", "tensor:/x", "--data", "tensor1:/x",
+                                     "--data", "/y", "--pipeline", "tensor", "--data", "c:/windows/path"])
+    assert list(zip(args.data, args.pipeline, strict=True)) == [
+        ("synthetic", "tensor"), ("/x", "tensor"), ("/x", "tensor1"), ("/y", "tensor"), ("c:/windows/path", "tensor")]
+    assert pretrain_step.parse_args([]).data == ["synthetic"]
+
+
+def test_gpu_table_reads_what_the_report_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/gpu_table.py on the files gpu_report.sh leaves: figures where stages ran, '-' where they did not,
+    everything in report.json."""
+    import json
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import gpu_table
+
+    run = {"data": "synthetic", "pipeline": None, "images_per_s": 3866.0, "warmup_s": 120.0, "peak_memory_mb": 12622}
+    tensor = {"data": "/d", "pipeline": "tensor", "images_per_s": 2934.1, "data_wait_fraction": 0.009}
+    (tmp_path / "step_compiled.json").write_text(json.dumps({"machine": {"cuda_device": "GPU"}, **run,
+                                                             "runs": [run, tensor]}))
+    (tmp_path / "step_eager.json").write_text(json.dumps({"images_per_s": 768.0,
+                                                          "reference": {"images_per_s": 1186.0}}))
+    (tmp_path / "data.json").write_text(json.dumps({"tensor_ahead": 10625.0, "hazard": {
+        "trials": 5, "unsafe_corrupt": 5, "safe_corrupt": 0}}))
+    (tmp_path / "real_metrics.jsonl").write_text(
+        json.dumps({"step": 20, "loss": 7.8, "images_per_s": 2494.0}) + "\n" +
+        json.dumps({"step": 100, "epoch_loss": 9.1, "images_per_s": 975.0, "data_wait": 0.076}) + "\n")
+    (tmp_path / "tests.log").write_text("...\n4 passed in 40s\n")
+    monkeypatch.setattr(sys, "argv", ["gpu_table.py", str(tmp_path)])
+    gpu_table.main()
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[2].rstrip(" |") for line in out.splitlines()
+            if line.startswith("| ") and " | " in line}
+    assert rows["step, split BN, channels_last + torch.compile (the CUDA default now)"] == "3,866"
+    assert rows["end to end from JPEGs, tensor pipeline, compiled step"] == "2,934, data wait 0.9%"
+    assert rows["speed-up of the compiled step over the official recipe"] == "3.26x"
+    assert rows["nvJPEG hazard: corrupt trials, unsafe decode / our decoder"] == "5 / 0 of 5"
+    assert rows["step, plain BN, channels_last + torch.compile"] == "-"
+    assert rows["`pytest -m gpu tests/moco_core`"] == "4 passed in 40s"
+    assert "2,494 / 975, data wait 7.6%" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["device"] == "GPU" and report["data"]["tensor_ahead"] == 10625.0
+    sys.modules.pop("gpu_table", None)
+
+
+def test_make_jpegs_writes_an_image_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import make_jpegs
+    from PIL import Image
+
+    mean_kib = make_jpegs.write_folder(tmp_path, 3, workers=1)
+    files = sorted(tmp_path.rglob("*.JPEG"))
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "train/c000/000000.JPEG", "train/c001/000001.JPEG", "train/c002/000002.JPEG"]
+    sizes = [Image.open(f).size for f in files]
+    assert all(400 <= w < 560 and 300 <= h < 420 for w, h in sizes) and len(set(sizes)) == 3
+    assert 40 < mean_kib < 160
+    assert make_jpegs.photo_like(1).tobytes() == make_jpegs.photo_like(1).tobytes()  # the same everywhere
+    sys.modules.pop("make_jpegs", None)

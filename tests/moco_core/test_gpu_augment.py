@@ -350,6 +350,13 @@ def test_upscaled_crops_are_bilinear_inside_and_read_the_neighbours_at_the_borde
     assert float((ours - theirs).abs().max()) > 2.0  # the frame does differ where there are neighbours
 
 
+def test_canvas_sizes_round_up_within_a_quarter_octave() -> None:
+    assert [ga.canvas_size(n) for n in (1, 7, 17, 64, 65, 300, 375, 419, 500, 559, 4000)] == [
+        1, 7, 20, 64, 80, 320, 384, 448, 512, 640, 4096]
+    for n in range(1, 3000):
+        assert n <= ga.canvas_size(n) < n * 1.25
+
+
 def test_crops_of_many_sizes_and_repeated_images_land_in_order() -> None:
     """Views are computed in groups of equal image size (one roi_align each) and put back in the given order;
     an image listed twice is read once and gives the same view for the same box."""

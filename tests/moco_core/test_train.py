@@ -149,3 +149,59 @@ def test_supervised_baseline_learns_a_separable_set(tmp_path: Path) -> None:
     assert (info.format, info.pretrain["method"]) == ("torchvision", "supervised")
     with pytest.raises(checkpoint.CheckpointError, match="written by method 'supervised', not 'moco'"):
         pretrain(replace(cfg, optim={"epochs": 7}), resume=run_dir, show_progress=False)
+
+
+def test_gpu_settings_follow_the_device_unless_set() -> None:
+    """run.channels_last and run.compile: null means on under CUDA, off on CPU; an explicit value wins. The data
+    pipeline "auto" is the tensor one under CUDA for the contrastive methods only. Decided without a GPU: the
+    functions only read the device's type."""
+    from moco_core.config import ModelConfig, RunConfig
+    from moco_core.methods import MocoMethod
+    from moco_core.train import build_optimizer, data_pipeline, speed_up
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert data_pipeline("auto", cuda, "two_crops") == "tensor" and data_pipeline("auto", cuda, "one_crop") == "tensor"
+    assert data_pipeline("auto", cuda, "supervised") == "pil" and data_pipeline("auto", cpu, "two_crops") == "pil"
+    assert data_pipeline("pil", cuda, "two_crops") == "pil" and data_pipeline("tensor", cpu, "two_crops") == "tensor"
+
+    def method() -> MocoMethod:
+        return MocoMethod(ModelConfig(arch="resnet18", queue_size=16), world_size=1, num_classes=0, dataset_size=0)
+
+    plain = method()
+    speed = speed_up(plain, cpu, RunConfig())
+    assert (speed.channels_last, speed.compiled) == (False, False)
+    assert plain.module.encoder.conv1.weight.is_contiguous()
+    fast = method()
+    speed = speed_up(fast, cpu, RunConfig(channels_last=True, compile=True))
+    assert (speed.channels_last, speed.compiled) == (True, True)
+    for encoder in (fast.module.encoder, fast.module.momentum_encoder):
+        assert encoder.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+        assert encoder._compiled_call_impl is not None  # nn.Module.compile: state_dict keys stay as they were
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    assert all(group["fused"] for group in build_optimizer(plain.module, OptimConfig(), cuda).param_groups)
+    assert not any(group["fused"] for group in build_optimizer(plain.module, OptimConfig(), cpu).param_groups)
+
+
+def test_channels_last_run_resumes_from_an_nchw_checkpoint(make_config, shapes_root: Path, tmp_path: Path) -> None:
+    """A run in channels_last (as under CUDA) trains, writes a checkpoint that loads into a plain (NCHW) model,
+    and resumes from one written by an NCHW run; the resumed optimizer takes the device's fused setting."""
+    cfg = make_config(shapes_root, tmp_path / "a", run={"channels_last": True})
+    run_dir = pretrain(cfg, show_progress=False)
+    state = checkpoint.load(run_dir / checkpoint.LAST)["state_dict"]
+    conv = state["module.encoder_q.conv1.weight"]
+    import torchvision
+
+    net = torchvision.models.resnet18(num_classes=128)
+    net.fc = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 128))
+    net.load_state_dict({k.removeprefix("module.encoder_q."): v for k, v in state.items()
+                         if k.startswith("module.encoder_q.")})
+    assert torch.equal(net.conv1.weight, conv)
+    nchw = pretrain(make_config(shapes_root, tmp_path / "b", optim={"epochs": 1}), show_progress=False)
+    written = checkpoint.load(nchw / checkpoint.LAST)
+    for group in written["optimizer"]["param_groups"]:
+        group["fused"] = True  # as a CUDA run writes it
+    torch.save(written, nchw / checkpoint.LAST)
+    resumed = pretrain(make_config(shapes_root, tmp_path / "b", run={"channels_last": True}), resume=nchw,
+                       show_progress=False)
+    ckpt = checkpoint.load(resumed / checkpoint.LAST)
+    assert ckpt["epoch"] == 2 and not any(group["fused"] for group in ckpt["optimizer"]["param_groups"])
