@@ -1,0 +1,91 @@
+"""Small datasets and weight files in the on-disk layouts real users have, for the acceptance tests.
+
+- :func:`imagenet_layout`: ``train/<wnid>/*.JPEG`` and ``val/<wnid>/*.JPEG`` (ILSVRC's folder names), with one
+  truncated file, one grayscale and one CMYK JPEG among them, as ImageNet has.
+- :func:`detection_layout`: detectron2's ``datasets/`` layout: ``VOC2007/`` and ``VOC2012/`` (``Annotations/``,
+  ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names) and
+  ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``.
+- :func:`official_checkpoint`: a checkpoint as the official ``main_moco.py`` writes it (DDP's ``module.`` prefix,
+  a real SGD state); :func:`torchvision_weights`: a torchvision ResNet ``state_dict`` file.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+
+from moco_core import checkpoint
+from moco_core.config import ModelConfig
+from moco_core.methods import build_moco
+from transfer.embedded import ensure_coco, ensure_voc
+from transfer.voc import VOC_CLASSES
+
+WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")  # the first four ILSVRC-2012 classes
+
+
+def _photo(rng: np.random.Generator, height: int, width: int) -> Image.Image:
+    coarse = rng.integers(0, 256, (height // 8 + 1, width // 8 + 1, 3), dtype=np.uint8)
+    return Image.fromarray(coarse).resize((width, height), Image.BICUBIC)
+
+
+def imagenet_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2, seed: int = 0) -> Path:
+    """A 4-class ImageNet-layout folder of 40-60 px photograph-like JPEGs; returns ``root``."""
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train_per_class), ("val", val_per_class)):
+        for c, wnid in enumerate(WNIDS):
+            folder = root / split / wnid
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                image = _photo(rng, int(rng.integers(40, 60)), int(rng.integers(40, 60)))
+                image.save(folder / f"{wnid}_{i}.JPEG", quality=90)
+            if split == "train" and c == 1:
+                _photo(rng, 48, 52).convert("L").save(folder / f"{wnid}_gray.JPEG", quality=90)
+            if split == "train" and c == 2:
+                _photo(rng, 50, 44).convert("CMYK").save(folder / f"{wnid}_cmyk.JPEG", quality=90)
+    buffer = io.BytesIO()
+    _photo(rng, 48, 48).save(buffer, format="JPEG", quality=90)
+    (root / "train" / WNIDS[0] / f"{WNIDS[0]}_truncated.JPEG").write_bytes(buffer.getvalue()[:200])
+    return root
+
+
+def detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int = 6) -> Path:
+    """VOC2007, VOC2012 and coco under ``root`` (detectron2's datasets/ layout), from the shapes dataset at
+    ``shapes_root``; the VOC objects carry VOC class names (shape class k becomes VOC class k)."""
+    ensure_voc(root, trainval=train, test=test, scale=1, shapes_root=shapes_root)
+    ensure_coco(root, train=train, val=test, scale=1, shapes_root=shapes_root)
+    voc = root / "VOC2007"
+    names = sorted({m for xml in (voc / "Annotations").glob("*.xml")
+                    for m in re.findall(r"<name>([^<]+)</name>", xml.read_text())})
+    rename = {name: VOC_CLASSES[k] for k, name in enumerate(names)}
+    for xml in (voc / "Annotations").glob("*.xml"):
+        text = re.sub(r"<name>([^<]+)</name>", lambda m: f"<name>{rename[m.group(1)]}</name>", xml.read_text())
+        xml.write_text(text)
+    if not (root / "VOC2012").exists():
+        shutil.copytree(voc, root / "VOC2012")
+    return root
+
+
+def official_checkpoint(path: Path, arch: str = "resnet18") -> Path:
+    """What ``main_moco.py`` saves: epoch, arch, the DDP-wrapped model's state_dict, the SGD state after a step."""
+    torch.manual_seed(0)
+    model = build_moco(ModelConfig(arch=arch, queue_size=64, shuffle_bn="none"), world_size=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.03, momentum=0.9, weight_decay=1e-4)
+    logits, labels, _ = model(torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32))
+    torch.nn.functional.cross_entropy(logits, labels).backward()
+    optimizer.step()
+    state = checkpoint.to_official(model.state_dict())
+    assert {k.split(".")[1] for k in state} == {"encoder_q", "encoder_k", "queue", "queue_ptr"}
+    torch.save({"epoch": 200, "arch": arch, "state_dict": state, "optimizer": optimizer.state_dict()}, path)
+    return path
+
+
+def torchvision_weights(path: Path, arch: str = "resnet18") -> Path:
+    torch.save(getattr(torchvision.models, arch)().state_dict(), path)
+    return path
