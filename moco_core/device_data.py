@@ -1,7 +1,8 @@
 """The tensor data pipeline (``data.pipeline: tensor``): workers read bytes, the training device does the rest.
 
-With ``data.pipeline: pil`` (the default, the official code's way) DataLoader workers decode each image with PIL
-and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits for. Here the
+With ``data.pipeline: pil`` (the official code's way, and ``auto``'s choice on CPU) DataLoader workers decode each
+image with PIL and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits
+for (``auto`` takes this pipeline under CUDA). Here the
 workers only read each file's bytes (and each JPEG's component count, from its header). The training process then
 decodes the batch (JPEGs on the GPU with ``torchvision.io.decode_jpeg`` when training on CUDA; other formats,
 CMYK JPEGs, and everything on CPU, with torchvision's CPU decoders) and runs the augmentation of

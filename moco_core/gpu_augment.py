@@ -10,7 +10,7 @@ split in two:
   (brightness, contrast and saturation uniform in ``[max(0, 1 - x), 1 + x]``, hue uniform in ``[-h, h]``) and a
   random order of the four jitter ops (torchvision's ColorJitter applies them in a random order), the grayscale
   flag, the blur flag and sigma (uniform in ``blur_sigma``) and the flip flag.
-* :func:`apply_params` does the pixel work on the images' device: crop and bilinear antialiased resize per sample,
+* :func:`apply_params` does the pixel work on the images' device: crop and antialiased bilinear resize (batched),
   then batched colour jitter (each sample with its own factors and op order), grayscale (ITU-R 601-2 luma
   ``0.299 R + 0.587 G + 0.114 B``, as PIL's ``convert("L")``), Gaussian blur (a depthwise convolution with a
   per-sample kernel), horizontal flip, and normalisation with ``cfg.mean`` / ``cfg.std``. The colour order follows
@@ -23,9 +23,12 @@ Where the result differs from the PIL path, and why it is still the same augment
 
 * Random numbers: the parameters come from one ``torch.Generator`` in a vectorised order, so a seed does not
   reproduce the PIL pipeline's views; the distributions of every parameter are the PIL path's.
-* Resize: the crop is resized with torchvision's tensor bilinear antialiased kernel. On CPU uint8 images it is
-  built to match PIL's resize (within about one uint8 level); on CUDA it runs in float and is rounded back to
-  uint8. The crop is rounded to uint8 once, as PIL's.
+* Resize: ``roi_align`` samples the crop at a bilinear resize's points and averages a grid of them over each
+  output pixel's footprint when downscaling (a box prefilter; PIL's is a triangle over the same footprint): about
+  one uint8 level from torchvision's antialiased resize on photographs (44.5 dB PSNR at worst; the test asks for
+  40). At the crop's border the sample points half a pixel outside it read the image around the crop, where a
+  crop-then-resize clamps to the crop's edge. On CPU and CUDA alike it runs in float; the crop is rounded to uint8
+  levels once, as PIL's.
 * Colour: PIL's ColorJitter (``ImageEnhance``) rounds to uint8 after every op, its contrast blends with the
   integer-rounded mean of the ``L`` image, and its hue works in PIL's 8-bit HSV (the hue is quantised to 1/256
   of a turn and the shift truncated to ``int(hue * 255) / 255``). Here the colour ops run on float images in
