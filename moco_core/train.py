@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -107,6 +108,12 @@ def data_pipeline(name: str, device: torch.device, transform: str) -> str:
     if name != "auto":
         return name
     return "tensor" if device.type == "cuda" and transform != "supervised" else "pil"
+
+
+def eager_mode() -> contextlib.AbstractContextManager[Any]:
+    """Compiled modules run eagerly inside (torch >= 2.6; with an older torch they compile for the new shapes)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def build_optimizer(module: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.SGD:
@@ -327,7 +334,7 @@ def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optim
     progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
                      f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
     if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
-        with torch.compiler.set_stance("force_eager"):  # other shapes, eval mode: not worth recompiling for
+        with eager_mode():  # other shapes, eval mode: not worth recompiling for
             knn = monitor(method.encoder)
         metrics.write(step=step, epoch=epoch, **{f"knn_{name}": value for name, value in knn.items()})
         progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
