@@ -93,13 +93,14 @@ def convert_cli(
     src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's) or a torchvision "
                                         "ResNet state_dict.")],
     dst: Annotated[Path, typer.Argument(help="The detectron2 .pkl to write.")],
+    force: Annotated[bool, typer.Option(help="Replace DST if it exists (never SRC itself).")] = False,
 ) -> None:
     """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping)."""
     from moco_core.checkpoint import CheckpointError
     from transfer.convert import convert_file
 
     try:
-        summary = convert_file(src, dst)
+        summary = convert_file(src, dst, overwrite=force)
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(2) from None

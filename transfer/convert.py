@@ -106,13 +106,18 @@ def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
     write_atomic(dst, lambda f: pickle.dump(obj, f, protocol=PICKLE_PROTOCOL), what="detectron2 file")
 
 
-def convert_file(src: Path, dst: Path) -> dict[str, Any]:
+def convert_file(src: Path, dst: Path, *, overwrite: bool = False) -> dict[str, Any]:
     """Convert any checkpoint ``read_backbone_state`` accepts into a detectron2 ``.pkl`` at ``dst``.
 
     Returns a summary: source, destination, arch, source format, number of arrays written, sha256 of ``src``.
-    Every failure is a one-line ``CheckpointError``.
+    Every failure is a one-line ``CheckpointError``. ``dst`` is never ``src`` itself (the pretraining checkpoint
+    would be replaced by the smaller backbone file), and an existing ``dst`` is replaced only with ``overwrite``.
     """
     src, dst = Path(src), Path(dst)
+    if dst.exists() and src.exists() and dst.samefile(src):
+        raise CheckpointError(f"{dst}: is the checkpoint being converted; write the .pkl somewhere else")
+    if dst.exists() and not overwrite:
+        raise CheckpointError(f"{dst}: already exists; pass --force to replace it, or choose another name")
     state, fmt, _ = read_backbone_state(src)
     arch = infer_arch(state)
     model = to_detectron2(state)

@@ -280,7 +280,7 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if weights != "random":
-            convert_file(Path(weights), converted)
+            convert_file(Path(weights), converted, overwrite=True)  # a resumed run converts again
     comm.synchronize()  # the others read the converted file
     rle = any(isinstance(a.get("segmentation"), dict) and not a.get("iscrowd") for d in data.train
               for a in d["annotations"])  # crowd objects are not trained on

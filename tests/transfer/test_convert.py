@@ -181,6 +181,33 @@ def test_cli_converts_a_checkpoint(moco_ckpt: tuple[Path, dict], tmp_path: Path)
     assert set(load_detectron2_pkl(dst)["model"]) == set(to_detectron2(backbone))
 
 
+def test_cli_never_writes_over_the_source_and_asks_before_replacing(moco_ckpt: tuple[Path, dict],
+                                                                     tmp_path: Path) -> None:
+    """``moco convert SRC SRC`` replaced the pretraining checkpoint with the backbone file and exited 0 (issue
+    #16); an existing destination was overwritten silently. Now both are one-line errors; --force replaces a
+    destination, never the source."""
+    src, backbone = moco_ckpt
+    copy = tmp_path / "checkpoint.pth.tar"
+    copy.write_bytes(src.read_bytes())
+    before = copy.read_bytes()
+    for args in (["convert", str(copy), str(copy)], ["convert", str(copy), str(copy), "--force"],
+                 ["convert", str(copy), str(tmp_path / "." / copy.name), "--force"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == f"error: {args[2]}: is the checkpoint being converted; write the .pkl " \
+                                        "somewhere else"
+    assert copy.read_bytes() == before
+    dst = tmp_path / "r18.pkl"
+    dst.write_bytes(b"someone's earlier file")
+    result = CliRunner().invoke(app, ["convert", str(copy), str(dst)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {dst}: already exists; pass --force to replace it, or choose another name"
+    assert dst.read_bytes() == b"someone's earlier file"
+    result = CliRunner().invoke(app, ["convert", str(copy), str(dst), "--force"])
+    assert result.exit_code == 0, result.output
+    assert set(load_detectron2_pkl(dst)["model"]) == set(to_detectron2(backbone))
+
+
 def test_cli_bad_input_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     bad = tmp_path / "model_final.pth"
     checkpoint.save_atomic({"model": {"x": torch.zeros(1)}, "__author__": "x"}, bad)
