@@ -21,12 +21,19 @@ USER_ERRORS = (ConfigError, DatasetError, checkpoint.CheckpointError)
 def resolve_pretrain_config(
     config: str | None, overrides: list[str], flags: dict[str, dict[str, Any]], resume: str | None
 ) -> PretrainConfig:
-    """Defaults < the resumed checkpoint's stored config < --config < --set < explicit flags."""
+    """Defaults < the resumed checkpoint's stored config < --config < --set < explicit flags.
+
+    A resumed run writes where the user pointed: ``--output-dir`` or ``--set run.output_dir`` when given, else the
+    directory passed to ``--resume`` (or the checkpoint's own directory), never the directory recorded in the
+    checkpoint, which is where the run was before it was copied or moved.
+    """
     base = None
     if resume:
         stored = checkpoint.load(checkpoint.resolve(resume)).get("config")
         base = stored if isinstance(stored, dict) else None
-        if "output_dir" not in flags.get("run", {}):
+        chosen = flags.get("run", {}).get("output_dir") is not None or any(
+            o.partition("=")[0].strip() == "run.output_dir" for o in overrides)
+        if not chosen:
             path = Path(resume)
             flags.setdefault("run", {})["output_dir"] = str(path if path.is_dir() else path.parent)
     return load_config(PretrainConfig, config, overrides, base=base, flags=flags)

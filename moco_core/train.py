@@ -143,6 +143,7 @@ class Resumed:
     epoch: int  # epoch to run next (0-based), the official 'epoch' field
     step: int
     partial: EpochState | None = None  # how far into ``epoch`` a mid-epoch checkpoint got
+    output_dir: str | None = None  # the run directory the checkpoint's config records (ours only)
 
 
 def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
@@ -166,16 +167,19 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
         optimizer.load_state_dict(ckpt["optimizer"])
     epoch = int(ckpt.get("epoch", 0))
     step = int(ckpt.get("global_step", epoch * steps_per_epoch))
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    recorded = config.get("run", {}).get("output_dir") if isinstance(config.get("run"), dict) else None
+    output_dir = recorded if isinstance(recorded, str) else None
     position = ckpt.get("sampler") if isinstance(ckpt.get("sampler"), dict) else {}
     batches = int(position.get("position", 0))
     if not batches:
-        return Resumed(epoch=epoch, step=step)
+        return Resumed(epoch=epoch, step=step, output_dir=output_dir)
     if batches >= steps_per_epoch:
         raise checkpoint.CheckpointError(f"{path}: stopped after batch {batches} of epoch {epoch + 1}, but an epoch "
                                          f"has {steps_per_epoch} batches here: the data or batch size changed")
     partial = EpochState(batches=batches, loss_sum=float(position.get("loss_sum", 0.0)),
                          accuracy_sum=float(position.get("accuracy_sum", 0.0)), rng=ckpt.get("rng"))
-    return Resumed(epoch=epoch, step=step, partial=partial)
+    return Resumed(epoch=epoch, step=step, partial=partial, output_dir=output_dir)
 
 
 def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optimizer, *, epoch: int,
@@ -268,6 +272,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             "images": len(images.samples), "skipped_images": len(images.skipped),
             "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
             "data_pipeline": pipeline, "channels_last": speed.channels_last, "compiled": speed.compiled,
+            **moved(start.output_dir, run_dir),
         })
         metrics.truncate_after(start.step)
         checkpoint.remove_partial_writes(run_dir)
@@ -305,6 +310,14 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
                           file=sys.stderr, flush=True)
                 break
     return run_dir
+
+
+def moved(recorded: str | None, run_dir: Path) -> dict[str, str]:
+    """``{"moved_from": recorded}`` when a resumed checkpoint's config names another run directory than this one
+    (the run was copied or moved), for run.json; nothing otherwise."""
+    if recorded is None or Path(recorded).expanduser().resolve() == run_dir.expanduser().resolve():
+        return {}
+    return {"moved_from": recorded}
 
 
 class _StepSaver:

@@ -221,3 +221,27 @@ def test_disk_full_during_a_checkpoint_stops_with_one_line(shapes_root: Path, tm
     assert "Traceback" not in res.stderr
     assert checkpoint.load(out / checkpoint.LAST)["epoch"] == 1
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+def test_resuming_a_copied_run_writes_into_the_copy(shapes_root: Path, tmp_path: Path) -> None:
+    """Issue #16: ``--resume DIR`` wrote into the directory recorded in the checkpoint: resuming a copy extended
+    and overwrote the original. Now the copy is extended, the original is untouched, and run.json says where the
+    run came from; --output-dir still chooses another directory."""
+    import shutil
+
+    original, copy = tmp_path / "a", tmp_path / "b"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(original), *TINY)
+    assert res.returncode == 0, res.stderr
+    shutil.copytree(original, copy)
+    snapshot = {p.name: p.read_bytes() for p in original.iterdir() if p.is_file()}
+    res = moco("pretrain", "--resume", str(copy), "--set", "optim.epochs=2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert {p.name: p.read_bytes() for p in original.iterdir() if p.is_file()} == snapshot
+    assert checkpoint.load(copy / checkpoint.LAST)["epoch"] == 2
+    starts = json.loads((copy / "run.json").read_text())["starts"]
+    assert starts[-1]["moved_from"] == str(original) and "moved_from" not in starts[0]
+    res = moco("pretrain", "--resume", str(copy / checkpoint.LAST), "--set", "optim.epochs=3", "--quiet",
+               "--output-dir", str(tmp_path / "c"))
+    assert res.returncode == 0, res.stderr
+    assert checkpoint.load(tmp_path / "c" / checkpoint.LAST)["epoch"] == 3
+    assert checkpoint.load(copy / checkpoint.LAST)["epoch"] == 2
