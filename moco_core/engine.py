@@ -91,7 +91,6 @@ def train_one_epoch(
     seen, and the RNG states are restored after the loader's iterator exists (creating it draws a seed), so on
     CPU with ``data.workers`` 0 the rest of the epoch is bit-identical to an uninterrupted run's.
     ``channels_last`` puts the images in the layout the encoders were given (``run.channels_last``).
-    ``channels_last`` puts the images in the layout the encoders were given (``run.channels_last``).
     ``checkpoints`` is asked after every step whether to save (every ``checkpoints.every`` steps, never on the
     epoch's last batch: the caller's epoch checkpoint follows) and whether to stop (SIGTERM); a stop saves first.
     """

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, ConfigError, load_config, replace
+from moco_core.config import ARCHS, ConfigError, load_config
 
 TASKS = ("voc", "coco")
 ENGINES = ("auto", "detectron2", "torchvision")
@@ -177,13 +177,7 @@ def load_transfer_config(task: str, config: str | None, overrides: list[str] | t
 
     The preset must be for ``task``: ``moco eval voc -c coco_R50_FPN_1x`` is an error, not a VOC run.
     """
-    cfg = load_config(TransferConfig, config or DEFAULT_PRESETS[task], overrides)
+    cfg = load_config(TransferConfig, config or DEFAULT_PRESETS[task], overrides, flags=flags)
     if cfg.task != task:
         raise ConfigError(f"task: the config {config!r} is for {cfg.task}, not {task} (use moco eval {cfg.task})")
-    changes = {}
-    for name, value in (flags or {}).items():
-        if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if v is not None} or None
-        if value is not None:
-            changes[name] = value
-    return validate_transfer(replace(cfg, **changes))
+    return validate_transfer(cfg)
