@@ -46,11 +46,12 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
             raise ValueError(f"batch of {n} is not divisible into {g} BN groups (model.bn_groups)")
         tracking = self.track_running_stats and self.num_batches_tracked is not None
         if torch.compiler.is_compiling() or not x.is_contiguous():
-            if tracking:
-                self.num_batches_tracked.add_(1)
+            if not tracking:
+                return group_batch_norm(x, g, self.weight, self.bias, None, None, 0.0, self.eps)
+            self.num_batches_tracked.add_(1)
             factor = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked
-            return group_batch_norm(x, g, self.weight, self.bias, self.running_mean if tracking else None,
-                                    self.running_var if tracking else None, factor if tracking else 0.0, self.eps)
+            return group_batch_norm(x, g, self.weight, self.bias, self.running_mean, self.running_var, factor,
+                                    self.eps)
         factor = 0.0
         if tracking:
             self.num_batches_tracked.add_(1)
