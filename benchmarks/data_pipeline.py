@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import PretrainConfig, load_config
 from moco_core.data import ImageDataset, scan_images
-from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_batch
+from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_apart, hand_over
 from moco_core.gpu_augment import decode_jpegs
 
 
@@ -185,14 +185,9 @@ def hazard(samples: list[tuple[str, int]], args: argparse.Namespace) -> dict[str
     for safe in (False, True):
         for _ in range(args.hazard):
             total = _queued_work(seed)
-            if safe:
-                stream = torch.cuda.Stream()
-                with torch.cuda.stream(stream):
-                    stream.synchronize()
-                    images = decode_batch(datas, torch.device("cuda"))
-                torch.cuda.current_stream().wait_stream(stream)
-                for image in images:
-                    image.record_stream(torch.cuda.current_stream())
+            if safe:  # the pipeline's own decoder and hand-over
+                images, decoded = decode_apart(datas, torch.device("cuda"), None, torch.cuda.Stream())
+                hand_over(images, decoded, torch.cuda.current_stream())
             else:
                 images = decode_jpegs(datas, "cuda")  # on the caller's stream, with work queued on it
             torch.cuda.synchronize()

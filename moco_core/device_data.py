@@ -241,6 +241,32 @@ class DeviceAugmentLoader:
             pipeline.close()
 
 
+def decode_apart(datas: list[torch.Tensor], device: torch.device, components: Sequence[int] | None,
+                 stream: Any) -> tuple[list[torch.Tensor | None], Any]:
+    """``decode_batch`` on ``stream`` (a CUDA stream that runs nothing but decoding; None on the CPU), synchronised
+    first so that nvJPEG's writes can overtake nothing (see the module docstring). Returns the images and an event
+    recorded after them (None on the CPU); readers on other streams take them through :func:`hand_over`."""
+    if stream is None:
+        return decode_batch(datas, device, components), None
+    with torch.cuda.stream(stream):
+        stream.synchronize()
+        images = decode_batch(datas, device, components)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return images, done
+
+
+def hand_over(tensors: Iterable[torch.Tensor | None], event: Any, reader: Any) -> None:
+    """Let stream ``reader`` read ``tensors`` made on another stream: it waits for ``event``, and each tensor's
+    block returns to its own stream's pool only after ``reader``'s work on it has run (nothing on the CPU)."""
+    if reader is None:
+        return
+    reader.wait_event(event)
+    for tensor in tensors:
+        if tensor is not None:
+            tensor.record_stream(reader)
+
+
 _END = object()
 
 
@@ -312,18 +338,12 @@ class _Pipeline:
 
     def _decode_one(self, batch: Batch, stream: Any) -> tuple[Any, ...]:
         datas, labels, index, components = batch
-        if stream is not None:  # nothing may be pending where nvJPEG writes (see the module docstring)
-            stream.synchronize()
-        images = decode_batch(datas, self.device, components)
-        return images, labels, index, self._event(stream)
+        images, decoded = decode_apart(datas, self.device, components, stream)
+        return images, labels, index, decoded
 
     def _augment_one(self, item: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
         images, labels, index, decoded = item
-        if stream is not None:
-            stream.wait_event(decoded)
-            for image in images:
-                if image is not None:
-                    image.record_stream(stream)  # the decoder gets this block back once our reads have run
+        hand_over(images, decoded, stream)  # the decoder gets these blocks back once our reads have run
         views = self.owner._augment(images, index, self.generator)
         return views, labels, index, self._event(stream)
 
@@ -380,10 +400,8 @@ class _Pipeline:
             if isinstance(item, BaseException):
                 raise item
             views, labels, index, done = item
-            if consumer is not None:
-                consumer.wait_event(done)
-                for view in views if isinstance(views, tuple) else (views,):
-                    view.record_stream(consumer)  # the augment stream reuses this block only after the step has run
+            # the augment stream reuses these blocks only after the step has run
+            hand_over(views if isinstance(views, tuple) else (views,), done, consumer)
             yield views, labels, index
 
     def close(self) -> None:
