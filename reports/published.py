@@ -8,7 +8,8 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   (case-insensitive), and the published ``backbone`` is the short name of an arch in the table (R50 = resnet50).
   The momentum-ablation rows (backbone "R50 (K=4096)") are shown in our momentum ablation table under the same
   conditions.
-* VOC detection: task ``voc``, dataset name or path contains "voc", engine ``detectron2`` (the published numbers
+* VOC detection: task ``voc``, dataset name or path contains "voc" and the sets are the standard ones (not
+  "custom: ..."), engine ``detectron2`` (the published numbers
   are Detectron2's), the detector model equals the published backbone (R50-C4) and the schedule equals it (24k)
   where our record names one.
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
@@ -107,7 +108,8 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         shorts = {short_arch(a) for a in archs}
         return [r for r in rows if r.task == TASKS["linear"] and r.backbone in shorts]
     if setting.task in ("voc", "coco"):
-        if setting.engine != "detectron2" or not _named(setting, setting.task):
+        custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/datasets.py)
+        if setting.engine != "detectron2" or custom or not _named(setting, setting.task):
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
                 and (setting.schedule is None or r.schedule == setting.schedule)]

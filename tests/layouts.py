@@ -4,7 +4,8 @@
   truncated file, one grayscale and one CMYK JPEG among them, as ImageNet has.
 - :func:`detection_layout`: detectron2's ``datasets/`` layout: ``VOC2007/`` and ``VOC2012/`` (``Annotations/``,
   ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names) and
-  ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``.
+  ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``;
+  :func:`custom_detection_layout`: one's own VOC-style devkit and COCO-format files, in no standard place.
 - :func:`official_checkpoint`: a checkpoint as the official ``main_moco.py`` writes it (DDP's ``module.`` prefix,
   a real SGD state); :func:`torchvision_weights`: a torchvision ResNet ``state_dict`` file.
 """
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 from pathlib import Path
@@ -69,6 +71,30 @@ def detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int =
         xml.write_text(text)
     if not (root / "VOC2012").exists():
         shutil.copytree(voc, root / "VOC2012")
+    return root
+
+
+def custom_detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int = 6) -> Path:
+    """Detection data of one's own under ``root``, as README's custom-dataset commands name it: a VOC-style devkit
+    ``MyDevkit/`` whose objects keep the shapes' class names, with splits ``train`` and ``val``; and COCO-format
+    ``annotations/{train,val}.json`` whose ``file_name`` entries are ``train/<name>``, ``val/<name>`` under
+    ``images/``."""
+    made = root / "made"
+    ensure_voc(made, trainval=train, test=test, scale=1, shapes_root=shapes_root)
+    ensure_coco(made, train=train, val=test, scale=1, shapes_root=shapes_root)
+    devkit = root / "MyDevkit"
+    shutil.copytree(made / "VOC2007", devkit)
+    splits = devkit / "ImageSets" / "Main"
+    (splits / "trainval.txt").rename(splits / "train.txt")
+    (splits / "test.txt").rename(splits / "val.txt")
+    (root / "annotations").mkdir()
+    for ours, theirs in (("train", "train2017"), ("val", "val2017")):
+        doc = json.loads((made / "coco" / "annotations" / f"instances_{theirs}.json").read_text())
+        for image in doc["images"]:
+            image["file_name"] = f"{ours}/{image['file_name']}"
+        (root / "annotations" / f"{ours}.json").write_text(json.dumps(doc))
+        shutil.copytree(made / "coco" / theirs, root / "images" / ours)
+    shutil.rmtree(made)
     return root
 
 

@@ -27,7 +27,14 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core import checkpoint
-from tests.layouts import WNIDS, detection_layout, imagenet_layout, official_checkpoint, torchvision_weights
+from tests.layouts import (
+    WNIDS,
+    custom_detection_layout,
+    detection_layout,
+    imagenet_layout,
+    official_checkpoint,
+    torchvision_weights,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -70,6 +77,10 @@ RUN: dict[str, list[str] | None] = {
         *DETECTION, *FPN, "run.output_dir=runs/coco_fpn"],
     "moco eval coco --weights resnet50-weights.pth --data /data/datasets --engine torchvision": [
         *DETECTION, "run.output_dir=runs/coco_tv"],
+    "moco eval voc --weights CKPT --data /data/mine --train MyDevkit/ImageSets/Main/train.txt --test "
+    "MyDevkit/ImageSets/Main/val.txt": [*DETECTION, "run.output_dir=runs/voc_mine"],
+    "moco eval coco --weights CKPT --data /data/mine --train annotations/train.json:images --test "
+    "annotations/val.json:images": [*DETECTION, "run.output_dir=runs/coco_mine"],
     "moco convert CKPT backbone.pkl": None,
     "moco report runs/": None,
     "moco sweep m 0,0.9,0.99,0.999 -c embedded --output-dir runs/sweep_m": ["SMALL", *EMBEDDED, "optim.batch_size=16"],
@@ -120,7 +131,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path) -> di
     official_checkpoint(work / "CKPT")
     torchvision_weights(work / "resnet50-weights.pth")
     paths = {"work": work, "imagenet": imagenet_layout(base / "imagenet"),
-             "datasets": detection_layout(base / "datasets", shapes_root), "shapes": shapes_root}
+             "datasets": detection_layout(base / "datasets", shapes_root), "shapes": shapes_root,
+             "mine": custom_detection_layout(base / "mine", shapes_root)}
     result = _invoke(["pretrain", "-c", "supervised_embedded", *_sets([*EMBEDDED, "optim.batch_size=32"])], work)
     assert result.exit_code == 0, result.output
     return paths
@@ -142,6 +154,7 @@ def _invoke(args: list[str], cwd: Path) -> object:
 def _args(command: str, paths: dict[str, Path], shrink: list[str] | None) -> list[str]:
     """The command's arguments after the program, with the user's paths replaced and the shrinking appended."""
     text = (command.replace("/data/imagenet", str(paths["imagenet"])).replace("/data/datasets", str(paths["datasets"]))
+            .replace("/data/mine", str(paths["mine"]))
             .replace("$DETECTRON2_DATASETS", str(paths["datasets"])))
     args = shlex.split(text)
     if "--nproc" in args:
@@ -205,6 +218,8 @@ def _check(command: str, work: Path, output: str) -> None:
     elif command.startswith("moco eval"):
         record = json.loads((work / (out_dir or "runs/voc_random") / "result.json").read_text())
         assert record["metrics"], record
+        if "/data/mine" in command:  # one's own sets: named as such, their classes the names the files use
+            assert record["dataset"]["name"].startswith("custom: ") and record["dataset"]["classes"] == 8
     elif command.startswith("moco sweep"):
         out = work / command.split("--output-dir ")[1].split()[0]
         for value in command.split()[3].split(","):  # each point pretrained and evaluated: <name>=<value>/knn

@@ -19,6 +19,13 @@ Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config
 Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
 Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/), "
                                           "or 'embedded'.")]
+Train = Annotated[list[str] | None, typer.Option(
+    "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train..., or one's own: "
+    "DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), ANNOTATIONS.json:IMAGE_DIR (COCO format); relative to --data.")]
+Test = Annotated[str | None, typer.Option(help="The test set, in the forms --train takes.")]
+Classes = Annotated[str | None, typer.Option(
+    help="A VOC-style devkit's class names in label order, comma-separated (default: VOC's 20 for the standard "
+    "sets, else every name its XML files use, sorted).")]
 OutputDir = Annotated[str | None, typer.Option(help="Run directory (config, metrics, checkpoint, result.json).")]
 Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 Seed = Annotated[int | None, typer.Option(help="Random seed.")]
@@ -66,27 +73,30 @@ def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
         print(f"result: {record}")
 
 
-def _flags(engine: str | None, data: str | None, output_dir: str | None, device: str | None, seed: int | None,
-           workers: int | None) -> dict[str, Any]:
-    return {"engine": engine, "data": {"path": data, "workers": workers},
+def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,
+           device: str | None, seed: int | None, workers: int | None, classes: str | None = None) -> dict[str, Any]:
+    names = None if classes is None else [c.strip() for c in classes.split(",")]
+    return {"engine": engine, "data": {"path": data, "train": train or None, "test": test, "classes": names,
+                                       "workers": workers},
             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
 
 
 def voc_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
-            output_dir: OutputDir = None, device: Device = None, seed: Seed = None, workers: Workers = None,
-            resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+            train: Train = None, test: Test = None, classes: Classes = None, output_dir: OutputDir = None,
+            device: Device = None, seed: Seed = None, workers: Workers = None, resume: Resume = False, nproc: Nproc = 1,
+            quiet: Quiet = False, print_config: PrintConfig = False) -> None:
     """Faster R-CNN (R50-C4, the paper's VOC detector) fine-tuned from a backbone on VOC07+12, tested on VOC07."""
-    _transfer("voc", weights, config, set_ or [], _flags(engine, data, output_dir, device, seed, workers), resume,
-              nproc, quiet, print_config)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, classes)
+    _transfer("voc", weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 def coco_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None,
-             data: Data = None, output_dir: OutputDir = None, device: Device = None, seed: Seed = None,
-             workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
-             print_config: PrintConfig = False) -> None:
+             data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
+             device: Device = None, seed: Seed = None, workers: Workers = None, resume: Resume = False,
+             nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
-    _transfer("coco", weights, config, set_ or [], _flags(engine, data, output_dir, device, seed, workers), resume,
-              nproc, quiet, print_config)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers)
+    _transfer("coco", weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 def convert_cli(

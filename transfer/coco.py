@@ -82,6 +82,9 @@ def _images(doc: dict[str, Any], image_root: Path, where: str) -> dict[int, dict
                                f"{show_value(width)} x {show_value(height)}")
         if iid in images:
             raise DatasetError(f"{where}: image id {iid} appears twice")
+        if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] == "..":
+            raise DatasetError(f"{where}: image {iid}: file_name {show_value(name)} leaves the image directory "
+                               f"(names are relative to it)")
         images[iid] = {"file_name": os.path.join(image_root, name), "image_id": iid, "height": height,
                        "width": width, "annotations": []}
     return images

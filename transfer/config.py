@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from moco_core.config import ARCHS, ConfigError, load_config
+from transfer.datasets import parse_dataset
 
 TASKS = ("voc", "coco")
 ENGINES = ("auto", "detectron2", "torchvision")
@@ -82,11 +83,14 @@ class TransferDataConfig:
     # "embedded" (the shapes dataset converted to VOC and COCO layouts, generated on first use).
     path: str | None = None
     # detectron2's dataset names: voc_<year>_<split> (VOC<year>/ImageSets/Main/<split>.txt) and
-    # coco_<year>_<split> (coco/annotations/instances_<split><year>.json with images in coco/<split><year>/).
+    # coco_<year>_<split> (coco/annotations/instances_<split><year>.json with images in coco/<split><year>/);
+    # or one's own: a VOC-style split file DEVKIT/ImageSets/Main/<split>.txt, a COCO-format
+    # ANNOTATIONS.json:IMAGE_DIR (relative paths are under `path`; transfer/datasets.py).
     train: tuple[str, ...] = ("voc_2007_trainval", "voc_2012_trainval")
     test: str = "voc_2007_test"
-    # VOC layout only: the class names of the XML files, in label order. Empty: VOC's 20 classes, or the shapes
-    # classes for "embedded" (COCO files name their own categories).
+    # VOC layout only: the class names of the XML files, in label order. Empty: VOC's 20 classes for the standard
+    # sets, the shapes classes for "embedded", every name a custom devkit's XML files use, sorted (COCO files name
+    # their own categories).
     classes: tuple[str, ...] = ()
     workers: int = 4  # DataLoader worker processes per training process
 
@@ -155,8 +159,10 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (cfg.data.path is not None, "data.path", "not set: pass --data DIR (detectron2's datasets/ layout) or "
          "--data embedded"),
         (len(cfg.data.train) >= 1, "data.train", "name at least one training set"),
-        (all(n.startswith(f"{cfg.task}_") for n in names), "data", f"dataset names must start with {cfg.task}_ "
-         f"for task {cfg.task}, got {list(names)}"),
+        (cfg.task == "voc" or not cfg.data.classes, "data.classes", "VOC-style devkits only: a COCO annotation file "
+         "names its own categories"),
+        (all(c.strip() for c in cfg.data.classes) and len(set(cfg.data.classes)) == len(cfg.data.classes),
+         "data.classes", "need distinct, non-empty names"),
         (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
@@ -167,6 +173,8 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
     for ok, key, message in checks:
         if not ok:
             raise ConfigError(f"{key}: {message}")
+    for name in names:
+        parse_dataset(name, cfg.task)  # a ConfigError naming the accepted forms
     return cfg
 
 

@@ -56,9 +56,10 @@ from moco_core.rundir import write_run_files, write_text_atomic
 from moco_core.train import resolve_device
 from transfer.config import TransferConfig
 from transfer.convert import convert_file, load_detectron2_pkl
+from transfer.datasets import DetectionData, load_data, parse_dataset
 from transfer.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
 from transfer.models import load_resnet
-from transfer.run import DetectionData, _split_name, load_data, write_transfer_record
+from transfer.records import write_transfer_record
 
 BASIC_BLOCKS = {18: 2, 34: 3}  # res5 blocks of the ResNets made of basic blocks
 
@@ -139,8 +140,7 @@ def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ..
     """
     groups: dict[Path, list[str]] = defaultdict(list)
     for name in cfg.data.train:
-        year, split = _split_name(name, cfg.task)
-        groups[(data.root / (f"VOC{year}" if cfg.task == "voc" else f"coco/{split}{year}")).absolute()].append(name)
+        groups[(data.root / parse_dataset(name, cfg.task).folder).absolute()].append(name)
     parts: dict[str, list[dict[str, Any]]] = {"+".join(names): [] for names in groups.values()}
     first = next(iter(groups))
     for record in _with_box_mode(data.train):

@@ -47,6 +47,9 @@ def read_split(root: Path, split: str) -> list[str]:
         fields = line.split()
         if len(fields) > 1:
             raise DatasetError(f"{path}:{number}: expected one image id per line, found {show_value(line)}")
+        if fields and (fields[0] in (".", "..") or "/" in fields[0] or "\\" in fields[0]):
+            raise DatasetError(f"{path}:{number}: {show_value(fields[0])} is not an image id (ids name files in "
+                               f"Annotations/ and JPEGImages/, never a path)")
         ids += fields
     return ids
 
@@ -137,8 +140,8 @@ def _object(obj: ET.Element, index: int, width: int, height: int, class_ids: dic
     return annotation, (cx0, cy0, cx1, cy1) != (x0, y0, x1, y1)
 
 
-def read_voc_xml(path: Path, class_names: Sequence[str] = VOC_CLASSES) -> tuple[int, int, list[dict[str, Any]], int]:
-    """(width, height, annotation dicts, number of clipped boxes) of one VOC annotation file."""
+def _parse(path: Path) -> ET.Element:
+    """The ``<annotation>`` element of a VOC XML file; DatasetError for anything else."""
     where = str(path)
     try:
         data = Path(path).read_bytes()
@@ -152,6 +155,13 @@ def read_voc_xml(path: Path, class_names: Sequence[str] = VOC_CLASSES) -> tuple[
         raise DatasetError(f"{where}: unparseable XML ({' '.join(str(err).split())[:120]})") from None
     if root.tag != "annotation":
         raise DatasetError(f"{where}: root element is {show_value(root.tag, 30)}, expected 'annotation'")
+    return root
+
+
+def read_voc_xml(path: Path, class_names: Sequence[str] = VOC_CLASSES) -> tuple[int, int, list[dict[str, Any]], int]:
+    """(width, height, annotation dicts, number of clipped boxes) of one VOC annotation file."""
+    where = str(path)
+    root = _parse(path)
     width, height = _size(root, where)
     class_ids = {name: i for i, name in enumerate(class_names)}
     annotations, clipped = [], 0
@@ -160,6 +170,22 @@ def read_voc_xml(path: Path, class_names: Sequence[str] = VOC_CLASSES) -> tuple[
         annotations.append(annotation)
         clipped += was_clipped
     return width, height, annotations, clipped
+
+
+def class_names_in(sets: Iterable[tuple[Path, str]]) -> list[str]:
+    """Every object class name the XML files of ``sets`` ((devkit directory, split) pairs) use, sorted: the
+    label order of a custom devkit given without ``data.classes``."""
+    names: set[str] = set()
+    for root, split in sets:
+        for image_id in read_split(root, split):
+            path = Path(root) / "Annotations" / f"{image_id}.xml"
+            objects = _parse(path).findall("object")
+            names.update(_child_text(obj, "name", f"{path} object {i}") for i, obj in enumerate(objects))
+    if not names:
+        raise DatasetError(f"no object in the annotations of {', '.join(f'{r.name}/{s}' for r, s in sets)}")
+    logger.info("classes read from the annotations (data.classes sets them and their order): %s",
+                ", ".join(sorted(names)))
+    return sorted(names)
 
 
 def load_voc(root: Path, split: str, class_names: Sequence[str] = VOC_CLASSES) -> list[dict[str, Any]]:

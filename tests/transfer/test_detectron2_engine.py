@@ -214,7 +214,7 @@ def test_datasets_are_registered_under_our_names_per_directory(d2: Any) -> None:
     from detectron2.data import DatasetCatalog, MetadataCatalog
     from detectron2.structures import BoxMode
 
-    from transfer.run import DetectionData
+    from transfer.datasets import DetectionData
 
     root = Path("/datasets")
     image = {"height": 10, "width": 10, "annotations": [{"bbox": [1.0, 1.0, 5.0, 5.0], "category_id": 0}]}
@@ -235,7 +235,7 @@ def test_coco_outputs_become_the_torchvision_engines_results(d2: Any) -> None:
     from detectron2.structures import Boxes, Instances
     from pycocotools import mask as mask_utils
 
-    from transfer.run import DetectionData
+    from transfer.datasets import DetectionData
 
     instances = Instances((6, 8))
     instances.pred_boxes = Boxes(torch.tensor([[1.0, 2.0, 5.0, 4.0]]))

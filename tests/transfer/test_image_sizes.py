@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.data import DatasetError
-from transfer.run import check_image_sizes
+from transfer.datasets import check_image_sizes
 from transfer.voc import VOC_CLASSES
 
 from .test_voc import annotation_xml, make_voc, obj_xml

@@ -1,0 +1,206 @@
+"""The datasets of ``moco eval voc`` and ``moco eval coco``: names to files, files to dataset dicts, checked.
+
+A dataset in ``data.train`` / ``data.test`` is one of:
+
+* detectron2's name of a standard set, under the ``data.path`` root in detectron2's layout:
+  ``voc_<year>_<split>`` is ``VOC<year>/ImageSets/Main/<split>.txt``; ``coco_<year>_<split>`` is
+  ``coco/annotations/instances_<split><year>.json`` with its images in ``coco/<split><year>/``;
+* a VOC-style devkit of one's own (``moco eval voc``): the path of its split file,
+  ``DEVKIT/ImageSets/Main/<split>.txt`` (with ``DEVKIT/Annotations/<id>.xml`` and ``DEVKIT/JPEGImages/<id>.jpg``);
+  the class names are ``data.classes`` or, when that is empty, every name the XML files of the configured sets
+  use, sorted;
+* a COCO-format annotation file of one's own (``moco eval coco``): ``ANNOTATIONS.json:IMAGE_DIR``, the images'
+  ``file_name`` being relative to ``IMAGE_DIR``.
+
+Relative paths are under ``data.path``. Every image a dataset names must lie inside its own folder (the devkit,
+the image directory): a ``file_name`` of ``../../elsewhere.jpg`` is an error, not a read outside the dataset.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from moco_core.config import ConfigError
+from moco_core.data import DatasetError, show_value
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where one configured dataset's files are (paths relative to the datasets root unless absolute)."""
+
+    name: str  # as configured
+    folder: Path  # VOC: the devkit (year) directory; COCO: the image directory
+    split: str  # VOC: the split file's stem; COCO: "<split><year>" or the annotation file's stem
+    annotations: Path | None = None  # COCO: the annotation file
+    year: str | None = None  # standard sets only
+
+
+_STANDARD = re.compile(r"(voc|coco)_(\d+)_(\w+)")
+_COCO_CUSTOM = re.compile(r"(.+\.json):(.+)")
+
+
+def parse_dataset(name: str, task: str) -> DatasetSpec:
+    """``name``'s files, relative to the datasets root (see the module docstring); ConfigError if it is none of
+    the accepted forms. Reads nothing."""
+    standard = _STANDARD.fullmatch(name)
+    if standard:
+        if standard[1] != task:
+            raise ConfigError(f"data: {name!r} is a {standard[1]} dataset, not a {task} one")
+        year, split = standard[2], standard[3]
+        if task == "voc":
+            return DatasetSpec(name, Path(f"VOC{year}"), split, year=year)
+        return DatasetSpec(name, Path("coco", f"{split}{year}"), f"{split}{year}",
+                           Path("coco", "annotations", f"instances_{split}{year}.json"), year)
+    if task == "voc":
+        path = Path(name)
+        if path.suffix == ".txt" and path.parent.parts[-2:] == ("ImageSets", "Main") and path.stem:
+            return DatasetSpec(name, path.parent.parent.parent, path.stem)
+        raise ConfigError(f"data: dataset {show_value(name)} is neither voc_<year>_<split> (e.g. voc_2007_trainval) "
+                          f"nor a VOC-style split file DEVKIT/ImageSets/Main/<split>.txt")
+    custom = _COCO_CUSTOM.fullmatch(name)
+    if custom:
+        return DatasetSpec(name, Path(custom[2]), Path(custom[1]).stem, Path(custom[1]))
+    hint = " (name its image folder after a colon)" if name.endswith(".json") else ""
+    raise ConfigError(f"data: dataset {show_value(name)} is neither coco_<year>_<split> (e.g. coco_2017_train) nor "
+                      f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
+
+
+def is_standard(name: str) -> bool:
+    return _STANDARD.fullmatch(name) is not None
+
+
+@dataclass
+class DetectionData:
+    """The training and test dataset dicts with what evaluation needs."""
+
+    root: Path
+    name: str  # readable, for the record
+    train: list[dict[str, Any]]
+    test: list[dict[str, Any]]
+    class_names: list[str]
+    contiguous_to_original: dict[int, int]  # COCO: our 0..K-1 -> the annotation file's category ids
+    coco_gt: Path | None  # COCO: the test annotation file
+
+
+def dataset_root(cfg: Any) -> Path:
+    """The datasets root of ``cfg`` (a TransferConfig): ``data.path``, the embedded sets generated on first use."""
+    if cfg.data.path == "embedded":
+        from transfer.embedded import ensure_coco, ensure_voc
+
+        return ensure_voc() if cfg.task == "voc" else ensure_coco()
+    return Path(str(cfg.data.path)).expanduser().absolute()
+
+
+def load_data(cfg: Any) -> DetectionData:
+    """Read the configured datasets of ``cfg`` (a TransferConfig); DatasetError names what is missing. Training
+    images without a usable object are left out (detectron2 filters empty images)."""
+    root = dataset_root(cfg)
+    specs = [parse_dataset(n, cfg.task) for n in (*cfg.data.train, cfg.data.test)]
+    data = _load_voc(cfg, root, specs) if cfg.task == "voc" else _load_coco(cfg, root, specs)
+    check_image_sizes([*data.train, *data.test], workers=max(cfg.data.workers, 1))
+    return data
+
+
+def _readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
+    """"embedded", the paper's name of standard sets ("VOC07+12", "COCO train2017"), else the custom sets'."""
+    if cfg.data.path == "embedded":
+        return "embedded"
+    if all(s.year for s in specs):
+        return standard
+    def short(spec: DatasetSpec) -> str:
+        return spec.annotations.name if spec.annotations else f"{spec.folder.name}/{spec.split}"
+
+    return "custom: " + "+".join(short(s) for s in specs[:-1]) + " -> " + short(specs[-1])
+
+
+def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
+    from transfer.voc import VOC_CLASSES, check_voc_layout, class_names_in, load_voc
+
+    folders = [(root / s.folder).absolute() for s in specs]
+    for folder, spec in zip(folders, specs, strict=True):
+        check_voc_layout(folder, [spec.split])
+    if cfg.data.classes:
+        class_names = list(cfg.data.classes)
+    elif cfg.data.path == "embedded":
+        from moco_core.shapes import CLASSES
+
+        class_names = list(CLASSES)
+    elif all(s.year for s in specs):
+        class_names = list(VOC_CLASSES)
+    else:
+        class_names = class_names_in([(f, s.split) for f, s in zip(folders, specs, strict=True)])
+    sets = [load_voc(f, s.split, class_names) for f, s in zip(folders, specs, strict=True)]
+    train = [d for dicts in sets[:-1] for d in dicts if _trainable(d)]
+    name = _readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
+    return DetectionData(root, name, train, sets[-1], class_names, {i: i for i in range(len(class_names))}, None)
+
+
+def _trainable(record: dict[str, Any]) -> bool:
+    return any(not a.get("iscrowd") for a in record["annotations"])  # difficult ones train, as in detectron2
+
+
+def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
+    from transfer.coco import filter_empty, load_coco, require_annotations
+
+    loaded = []
+    for spec in specs:
+        annotations, images = root / str(spec.annotations), root / spec.folder
+        for path in (annotations, images):
+            if not path.exists():
+                layout = (f"expected detectron2's layout: {spec.annotations} and {spec.folder}/ under {root}"
+                          if spec.year else "a COCO-format file and its image folder, ANNOTATIONS.json:IMAGE_DIR")
+                raise DatasetError(f"{spec.name}: {path} not found ({layout})")
+        # the images it keeps are checked (present, readable, of the annotated size) by load_data
+        loaded.append((spec.name, annotations, load_coco(annotations, images.absolute(), check_files=False)))
+    class_names, mapping = loaded[-1][2][1], loaded[-1][2][2]
+    train: list[dict[str, Any]] = []
+    for name, _, (dicts, names, _) in loaded[:-1]:
+        if list(names) != list(class_names):
+            raise DatasetError(f"{name}: its categories differ from {cfg.data.test}'s")
+        require_annotations(dicts, name)
+        train += [d for d in filter_empty(dicts) if _trainable(d)]
+    test_name, gt, (test, _, _) = loaded[-1]
+    require_annotations(test, test_name)
+    name = _readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
+    return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
+
+
+_EXIF_ORIENTATION = 0x0112
+_SIZE_PROBLEMS_SHOWN = 3
+
+
+def _image_size_problem(record: dict[str, Any]) -> str | None:
+    """Why ``record``'s image disagrees with its annotation (size after EXIF rotation, as it is decoded), or None.
+
+    Reads the file's header only; nothing is decoded.
+    """
+    path = record["file_name"]
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            if image.getexif().get(_EXIF_ORIENTATION) in (5, 6, 7, 8):  # a quarter turn swaps the sides
+                width, height = height, width
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        return f"{path} is not a readable image ({err.__class__.__name__})"
+    if (width, height) != (record["width"], record["height"]):
+        return f"{path} is {width}x{height} but its annotation says {record['width']}x{record['height']}"
+    return None
+
+
+def check_image_sizes(records: list[dict[str, Any]], *, workers: int = 8) -> None:
+    """Before anything trains: every image exists, opens, and has the size its annotation gives (the boxes and
+    masks are in those coordinates). A DatasetError counts the bad images and names the first few."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        problems = [p for p in pool.map(_image_size_problem, records, chunksize=64) if p]
+    if problems:
+        shown = "; ".join(problems[:_SIZE_PROBLEMS_SHOWN])
+        more = f"; and {len(problems) - _SIZE_PROBLEMS_SHOWN} more" if len(problems) > _SIZE_PROBLEMS_SHOWN else ""
+        raise DatasetError(f"{len(problems)} of {len(records)} images do not match their annotations: {shown}{more}")

@@ -1,0 +1,44 @@
+"""The result record of ``moco eval voc`` and ``moco eval coco``, the same for every engine."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lincls.backbone import BackboneInfo
+from lincls.records import write_record
+from moco_core.config import to_dict
+from moco_core.progress import format_duration
+from transfer.config import TransferConfig, model_name
+from transfer.datasets import DetectionData
+
+
+def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionData, info: BackboneInfo,
+                          results: dict[str, Any], history: list[dict[str, float]], *, engine: str,
+                          details: dict[str, Any], started: float, train_time: float,
+                          extra: dict[str, Any]) -> Path:
+    """The result record of a VOC/COCO run, the same for every engine (main process only); prints a summary.
+
+    ``details``: the engine's own top-level fields (processes, device, version); ``extra``: the caller's.
+    """
+    # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
+    results = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in results.items()}
+    s = cfg.solver
+    record = write_record(
+        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
+        dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
+                 "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
+                 "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names),
+                 "class_names": list(data.class_names)},
+        config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
+                "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
+        history=history,
+        extra={"engine": engine, **details, "wall_time_s": time.perf_counter() - started, "train_time_s": train_time,
+               **extra})
+    summary = " ".join(f"{k} {v:.2f}" for k, v in results.items() if isinstance(v, float))
+    print(f"{cfg.task} ({model_name(cfg, info.arch)}, {engine}): {summary} in "
+          f"{format_duration(time.perf_counter() - started)}", file=sys.stderr)
+    return record
