@@ -35,10 +35,11 @@ def linear_cli(
     arch: Annotated[str | None, typer.Option(help="Only needed for 'random' (default resnet50).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
-    cached_features: Annotated[bool, typer.Option(help="Train fc on features extracted once (fast; NOT the "
-                                                  "paper's protocol, and labelled so).")] = False,
+    cached_features: Annotated[bool, typer.Option(
+        "--cached-features", help="Train fc on features extracted once (fast; NOT the paper's protocol, and "
+        "labelled so).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
-    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
 ) -> None:
     """Linear classification on frozen features (lr 30, 100 epochs, BN in eval mode), with the sanity check."""
     from lincls.linear import load_linear_config
@@ -81,6 +82,7 @@ def knn_cli(
     arch: Annotated[str | None, typer.Option(help="Only needed for 'random'.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     workers: Annotated[int, typer.Option(help="Data-loading worker processes.")] = 4,
+    seed: Annotated[int, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")] = 0,
 ) -> None:
     """Weighted kNN accuracy (InstDisc) of frozen features: a quality signal in minutes, no training."""
     from lincls.knn import knn_eval
@@ -91,7 +93,7 @@ def knn_cli(
     try:
         data_cfg = LinearDataConfig(path=data, crop_size=crop_size, resize=resize, workers=workers)
         record, _ = knn_eval(pretrained, data_cfg, Path(output_dir), k=k, temperature=temperature,
-                             batch_size=batch_size, arch=arch, device_name=device)
+                             batch_size=batch_size, arch=arch, device_name=device, seed=seed)
     except USER_ERRORS as err:
         raise _fail(err) from None
     print(f"result: {record}")

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lincls.backbone import load_backbone
 from lincls.linear import LinearDataConfig, load_splits
 from lincls.records import write_record
@@ -16,13 +18,16 @@ from moco_core.train import resolve_device
 def knn_eval(
     pretrained: str, data: LinearDataConfig, output_dir: Path, *, k: int = 200, temperature: float = 0.07,
     batch_size: int = 256, arch: str | None = None, device_name: str = "auto", extra: dict[str, Any] | None = None,
+    seed: int = 0,
 ) -> tuple[Path, dict[str, float]]:
     """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank, val/ the queries.
 
-    ``extra``: more top-level fields for the record (a sweep's point, for example).
+    ``extra``: more top-level fields for the record (a sweep's point, for example). ``seed`` draws the "random"
+    backbone's weights (the same ones as ``moco eval linear random`` with that seed).
     """
     device = resolve_device(device_name)
     splits = load_splits(data, augment=False)
+    torch.manual_seed(seed)
     model, info = load_backbone(pretrained, len(splits.classes), arch=arch)
     monitor = KnnMonitor(splits.train, splits.val, len(splits.classes), device=device, workers=data.workers,
                          batch_size=batch_size, k=k, temperature=temperature)
@@ -31,7 +36,8 @@ def knn_eval(
     record = write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
                  dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),
                           "val_images": len(splits.val)},
-                 config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize},
+                 config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize,
+                         "seed": seed},
                  extra=extra)
     print(f"knn (k={k}, T={temperature}): " + " ".join(f"{n} {v:.2f}" for n, v in metrics.items()), file=sys.stderr)
     return record, metrics

@@ -74,8 +74,9 @@ def pretrain_cli(
     resume: Annotated[str | None, typer.Option(
         help="Continue a run: its directory or a checkpoint (ours or official main_moco.py's).")] = None,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
-    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
-    print_config: Annotated[bool, typer.Option(help="Print the resolved config as YAML and exit.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
     """Pretrain MoCo v1/v2 (arXiv 1911.05722) on an image folder or the embedded dataset."""
     flags = {"data": {"path": data, "workers": workers},

@@ -23,7 +23,7 @@ def demo_cli(
         help="Detection engine: auto (detectron2 when installed, else torchvision), detectron2 or torchvision.")] =
         "auto",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    progress: Annotated[bool, typer.Option(help="Show each step's progress bar.")] = False,
+    progress: Annotated[bool, typer.Option("--progress", help="Show each step's progress bar.")] = False,
 ) -> None:
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
     init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped."""

@@ -29,7 +29,7 @@ def sweep_cli(
     eval_data: Annotated[str | None, typer.Option(
         help="Labelled root (train/, val/) to evaluate on; default data.knn_path, else data.path.")] = None,
     output_dir: Annotated[str, typer.Option(help="One folder per value goes here.")] = "runs/sweep",
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """The paper's ablations (Figure 3, the momentum table): pretrain once per value, evaluate each.
 

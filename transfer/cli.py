@@ -30,10 +30,10 @@ OutputDir = Annotated[str | None, typer.Option(help="Run directory (config, metr
 Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 Seed = Annotated[int | None, typer.Option(help="Random seed.")]
 Workers = Annotated[int | None, typer.Option(help="Data-loading worker processes per training process.")]
-Resume = Annotated[bool, typer.Option(help="Continue the run in --output-dir from its last checkpoint.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --output-dir from its last checkpoint.")]
 Nproc = Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")]
-Quiet = Annotated[bool, typer.Option(help="No progress output.")]
-PrintConfig = Annotated[bool, typer.Option(help="Print the resolved config as YAML and exit.")]
+Quiet = Annotated[bool, typer.Option("--quiet", help="No progress output.")]
+PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")]
 
 
 def _transfer(task: str, weights: str | None, config: str | None, overrides: list[str], flags: dict[str, Any],
@@ -103,7 +103,7 @@ def convert_cli(
     src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's) or a torchvision "
                                         "ResNet state_dict.")],
     dst: Annotated[Path, typer.Argument(help="The detectron2 .pkl to write.")],
-    force: Annotated[bool, typer.Option(help="Replace DST if it exists (never SRC itself).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists (never SRC itself).")] = False,
 ) -> None:
     """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping)."""
     from moco_core.checkpoint import CheckpointError

@@ -64,8 +64,17 @@ def test_linear_eval_runs_and_records(pretrained: Path, shapes_root: Path, tmp_p
 
 
 def test_cached_features_mode_is_labelled(shapes_root: Path, tmp_path: Path) -> None:
-    cfg = tiny_linear(shapes_root, tmp_path / "cached", cached_features=True)
-    record = json.loads(linear_eval(replace(cfg, optim={"lr": 1.0}), "random", show_progress=False).read_text())
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    sets = ["optim.epochs=2", "optim.batch_size=16", "optim.lr=1.0", "data.workers=0", "data.crop_size=32",
+            "data.resize=32"]
+    result = CliRunner().invoke(app, ["eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded",
+                                      "--data", str(shapes_root), "--output-dir", str(tmp_path / "cached"),
+                                      "--cached-features", "--quiet", *[a for v in sets for a in ("--set", v)]])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "cached" / "result.json").read_text())
     assert record["protocol"] == "linear-cached" and "not the paper's protocol" in record["note"]
     assert record["backbone"]["format"] == "random"
 
