@@ -28,7 +28,7 @@ from moco_core.data import ImageDataset, scan_images, warn_skipped
 from moco_core.engine import autocast
 from moco_core.knn import topk_accuracy
 from moco_core.progress import MetricsWriter, Progress, format_duration
-from moco_core.rundir import write_run_files
+from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.train import resolve_data, resolve_device
 
 
@@ -175,7 +175,7 @@ def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = Tru
     ``extra``: more top-level fields for the record (a sweep's point, for example).
     """
     device = resolve_device(cfg.run.device)
-    with distributed.process_group(device):
+    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
         return _linear_eval(cfg, pretrained, device, show_progress, extra or {})
 
 
@@ -183,6 +183,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
                  extra: dict[str, Any]) -> Path:
     main, world = distributed.is_main(), distributed.world_size()
     run_dir = Path(cfg.run.output_dir)
+    # A finished evaluation keeps its fc, config and metrics; an unfinished one (no record) starts over.
+    require_fresh(run_dir, ("result.json",), "a finished linear evaluation", "choose another --output-dir")
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     if cfg.run.cached_features and world > 1:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import platform
@@ -9,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,10 @@ import torch
 import yaml
 
 import moco_core
+from moco_core import distributed
+from moco_core.config import ConfigError
+
+LOCK = ".moco.lock"
 
 
 def code_version() -> str:
@@ -64,3 +72,102 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def require_fresh(run_dir: Path, markers: tuple[str, ...], what: str, hint: str) -> None:
+    """A one-line ConfigError when ``run_dir`` already holds one of ``markers`` (the files of ``what``): a new run
+    there would overwrite that run's checkpoint, config and metrics."""
+    found = [m for m in markers if (run_dir / m).exists()]
+    if found:
+        raise ConfigError(f"run.output_dir: {run_dir} already holds {what} ({found[0]}); {hint}")
+
+
+class RunDirBusy(ConfigError):
+    """Another live process holds the run directory."""
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock file, as its holder wrote it: "pid 123 on host h since ... (moco pretrain ...)"."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        info = json.loads(os.read(fd, 4096).decode("utf-8", "replace"))
+        command = " ".join(str(a) for a in info.get("argv", []))[:120]
+        return f"pid {info['pid']} on host {info['host']} since {info['started']} ({command})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "another process"
+
+
+def acquire_run_dir(run_dir: Path) -> int | None:
+    """Lock ``run_dir`` (created if needed) for this process: a ``.moco.lock`` file, flock-ed, holding our host and
+    pid. Returns its descriptor (None on a filesystem without locks: a warning, then no lock). A second process is
+    refused with :class:`RunDirBusy` naming the holder; a dead holder's lock is released by the kernel, so its
+    file is simply taken over."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"run.output_dir: cannot create {run_dir}: {err.strerror or err}") from None
+    path = run_dir / LOCK
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ConfigError(f"run.output_dir: cannot write in {run_dir}: {err.strerror or err}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunDirBusy(f"run.output_dir: {run_dir} is in use by {holder}; wait for it to end, or choose "
+                             f"another --output-dir") from None
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            print(f"warning: {run_dir}: the filesystem has no file locks; nothing stops a second process from "
+                  f"writing here", file=sys.stderr)
+            return None
+        try:  # the file we locked may have been removed by a holder ending meanwhile: then lock the new one
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "argv": sys.argv}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+    return fd
+
+
+def release_run_dir(run_dir: Path, fd: int | None) -> None:
+    """Remove the lock file (while still holding it), then let it go."""
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(run_dir / LOCK)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path, device: torch.device) -> Iterator[None]:
+    """``run_dir`` locked by the main process for the duration of a run (:func:`acquire_run_dir`). In a process
+    group every process raises when the directory is busy, not only the main one."""
+    error: ConfigError | None = None
+    fd = None
+    if distributed.is_main():
+        try:
+            fd = acquire_run_dir(run_dir)
+        except ConfigError as err:
+            error = err
+    if distributed.is_distributed():
+        busy = distributed.all_reduce_max(torch.tensor([float(error is not None)], device=device))
+        if busy.item() and error is None:
+            raise ConfigError(f"run.output_dir: {run_dir} cannot be used (the main process says why)")
+    if error is not None:
+        raise error
+    try:
+        yield
+    finally:
+        if fd is not None:
+            release_run_dir(run_dir, fd)

@@ -25,7 +25,7 @@ from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.rundir import code_version, write_run_files
+from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.shapes import ensure_shapes
 
 
@@ -211,7 +211,7 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
     device = resolve_device(cfg.run.device)
-    with distributed.process_group(device, cfg.run.dist_timeout_s):
+    with distributed.process_group(device, cfg.run.dist_timeout_s), run_dir_lock(Path(cfg.run.output_dir), device):
         return _pretrain(cfg, device, resume, show_progress)
 
 
@@ -219,9 +219,9 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
-    if resume_path is None and (run_dir / checkpoint.LAST).exists():
-        raise ConfigError(f"run.output_dir: {run_dir} already holds a run; pass --resume {run_dir} to continue "
-                          f"it, or choose another --output-dir")
+    if resume_path is None:
+        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume {run_dir} to continue it, or choose "
+                      f"another --output-dir")
     data_root = resolve_data(cfg.data.path)
     images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1))
     local_batch = check_run(cfg, world, device, len(images.samples))

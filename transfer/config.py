@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from moco_core.config import ARCHS, ConfigError, load_config
@@ -117,6 +118,11 @@ class TransferConfig:
     solver: SolverConfig = field(default_factory=SolverConfig)
     data: TransferDataConfig = field(default_factory=TransferDataConfig)
     run: TransferRunConfig = field(default_factory=TransferRunConfig)
+
+
+def transfer_run_dir(cfg: TransferConfig) -> Path:
+    """The run directory: ``run.output_dir``, else ``runs/<task>``."""
+    return Path(cfg.run.output_dir or f"runs/{cfg.task}")
 
 
 def model_name(cfg: TransferConfig, arch: str) -> str:

@@ -52,9 +52,9 @@ from moco_core.config import ConfigError, to_dict
 from moco_core.data import DatasetError
 from moco_core.engine import NonFiniteLossError
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.rundir import write_run_files, write_text_atomic
+from moco_core.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.train import resolve_device
-from transfer.config import TransferConfig
+from transfer.config import TransferConfig, transfer_run_dir
 from transfer.convert import convert_file, load_detectron2_pkl
 from transfer.datasets import DetectionData, load_data, parse_dataset
 from transfer.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
@@ -228,7 +228,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True, e
     ``resume``: continue from the run directory's last detectron2 checkpoint.
     """
     device = _device(cfg.run.device)
-    with distributed.process_group(device):
+    with distributed.process_group(device), run_dir_lock(transfer_run_dir(cfg), device):
         if distributed.is_distributed() and comm._LOCAL_PROCESS_GROUP is None:  # not started by detectron2's launch
             comm.create_local_process_group(int(os.environ.get("LOCAL_WORLD_SIZE", distributed.world_size())))
         return _run(dataclasses.replace(cfg, engine="detectron2"), weights, device, show_progress, extra or {},
@@ -238,7 +238,10 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True, e
 def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool, extra: dict[str, Any],
          resume: bool) -> Path:
     started, s = time.perf_counter(), cfg.solver
-    run_dir = Path(cfg.run.output_dir or f"runs/{cfg.task}")
+    run_dir = transfer_run_dir(cfg)
+    if not resume:
+        require_fresh(run_dir, ("last_checkpoint",), "a fine-tuning", "pass --resume to continue it, or choose "
+                      "another --output-dir")
     info, data, d2cfg = _setup(cfg, weights, device, run_dir)
     seed_all_rng(cfg.run.seed + distributed.rank())  # torch, numpy (the augmentations) and random
     register_roi_heads()

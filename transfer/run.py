@@ -24,10 +24,10 @@ from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, to_dict
 from moco_core.data import DatasetError
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.rundir import write_run_files
+from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.train import resolve_device
 from transfer import engine
-from transfer.config import TransferConfig
+from transfer.config import TransferConfig, transfer_run_dir
 from transfer.datasets import DetectionData, load_data
 from transfer.models import build_detector, load_resnet
 from transfer.records import write_transfer_record
@@ -78,7 +78,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
         return detectron2_engine.evaluate(cfg, weights, show_progress=show_progress, extra=extra or {},
                                           resume=resume)
     device = resolve_device(cfg.run.device)
-    with distributed.process_group(device):
+    with distributed.process_group(device), run_dir_lock(transfer_run_dir(cfg), device):
         return _torchvision_run(cfg, weights, device, show_progress, extra or {}, resume)
 
 
@@ -98,7 +98,10 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     s = cfg.solver
     if s.batch_size % world:
         raise ConfigError(f"solver.batch_size: {s.batch_size} is not divisible by the {world} processes")
-    run_dir = Path(cfg.run.output_dir or f"runs/{cfg.task}")
+    run_dir = transfer_run_dir(cfg)
+    if not resume:
+        require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
+                      "another --output-dir")
     torch.manual_seed(cfg.run.seed)
     resnet, info = load_resnet(weights, cfg.detector.arch)  # before the data: a bad file fails at once
     data = load_data(cfg)
