@@ -24,7 +24,7 @@ from lincls.records import write_record
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
 from moco_core.config import ConfigError, load_config, to_dict
-from moco_core.data import ImageDataset, scan_images, warn_skipped
+from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.engine import autocast
 from moco_core.knn import topk_accuracy
 from moco_core.progress import MetricsWriter, Progress, format_duration
@@ -126,7 +126,8 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool) -> Splits:
     if train.classes != val.classes:
         raise ConfigError(f"data.path: train/ and val/ have different classes ({len(train.classes)} vs "
                           f"{len(val.classes)})")
-    for note in (warn_skipped(train.skipped), warn_skipped(val.skipped)):
+    for note in (warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped),
+                 warn_skipped(val.skipped)):
         if note and distributed.is_main():
             print(f"warning: {note}", file=sys.stderr)
     evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)

@@ -12,7 +12,7 @@ import operator
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,13 @@ class DatasetError(Exception):
 
 @dataclass(frozen=True)
 class ImageList:
-    """What :func:`scan_images` found: ``(path, label)`` samples, class names, skipped ``(path, reason)``."""
+    """What :func:`scan_images` found: ``(path, label)`` samples, class names, skipped ``(path, reason)``, and the
+    links not followed because their directory was already read (``(link, directory)``)."""
 
     samples: list[tuple[str, int]]
     classes: list[str]
     skipped: list[tuple[str, str]]
+    revisited: list[tuple[str, str]] = field(default_factory=list)
 
 
 def is_image_file(name: str) -> bool:
@@ -46,31 +48,65 @@ def is_image_file(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _images_under(directory: str) -> list[str]:
-    """All image files below ``directory`` (recursive, hidden entries skipped), sorted by path."""
+def _directory_key(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def _images_under(directory: str, seen: set[tuple[int, int]], revisited: list[tuple[str, str]]) -> list[str]:
+    """All image files below ``directory`` (recursive, hidden entries skipped), sorted by path.
+
+    Symbolic links are followed, but every real directory is read once (``seen`` holds them, shared across the
+    scan): a link back up the tree (``ln -s . loop``) is recorded in ``revisited`` instead of repeating the
+    dataset, or of never ending.
+    """
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(directory, followlinks=True):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        kept = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            path = os.path.join(dirpath, d)
+            try:
+                key = _directory_key(path)
+            except OSError:  # a dangling link
+                continue
+            if key in seen:
+                revisited.append((path, os.path.realpath(path)))
+            else:
+                seen.add(key)
+                kept.append(d)
+        dirnames[:] = kept
         found.extend(os.path.join(dirpath, f) for f in filenames if is_image_file(f))
     return sorted(found)
 
 
-def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """Samples and classes of ``base``: class subfolders if any hold images, else its own image files."""
+def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str], list[tuple[str, str]]]:
+    """Samples and classes of ``base``: class subfolders if any hold images, else its own image files; and the
+    links to directories already read."""
     entries = sorted(e for e in os.listdir(base) if not e.startswith("."))
-    per_class: list[tuple[str, list[str]]] = []
+    seen, revisited = {_directory_key(str(base))}, []
+    folders = []  # the class folders, registered before any is read: a link into another class is not followed
     for name in entries:
         path = base / name
         if path.is_dir():
-            files = _images_under(str(path))
-            if files:
-                per_class.append((name, files))
+            key = _directory_key(str(path))
+            if key in seen:  # a class folder that is a link to the root or to another class
+                revisited.append((str(path), os.path.realpath(path)))
+                continue
+            seen.add(key)
+            folders.append(name)
+    per_class: list[tuple[str, list[str]]] = []
+    for name in folders:
+        files = _images_under(str(base / name), seen, revisited)
+        if files:
+            per_class.append((name, files))
     if per_class:
         classes = [name for name, _ in per_class]
         samples = [(f, label) for label, (_, files) in enumerate(per_class) for f in files]
-        return samples, classes
+        return samples, classes, revisited
     flat = [str(base / e) for e in entries if is_image_file(e) and (base / e).is_file()]
-    return [(f, -1) for f in flat], []
+    return [(f, -1) for f in flat], [], revisited
 
 
 def show_value(value: object, limit: int = 60) -> str:
@@ -141,7 +177,7 @@ def scan_images(
     if not root.is_dir():
         raise DatasetError(f"dataset path is not a directory: {root}")
     base = root / split if split and (root / split).is_dir() else root
-    samples, classes = _collect(base)
+    samples, classes, revisited = _collect(base)
     if not samples:
         raise DatasetError(
             f"no images found under {base} (expected ImageFolder layout: "
@@ -152,7 +188,17 @@ def scan_images(
         samples, skipped = _verify(samples, workers)
         if not samples:
             raise DatasetError(f"none of the {len(skipped)} image files under {base} could be read")
-    return ImageList(samples=samples, classes=classes, skipped=skipped)
+    return ImageList(samples=samples, classes=classes, skipped=skipped, revisited=revisited)
+
+
+def warn_revisited(revisited: Sequence[tuple[str, str]], *, limit: int = 3) -> str | None:
+    """One line naming the links not followed (their directory was already read), or None."""
+    if not revisited:
+        return None
+    shown = ", ".join(f"{_one_line(link, 80)} -> {_one_line(real, 80)}" for link, real in revisited[:limit])
+    more = f" and {len(revisited) - limit} more" if len(revisited) > limit else ""
+    return (f"followed symbolic links, reading each directory once: {len(revisited)} links to a directory already "
+            f"read were not followed again ({shown}{more})")
 
 
 def warn_skipped(skipped: Sequence[tuple[str, str]], *, limit: int = 5) -> str | None:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
-from moco_core.data import ImageDataset, scan_images, warn_skipped
+from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
@@ -225,9 +225,9 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     data_root = resolve_data(cfg.data.path)
     images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1))
     local_batch = check_run(cfg, world, device, len(images.samples))
-    note = warn_skipped(images.skipped)
-    if note and main:
-        print(f"warning: {note}", file=sys.stderr)
+    for note in (warn_revisited(images.revisited), warn_skipped(images.skipped)):
+        if note and main:
+            print(f"warning: {note}", file=sys.stderr)
     method_cls = METHODS[cfg.method]
     if cfg.data.pipeline == "tensor" and method_cls.transform == "supervised":
         raise ConfigError(f"data.pipeline: tensor has the MoCo augmentation only; method {cfg.method} needs pil")

@@ -17,6 +17,7 @@ from moco_core.data import (
     ImageList,
     load_rgb,
     scan_images,
+    warn_revisited,
     warn_skipped,
 )
 
@@ -66,6 +67,36 @@ def test_imagefolder_layout(tmp_path: Path) -> None:
         (str(root / "dog" / "nested" / "c.jpeg"), 1),
     ]
     assert found.skipped == []
+
+
+def test_links_are_followed_but_each_directory_is_read_once(tmp_path: Path) -> None:
+    """The issue's cases: ``ln -s . train/loop`` repeated the dataset about 41 times; inside a class folder a loop
+    would mislabel; several self-links hung the scan."""
+    root = tmp_path / "data"
+    for cls in ("cat", "dog"):
+        for i in range(2):
+            _save(root / "train" / cls / f"{i}.jpg")
+    elsewhere = tmp_path / "elsewhere"
+    _save(elsewhere / "x.jpg")
+    (root / "train" / "loop").symlink_to(".")  # a class folder that is the root itself
+    for k in range(4):  # self-links inside a class: os.walk's followlinks would never end
+        (root / "train" / "cat" / f"self{k}").symlink_to(".")
+    (root / "train" / "dog" / "to_cat").symlink_to("../cat")  # a link into another class: not theirs
+    (root / "train" / "dog" / "more").symlink_to(elsewhere)  # a link out of the tree: followed, once
+    (root / "train" / "dog" / "again").symlink_to(elsewhere)
+    (root / "train" / "dog" / "dangling").symlink_to(tmp_path / "gone")
+    found = scan_images(root)
+    assert found.classes == ["cat", "dog"]
+    assert found.samples == [
+        (str(root / "train" / "cat" / "0.jpg"), 0), (str(root / "train" / "cat" / "1.jpg"), 0),
+        (str(root / "train" / "dog" / "0.jpg"), 1), (str(root / "train" / "dog" / "1.jpg"), 1),
+        (str(root / "train" / "dog" / "again" / "x.jpg"), 1),  # "again" sorts before "more": read there
+    ]
+    links = sorted(Path(link).name for link, _ in found.revisited)
+    assert links == ["loop", "more", "self0", "self1", "self2", "self3", "to_cat"]
+    note = warn_revisited(found.revisited)
+    assert note.startswith("followed symbolic links, reading each directory once: 7 links to a directory already "
+                           "read were not followed again (") and note.endswith(" and 4 more)")
 
 
 def test_train_split_is_preferred(tmp_path: Path) -> None:
