@@ -123,10 +123,13 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, what: str = "
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:
         Path(tmp).unlink(missing_ok=True)
+        reason = write_failure(err, path.parent)
+        if reason is None:  # a RuntimeError that is not a failed write: not ours to explain
+            raise
         kept = f"the previous {what} is intact" if path.exists() else f"no {what} was written"
-        raise CheckpointError(f"cannot write {what} {path}: {err.strerror or err}; {kept}") from err
+        raise CheckpointError(f"cannot write {what} {path}: {reason}; {kept}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -135,6 +138,23 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, what: str = "
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_failure(err: BaseException, directory: Path) -> str | None:
+    """Why a write into ``directory`` failed, in a few words, or None when ``err`` is not a failed write.
+
+    PyTorch's zip writer reports a short write (a full disk, a quota) as a RuntimeError such as "unexpected pos
+    704 vs 598"; it is named as such, with the free space.
+    """
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    if not any(m in str(err) for m in ("unexpected pos", "PytorchStreamWriter", "file write failed")):
+        return None
+    try:
+        free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    return f"the write stopped short: the device is full or a quota or file-size limit was reached ({free})"
 
 
 def remove_partial_writes(run_dir: Path) -> list[Path]:

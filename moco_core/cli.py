@@ -83,6 +83,11 @@ def pretrain_cli(
              "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:
         cfg = resolve_pretrain_config(config, set_ or [], flags, resume)
+        from moco_core.train import check_run, resolve_device
+
+        launched = os.environ.get("WORLD_SIZE", "1")
+        world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1
+        check_run(cfg, world, resolve_device(cfg.run.device), None)  # --print-config too: what the run would refuse
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         raise typer.Exit(2) from None

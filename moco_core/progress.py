@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from moco_core.checkpoint import CheckpointError, write_failure
 from moco_core.rundir import write_text_atomic
 
 
@@ -84,5 +85,8 @@ class MetricsWriter:
     def write(self, **record: Any) -> None:
         if not self.enabled:
             return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record, sort_keys=False) + "\n")
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record, sort_keys=False) + "\n")
+        except OSError as err:
+            raise CheckpointError(f"cannot append to {self.path}: {write_failure(err, self.path.parent)}") from None

@@ -21,6 +21,7 @@ import yaml
 
 import moco_core
 from moco_core import distributed
+from moco_core.checkpoint import write_atomic
 from moco_core.config import ConfigError
 
 LOCK = ".moco.lock"
@@ -68,10 +69,10 @@ def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over: a kill leaves old or new."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write ``text`` through :func:`moco_core.checkpoint.write_atomic`: a kill leaves the old file or the new one,
+    a full disk a one-line error and no temporary file."""
+    data = text.encode("utf-8")
+    write_atomic(path, lambda f: f.write(data), what=path.name)
 
 
 def require_fresh(run_dir: Path, markers: tuple[str, ...], what: str, hint: str) -> None:
@@ -135,8 +136,12 @@ def acquire_run_dir(run_dir: Path) -> int | None:
         os.close(fd)
     info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "argv": sys.argv}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+    except OSError as err:
+        release_run_dir(run_dir, fd)
+        raise ConfigError(f"run.output_dir: cannot write in {run_dir}: {err.strerror or err}") from None
     return fd
 
 
@@ -152,9 +157,10 @@ def release_run_dir(run_dir: Path, fd: int | None) -> None:
 @contextlib.contextmanager
 def run_dir_lock(run_dir: Path, device: torch.device) -> Iterator[None]:
     """``run_dir`` locked by the main process for the duration of a run (:func:`acquire_run_dir`). In a process
-    group every process raises when the directory is busy, not only the main one."""
+    group every process raises when the directory is busy, not only the main one. A directory made here and left
+    empty (the run stopped before writing anything) is removed."""
     error: ConfigError | None = None
-    fd = None
+    fd, created = None, not run_dir.exists()
     if distributed.is_main():
         try:
             fd = acquire_run_dir(run_dir)
@@ -171,3 +177,6 @@ def run_dir_lock(run_dir: Path, device: torch.device) -> Iterator[None]:
     finally:
         if fd is not None:
             release_run_dir(run_dir, fd)
+        if created and distributed.is_main():  # a run that stopped before writing anything leaves no directory
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()

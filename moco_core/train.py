@@ -61,8 +61,9 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return (seed * 1_000_003 + epoch * 1009 + rank) % (2**63)
 
 
-def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, dataset_size: int) -> int:
-    """Per-process batch size, after checking that the run can go as configured on these processes."""
+def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, dataset_size: int | None) -> int:
+    """Per-process batch size, after checking that the run can go as configured on these processes (and, when
+    ``dataset_size`` is given, on a dataset of that many images). ``--print-config`` makes the same checks."""
     if cfg.model.shuffle_bn == "sync" and world_size > 1 and device.type != "cuda":
         raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
                           "use shuffle")
@@ -72,7 +73,7 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     local = batch // world_size
     if cfg.model.shuffle_bn == "shuffle" and world_size == 1 and local % cfg.model.bn_groups:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
-    if batch > dataset_size:
+    if dataset_size is not None and batch > dataset_size:
         raise ConfigError(f"optim.batch_size: {batch} is larger than the dataset ({dataset_size} images)")
     return local
 

@@ -66,6 +66,18 @@ def test_print_config_applies_flags_last() -> None:
     assert "seed: 7" in result.output and "temperature: 0.3" in result.output
 
 
+def test_print_config_refuses_what_the_run_would() -> None:
+    """The issue's case: batch 30 in 4 BN groups printed fine, then the run refused it."""
+    base = ["pretrain", "-c", "embedded", "--set", "optim.batch_size=30", "--set", "model.bn_groups=4"]
+    result = runner.invoke(app, [*base, "--print-config"])
+    assert result.exit_code == 2 and result.output == "error: optim.batch_size: 30 is not divisible by " \
+        "model.bn_groups=4\n"
+    result = runner.invoke(app, [*base, "--print-config", "--nproc", "3"])  # 10 per process: each is a BN group
+    assert result.exit_code == 0 and "batch_size: 30" in result.output
+    result = runner.invoke(app, [*base, "--print-config", "--nproc", "4"])
+    assert result.exit_code == 2 and "30 is not divisible by the 4 processes" in result.output
+
+
 @pytest.mark.parametrize("preset", [None, "moco_v1_200ep", "moco_v2_200ep", "moco_v2_800ep"])
 def test_paper_presets_take_the_data_flag(preset: str | None) -> None:
     """The README's first command: presets that leave data.path unset get it from --data (at 5671961 the config

@@ -211,3 +211,50 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(shapes_root: Path, tmp_
         for proc in ranks:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def file_size_limit():
+    """Set RLIMIT_FSIZE for a moment: writes past it fail as on a full disk (EFBIG; Python ignores SIGXFSZ)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def limit(size: int | None) -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft if size is None else size, hard))
+
+    yield limit
+    limit(None)
+
+
+def test_a_full_disk_mid_checkpoint_is_one_line_and_leaves_no_partial_file(shapes_root: Path,
+                                                                            tmp_path: Path) -> None:
+    """The issue's case: 75 lines of traceback ending in PyTorch's "unexpected pos"."""
+    import resource
+
+    out = tmp_path / "run"
+
+    def small_disk() -> None:  # room for the config, the lock and the metrics, not for a checkpoint
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    proc = start(command(shapes_root, out), preexec_fn=small_disk)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"error: cannot write checkpoint {out / checkpoint.LAST}: the "
+                                                   f"write stopped short: the device is full or a quota")
+    assert err.strip().endswith("no checkpoint was written")
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.jsonl", "run.json"]  # no temporary
+
+
+def test_a_full_disk_at_start_leaves_no_empty_file(tmp_path: Path, file_size_limit) -> None:
+    from moco_core.rundir import write_run_files
+
+    file_size_limit(64)
+    try:
+        with pytest.raises(checkpoint.CheckpointError, match=r"cannot write config.yaml .*: File too large; no "
+                                                              r"config.yaml was written"):
+            write_run_files(tmp_path, {"model": {"arch": "resnet50" * 20}}, {})
+    finally:
+        file_size_limit(None)
+    assert list(tmp_path.iterdir()) == []
