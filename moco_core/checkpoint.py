@@ -15,6 +15,7 @@ import pickle
 import pickletools
 import random
 import shutil
+import struct
 import tempfile
 import warnings
 import zipfile
@@ -188,6 +189,9 @@ def load(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    plainly = not_a_pickle(path)
+    if plainly:
+        raise CheckpointError(f"{path}: not a checkpoint: {plainly}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch's note on pickle protocols: the error says more
@@ -201,12 +205,35 @@ def load(path: str | Path) -> dict[str, Any]:
                     "converted from")
         raise CheckpointError(f"{path}: refused, loading it would call {shown} (only tensors and plain data "
                               f"are read, nothing in a file may run code){hint}") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError,
+            AttributeError, MemoryError, RecursionError, struct.error) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {first[:200]}") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
     return obj
+
+
+def not_a_pickle(path: Path) -> str | None:
+    """What ``path`` plainly is when it is no checkpoint at all (a git-LFS pointer, a web page, text, nothing), from
+    its first bytes; None when it may be one (a zip, as torch.save writes, or a binary pickle)."""
+    with path.open("rb") as f:
+        head = f.read(512)
+    if not head:
+        return "the file is empty"
+    if head.startswith(b"PK") or head[:1] == b"\x80":  # torch's zip format; a pickle of protocol 2 or later
+        return None
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a git-LFS pointer, the file itself was never fetched: run git lfs pull"
+    lower = head.lower()
+    if lower.lstrip().startswith((b"<!doctype html", b"<html")) or b"<html" in lower:
+        return "it is an HTML page (a download that returned a web page, such as a sign-in or error page)"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # binary: let the loader say what is wrong with it
+    first = " ".join(text.split())[:40]
+    return f"it is a text file (it starts with {first!r})"
 
 
 def pickle_globals(path: Path) -> list[str]:

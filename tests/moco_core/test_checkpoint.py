@@ -126,6 +126,35 @@ def test_truncated_and_missing_files(tmp_path: Path, saved: Path) -> None:
         checkpoint.load(tmp_path / "nope.pth.tar")
 
 
+@pytest.mark.parametrize(("content", "says"), [
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a21\nsize 138176813\n",
+     "it is a git-LFS pointer, the file itself was never fetched: run git lfs pull"),
+    (b"<!DOCTYPE html>\n<html><body>Sign in</body></html>\n", "it is an HTML page"),
+    (b"  \n<HTML>\n", "it is an HTML page"),
+    (b"hello world\nsecond line\n", "it is a text file (it starts with 'hello world second line')"),
+    (b"", "the file is empty"),
+])
+def test_files_that_are_plainly_not_checkpoints_are_named_for_what_they_are(tmp_path: Path, content: bytes,
+                                                                           says: str) -> None:
+    """Not a security alarm (at 5671961 "hello world" ended in a KeyError traceback from the unpickler)."""
+    path = tmp_path / "model.pth.tar"
+    path.write_bytes(content)
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        checkpoint.load(path)
+    assert str(caught.value) == f"{path}: not a checkpoint: {says}" or says in str(caught.value)
+    assert "refused" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_binary_junk_is_a_one_line_error(tmp_path: Path) -> None:
+    rng = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        path = tmp_path / f"junk{trial}.pth"
+        junk = torch.randint(0, 256, (int(torch.randint(1, 400, (1,), generator=rng)),), generator=rng)
+        path.write_bytes(bytes([0x80, *junk.to(torch.uint8).tolist()]))  # looks like a pickle: the loader decides
+        with pytest.raises(checkpoint.CheckpointError):
+            checkpoint.load(path)
+
+
 def test_atomic_save_keeps_previous_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "c.pth.tar"
     checkpoint.save_atomic({"epoch": 1, "w": torch.ones(3)}, path)
