@@ -2,17 +2,49 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
+from moco_core.errors import print_error
 from moco_demo import cli as demo_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli
 
+
+class OneLineUsageErrors(TyperGroup):
+    """A usage error (a bad option value, a missing argument) is one line, ``error: ...``, and exit code 2, like
+    every other error of the suite, instead of a usage box that repeats a value of any length; so is an OSError
+    that no check named first (a file name too long for the filesystem, a path the system refuses)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except OSError as err:  # what a path or the system refused, where no check named it first
+            if err.errno is None:
+                raise
+            where = f": {str(err.filename)[:200]}" if err.filename else ""
+            print_error(f"{err.strerror or err}{where}")
+            sys.exit(2)
+        except Exception as err:
+            if not hasattr(err, "format_message") or type(err).__name__ == "NoArgsIsHelpError":
+                if type(err).__name__ == "NoArgsIsHelpError":  # ``moco`` alone: the help, as typer shows it
+                    return super().main(*args, standalone_mode=True, **kwargs)
+                raise
+            print_error(" ".join(str(err.format_message()).split()) + " (see --help)")
+            sys.exit(getattr(err, "exit_code", 2))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
-    name="moco", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    name="moco", cls=OneLineUsageErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol.",
 )
 app.command("pretrain")(core_cli.pretrain_cli)

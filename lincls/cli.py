@@ -9,18 +9,17 @@ from typing import Annotated
 
 import typer
 
-from moco_core.checkpoint import CheckpointError
 from moco_core.cli import launch
-from moco_core.config import ConfigError
-from moco_core.data import DatasetError
+from moco_core.config import ConfigError, seed_problem
+from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (ConfigError, DatasetError, CheckpointError)
+USER_ERRORS = (UserError,)
 Pretrained = Annotated[str, typer.Argument(
     help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), or 'random'.")]
 
 
 def _fail(err: Exception) -> typer.Exit:
-    print(f"error: {err}", file=sys.stderr)
+    print_error(err)
     return typer.Exit(2)
 
 
@@ -64,7 +63,7 @@ def run_linear(cfg: object, pretrained: str, quiet: bool) -> None:
         record = linear_eval(cfg, pretrained, show_progress=not quiet)  # type: ignore[arg-type]
     except USER_ERRORS as err:
         if main:
-            print(f"error: {err}", file=sys.stderr)
+            print_error(err)
         sys.exit(2)
     if main:
         print(f"result: {record}")
@@ -88,8 +87,11 @@ def knn_cli(
     from lincls.knn import knn_eval
     from lincls.linear import LinearDataConfig
 
-    if k < 1 or temperature <= 0 or resize < crop_size:
-        raise _fail(ConfigError("need --k >= 1, --temperature > 0 and --resize >= --crop-size"))
+    if k < 1 or not 0 < temperature < float("inf") or resize < crop_size or crop_size < 8 or batch_size < 1:
+        raise _fail(ConfigError("need --k >= 1, a finite --temperature > 0, 8 <= --crop-size <= --resize and "
+                                "--batch-size >= 1"))
+    if seed_problem(seed):
+        raise _fail(ConfigError(f"--seed: {seed_problem(seed)}"))
     try:
         data_cfg = LinearDataConfig(path=data, crop_size=crop_size, resize=resize, workers=workers)
         record, _ = knn_eval(pretrained, data_cfg, Path(output_dir), k=k, temperature=temperature,

@@ -23,9 +23,9 @@ from lincls.backbone import BackboneInfo, load_backbone, read_backbone_state
 from lincls.records import write_record
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
-from moco_core.config import ConfigError, load_config, to_dict
+from moco_core.config import ConfigError, device_problem, load_config, seed_problem, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
-from moco_core.engine import autocast
+from moco_core.engine import NonFiniteLossError, autocast
 from moco_core.knn import topk_accuracy
 from moco_core.progress import MetricsWriter, Progress, format_duration
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
@@ -81,6 +81,8 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
         (d.crop_size >= 8 and d.resize >= d.crop_size, "data.crop_size", "need 8 <= crop_size <= resize"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        (device_problem(cfg.run.device) is None, "run.device", device_problem(cfg.run.device)),
+        (seed_problem(cfg.run.seed) is None, "run.seed", seed_problem(cfg.run.seed)),
     ]
     for ok, key, message in checks:
         if not ok:
@@ -238,7 +240,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
             step += 1
             progress.update(step, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
         if not math.isfinite(loss.item()):
-            raise RuntimeError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower optim.lr")
+            raise NonFiniteLossError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower "
+                                     f"optim.lr")
         acc = evaluate(head, val_source, device, cfg.run.amp, len(splits.classes))
         history.append({"epoch": epoch, **acc})
         metrics.write(epoch=epoch, step=step, loss=loss.item(), lr=lr, **acc)

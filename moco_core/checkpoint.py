@@ -26,6 +26,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from moco_core.errors import UserError
+
 FORMAT_VERSION = 1
 LAST = "checkpoint_last.pth.tar"
 
@@ -34,7 +36,7 @@ _PREFIXES = (("encoder.", "module.encoder_q."), ("momentum_encoder.", "module.en
 _BUFFERS = (("queue", "module.queue"), ("queue_ptr", "module.queue_ptr"))
 
 
-class CheckpointError(Exception):
+class CheckpointError(UserError):
     """A checkpoint cannot be read or is not what was expected. The message is one line."""
 
 

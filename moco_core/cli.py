@@ -11,11 +11,10 @@ from typing import Annotated, Any
 import typer
 
 from moco_core import checkpoint, distributed
-from moco_core.config import ConfigError, PretrainConfig, load_config, to_dict
-from moco_core.data import DatasetError
-from moco_core.engine import NonFiniteLossError
+from moco_core.config import PretrainConfig, load_config, to_dict
+from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (ConfigError, DatasetError, checkpoint.CheckpointError)
+USER_ERRORS = (UserError,)  # one line, exit code 2 (1 for a run that failed: NonFiniteLossError)
 
 
 def resolve_pretrain_config(
@@ -46,15 +45,15 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
     main = int(os.environ.get("RANK", "0")) == 0  # the process group is gone by the time we report
     try:
         run_dir = pretrain(cfg, resume=resume, show_progress=not quiet)
-    except (*USER_ERRORS, NonFiniteLossError) as err:
+    except UserError as err:
         if main:  # every rank meets the same bad input: one report is enough
-            print(f"error: {err}", file=sys.stderr)
-        sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
+            print_error(err)
+        sys.exit(err.exit_code)
     except RuntimeError as err:
         peer = distributed.lost_peer(err) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
         if peer is None:
             raise
-        print(f"error: rank {os.environ.get('RANK', '?')}: {peer}", file=sys.stderr)  # each rank's own log
+        print_error(f"rank {os.environ.get('RANK', '?')}: {peer}")  # each rank's own log
         sys.exit(1)
     if main and not quiet:
         print(f"run directory: {run_dir}")
@@ -89,7 +88,7 @@ def pretrain_cli(
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1
         check_run(cfg, world, resolve_device(cfg.run.device), None)  # --print-config too: what the run would refuse
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_error(err)
         raise typer.Exit(2) from None
     print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume, quiet)
 
@@ -102,7 +101,7 @@ def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return
     if nproc < 1:
-        print("error: --nproc: must be >= 1", file=sys.stderr)
+        print_error("--nproc: must be >= 1")
         raise typer.Exit(2)
     launch(nproc, fn, *args)
 
@@ -118,11 +117,11 @@ def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:
         distributed.launch(nproc, fn, *args)
     except mp.ProcessExitedException as err:
         if err.signal_name:  # killed from outside (the OOM killer, a user): nobody has reported it yet
-            print(f"error: process {err.error_index} was killed by {err.signal_name}; the others were stopped; "
-                  f"the last checkpoint is intact", file=sys.stderr)
+            print_error(f"process {err.error_index} was killed by {err.signal_name}; the others were stopped; the "
+                        f"last checkpoint is intact")
             raise typer.Exit(1) from None
         raise typer.Exit(err.exit_code or 1) from None  # a user error, already reported by that process
     except mp.ProcessRaisedException as err:  # a crash: that process printed its traceback
         last = str(err).strip().splitlines()[-1]
-        print(f"error: process {err.error_index} failed: {last}", file=sys.stderr)
+        print_error(f"process {err.error_index} failed: {last}")
         raise typer.Exit(1) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,20 +17,18 @@ from typing import Any, Literal
 
 import yaml
 
+from moco_core.errors import UserError
+
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value is unknown, of the wrong type, or impossible. The message names the key.
 
     The message is always one line: line breaks that came in with a key or value are shown as ``\\n``.
     """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -250,6 +249,11 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err.__class__.__name__})") \
+            from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     base = data.pop("_base_", None)
@@ -265,8 +269,8 @@ def parse_override(text: str) -> dict[str, Any]:
         raise ConfigError(f"override {text!r}: expected key=value, e.g. model.temperature=0.2")
     try:
         value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML") from None
+    except (yaml.YAMLError, RecursionError):
+        raise ConfigError(f"override {text!r}: the value is not valid YAML (or nests too deeply)") from None
     nested: dict[str, Any] = value
     for part in reversed(key.strip().split(".")):
         nested = {part: nested}
@@ -315,13 +319,32 @@ def replace(cfg: Any, **changes: Any) -> Any:
     return dataclasses.replace(cfg, **updates)
 
 
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N or mps"
+SEED_LIMIT = 2**32  # numpy's and the DataLoader workers' seeds are below it
+MAX_QUEUE = 2**24  # keys: 16.8M x 128 floats is 8 GiB, 256 times the paper's K
+
+
+def device_problem(name: str) -> str | None:
+    """Why ``name`` is not a device this suite runs on, or None."""
+    if re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,4})?", name):
+        return None
+    return f"expected {DEVICE_NAMES}, got {name!r}"
+
+
+def seed_problem(seed: int) -> str | None:
+    return None if 0 <= seed < SEED_LIMIT else f"must be in [0, 2**32), got {seed}"
+
+
 def validate_pretrain(cfg: PretrainConfig) -> None:
     """Reject impossible values with a one-line error naming the key."""
     m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
     checks = [
         (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {m.arch!r}"),
-        (m.dim >= 1, "model.dim", f"must be >= 1, got {m.dim}"),
-        (m.queue_size >= 1, "model.queue_size", f"must be >= 1, got {m.queue_size}"),
+        (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
+         f"{m.queue_size}"),
+        (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),
+        (device_problem(r.device) is None, "run.device", device_problem(r.device)),
+        (seed_problem(r.seed) is None, "run.seed", seed_problem(r.seed)),
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
         (0 < m.temperature < math.inf, "model.temperature", f"must be finite and > 0, got {m.temperature}"),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),

@@ -20,6 +20,8 @@ import numpy as np
 import torch.utils.data
 from PIL import Image, UnidentifiedImageError
 
+from moco_core.errors import UserError
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 logger = logging.getLogger("moco.data")
@@ -28,7 +30,7 @@ _VERIFY_CHUNK = 1024  # files checked per thread task (keeps the number of futur
 _warned_paths: set[str] = set()  # files already reported as undecodable by this process
 
 
-class DatasetError(Exception):
+class DatasetError(UserError):
     """A dataset directory is missing, not a directory, empty, or holds no readable image."""
 
 

@@ -14,12 +14,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from moco_core import checkpoint, distributed
+from moco_core.errors import UserError
 from moco_core.methods import Method
 from moco_core.progress import MetricsWriter, Progress
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the run stops before anything else is written."""
+class NonFiniteLossError(UserError, RuntimeError):
+    """The loss became NaN or infinite; the run stops before anything else is written (exit code 1)."""
+
+    exit_code = 1
 
 
 @dataclass

@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from moco_core.data import DatasetError
+
 CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross")
 SHAPES_VERSION: int = 3
 
@@ -217,6 +219,14 @@ def ensure_shapes(root: Path | None = None, **kwargs: int) -> Path:
     root = Path(root)
     if _is_complete(root):
         return root
+    try:
+        return _generate_into(root, params)
+    except OSError as err:
+        raise DatasetError(f"cannot write the embedded dataset in {root.parent}: {err.strerror or err} (set "
+                           f"MOCO_DATA_HOME to a writable folder)") from None
+
+
+def _generate_into(root: Path, params: dict[str, int]) -> Path:
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".tmp", dir=root.parent))
     try:

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, device_problem, to_dict
 from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
@@ -31,6 +31,9 @@ from moco_core.shapes import ensure_shapes
 
 def resolve_device(name: str) -> torch.device:
     """"auto" is CUDA when available, else CPU; several CUDA processes use their LOCAL_RANK's GPU."""
+    problem = device_problem(name)
+    if problem:
+        raise ConfigError(f"run.device: {problem}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)

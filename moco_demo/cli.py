@@ -8,11 +8,9 @@ from typing import Annotated
 
 import typer
 
-from moco_core.checkpoint import CheckpointError
-from moco_core.config import ConfigError
-from moco_core.data import DatasetError
+from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (ConfigError, DatasetError, CheckpointError)
+USER_ERRORS = (UserError,)
 
 
 def demo_cli(
@@ -31,13 +29,13 @@ def demo_cli(
 
     chosen = tuple(t.strip() for t in tasks.split(",") if t.strip())
     if not chosen or set(chosen) - set(TASKS):
-        print(f"error: --tasks: expected some of {','.join(TASKS)}, got {tasks!r}", file=sys.stderr)
+        print_error(f"--tasks: expected some of {','.join(TASKS)}, got {tasks!r}")
         raise typer.Exit(2)
     out = Path(output_dir)
     try:
         report_dir = run_demo(out, device=device, engine=engine, tasks=chosen, show_progress=progress)
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_error(err)
         raise typer.Exit(2) from None
     print((report_dir / "report.md").read_text(encoding="utf-8"))  # written by the demo's last step
     print(f"report: {report_dir} (report.md, report.html, report.csv, report.tex); step times: {out / 'demo.json'}",

@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 
+from moco_core.errors import print_error
 from reports.records import find_record_files
 from reports.render import skipped_line, to_markdown
 from reports.report import FORMATS, build_report, parse_formats, write_report
 
 
 def _fail(message: str) -> typer.Exit:
-    print(f"error: {message}", file=sys.stderr)
+    print_error(message)
     return typer.Exit(2)
 
 

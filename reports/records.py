@@ -215,6 +215,8 @@ def read_json(file: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise RecordError(f"malformed JSON: {err}") from None
+    except RecursionError:
+        raise RecordError("JSON nested too deeply to be a record") from None
 
 
 # --------------------------------------------------------------------------------------------------------- parsing

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from moco_core.checkpoint import CheckpointError
 from moco_core.config import ConfigError
-from moco_core.data import DatasetError
+from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (ConfigError, DatasetError, CheckpointError)
+USER_ERRORS = (UserError,)
 
 
 def sweep_cli(
@@ -39,7 +37,7 @@ def sweep_cli(
     from sweeps.sweep import parse_values, run_sweep, summary
 
     if evaluation not in ("knn", "linear"):
-        print(f"error: --eval: expected knn or linear, got {evaluation!r}", file=sys.stderr)
+        print_error(f"--eval: expected knn or linear, got {evaluation!r}")
         raise typer.Exit(2)
     try:
         swept = parse_values(param, values)
@@ -51,7 +49,7 @@ def sweep_cli(
         points = run_sweep(cfg, param, swept, Path(output_dir), evaluate, eval_name=evaluation,
                            show_progress=not quiet)
     except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_error(err)
         raise typer.Exit(2) from None
     print(summary(points, param))
 

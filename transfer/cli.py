@@ -39,36 +39,33 @@ PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the res
 def _transfer(task: str, weights: str | None, config: str | None, overrides: list[str], flags: dict[str, Any],
               resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
     """Resolve the config (bad input: one line, exit 2), then run here or in ``nproc`` processes."""
-    from moco_core.checkpoint import CheckpointError
     from moco_core.cli import print_or_launch
     from moco_core.config import ConfigError
+    from moco_core.errors import UserError, print_error
     from transfer.config import load_transfer_config
 
     try:
         if weights is None and not print_config:
             raise ConfigError("--weights is required: a checkpoint, a torchvision ResNet state_dict, or 'random'")
         cfg = load_transfer_config(task, config, overrides, flags)
-    except (ConfigError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except UserError as err:
+        print_error(err)
         raise typer.Exit(2) from None
     print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet)
 
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
     """One process of ``moco eval voc|coco``: user errors are one line (from rank 0), exit code 2; a NaN loss 1."""
-    from moco_core.checkpoint import CheckpointError
-    from moco_core.config import ConfigError
-    from moco_core.data import DatasetError
-    from moco_core.engine import NonFiniteLossError
+    from moco_core.errors import UserError, print_error
     from transfer.run import evaluate
 
     main = int(os.environ.get("RANK", "0")) == 0
     try:
         record = evaluate(cfg, weights, show_progress=not quiet, resume=resume)
-    except (ConfigError, DatasetError, CheckpointError, NonFiniteLossError) as err:
+    except UserError as err:
         if main:
-            print(f"error: {err}", file=sys.stderr)
-        sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
+            print_error(err)
+        sys.exit(err.exit_code)
     if main:
         print(f"result: {record}")
 
@@ -106,13 +103,13 @@ def convert_cli(
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists (never SRC itself).")] = False,
 ) -> None:
     """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping)."""
-    from moco_core.checkpoint import CheckpointError
+    from moco_core.errors import UserError, print_error
     from transfer.convert import convert_file
 
     try:
         summary = convert_file(src, dst, overwrite=force)
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except UserError as err:
+        print_error(err)
         raise typer.Exit(2) from None
     for key, value in summary.items():
         print(f"{key}: {value}")

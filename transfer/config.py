@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, ConfigError, load_config
+from moco_core.config import ARCHS, ConfigError, device_problem, load_config, seed_problem
 from transfer.datasets import parse_dataset
 
 TASKS = ("voc", "coco")
@@ -170,6 +170,8 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (all(c.strip() for c in cfg.data.classes) and len(set(cfg.data.classes)) == len(cfg.data.classes),
          "data.classes", "need distinct, non-empty names"),
         (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
+        (device_problem(r.device) is None, "run.device", device_problem(r.device)),
+        (seed_problem(r.seed) is None, "run.seed", seed_problem(r.seed)),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (d.mask == (cfg.task == "coco"), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its COCO "

@@ -32,6 +32,7 @@ import numpy as np
 from PIL import Image
 
 from moco_core import shapes
+from moco_core.data import DatasetError
 
 EMBEDDED_VERSION = 1  # bump whenever the files written here change
 JPEG_QUALITY = 95
@@ -155,6 +156,16 @@ def _ensure(name: str, write: Callable[[Path, Path, dict[str, int], int], None],
     target = root / name
     if _read(target / "DONE") == stamp:
         return root
+    try:
+        return _write_into(root, name, write, source, counts, scale, stamp)
+    except OSError as err:
+        raise DatasetError(f"cannot write the embedded {name} dataset in {root}: {err.strerror or err} (set "
+                           f"MOCO_DATA_HOME to a writable folder)") from None
+
+
+def _write_into(root: Path, name: str, write: Callable[[Path, Path, dict[str, int], int], None], source: Path,
+                counts: dict[str, int], scale: int, stamp: str) -> Path:
+    target = root / name
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
     try:
