@@ -24,7 +24,7 @@ from lincls.records import write_record
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
 from moco_core.config import ConfigError, device_problem, load_config, seed_problem, to_dict
-from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
+from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.engine import NonFiniteLossError, autocast
 from moco_core.knn import topk_accuracy
 from moco_core.progress import MetricsWriter, Progress, format_duration
@@ -116,8 +116,9 @@ class Splits:
     classes: list[str]
 
 
-def load_splits(cfg: LinearDataConfig, *, augment: bool) -> Splits:
-    """Labelled train/ and val/ with the same classes. ``augment``: the paper's train crops, else center crops."""
+def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None) -> Splits:
+    """Labelled train/ and val/ with the same classes. ``augment``: the paper's train crops, else center crops.
+    ``failures``: where images that do not decode are noted (else logged once per process)."""
     root = resolve_data(cfg.path or "")
     if root.is_dir() and not ((root / "val").is_dir() and (root / "train").is_dir()):  # else scan says "not found"
         raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
@@ -133,8 +134,8 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool) -> Splits:
         if note and distributed.is_main():
             print(f"warning: {note}", file=sys.stderr)
     evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)
-    return Splits(ImageDataset(train.samples, train_transform(cfg.crop_size) if augment else evaluate),
-                  ImageDataset(val.samples, evaluate), train.classes)
+    return Splits(ImageDataset(train.samples, train_transform(cfg.crop_size) if augment else evaluate, failures),
+                  ImageDataset(val.samples, evaluate, failures), train.classes)
 
 
 def freeze_all_but_fc(model: nn.Module) -> list[nn.Parameter]:
@@ -192,7 +193,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     if cfg.run.cached_features and world > 1:
         raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
-    splits = load_splits(cfg.data, augment=not cfg.run.cached_features)
+    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
+    splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures)
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch)
     initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
@@ -246,6 +248,9 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         history.append({"epoch": epoch, **acc})
         metrics.write(epoch=epoch, step=step, loss=loss.item(), lr=lr, **acc)
         progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 {acc['top5']:.2f}")
+        note = failures.report(f"epoch {epoch + 1}") if main else None
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
     sanity_check(model, info, initial)
     best = max(history, key=lambda h: h["top1"])
     result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],

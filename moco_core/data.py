@@ -6,6 +6,8 @@ so that :class:`ImageDataset` can report them and substitute another image.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
 import operator
@@ -260,13 +262,64 @@ def report_undecodable(path: str, instead: str, reason: str | None = None) -> No
     logger.warning("cannot decode %s%s; using %s instead", path, detail, instead)
 
 
-class ImageDataset(torch.utils.data.Dataset):
-    """``(transform(image), label, index)`` items; an image that fails to decode is replaced by the next."""
+class DecodeFailures:
+    """The images that did not decode, noted by whichever process loads them (DataLoader workers included) in one
+    file, so that the main process reports them once per epoch: each file once, with how often it was met.
 
-    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], Any]) -> None:
+    Notes are whole lines appended with O_APPEND; :meth:`report` moves the file aside before reading it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def note(self, path: str, reason: str) -> None:
+        line = json.dumps([path, _one_line(reason)]) + "\n"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError:  # the run directory is gone or full: say it here rather than not at all
+            report_undecodable(path, "the next image", reason)
+
+    def report(self, when: str, *, limit: int = 5) -> str | None:
+        """One line on the images noted since the last report (``when``: "epoch 3"), or None; forgets them."""
+        taken = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        try:
+            os.replace(self.path, taken)
+        except FileNotFoundError:
+            return None
+        try:
+            counts: dict[tuple[str, str], int] = {}
+            for line in taken.read_text(encoding="utf-8", errors="replace").splitlines():
+                with contextlib.suppress(ValueError, TypeError):
+                    path, reason = json.loads(line)
+                    counts[(path, reason)] = counts.get((path, reason), 0) + 1
+        finally:
+            taken.unlink(missing_ok=True)
+        if not counts:
+            return None
+        shown = [f"{_one_line(os.path.basename(p), 80)} ({r}) x{n}" for (p, r), n in list(counts.items())[:limit]]
+        more = f" and {len(counts) - limit} more" if len(counts) > limit else ""
+        noun = "image" if len(counts) == 1 else "images"
+        return (f"{when}: {len(counts)} {noun} passed the header check but did not decode; the next image stood in "
+                f"each time: {', '.join(shown)}{more}")
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """``(transform(image), label, index)`` items; an image that fails to decode is replaced by the next.
+
+    With ``failures`` each failure is noted there (the run reports them once per epoch); without, each file is
+    logged once per process.
+    """
+
+    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], Any],
+                 failures: DecodeFailures | None = None) -> None:
         self.samples = list(samples)
         self.transform = transform
-        self._bad: set[int] = set()  # positions known not to decode (per process)
+        self.failures = failures
+        self._bad: dict[int, str] = {}  # positions known not to decode (per process), and why
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -277,9 +330,16 @@ class ImageDataset(torch.utils.data.Dataset):
         try:
             return load_rgb(path)
         except Exception as err:  # a corrupt file can fail in many ways
-            self._bad.add(position)
-            report_undecodable(path, "the next image", str(err))
+            self._bad[position] = str(err) or type(err).__name__
+            self._failed(position)
             return None
+
+    def _failed(self, position: int) -> None:
+        path = self.samples[position][0]
+        if self.failures is not None:
+            self.failures.note(path, self._bad[position])
+        else:
+            report_undecodable(path, "the next image", self._bad[position])
 
     def __getitem__(self, index: int) -> tuple[Any, int, int]:
         i = operator.index(index)
@@ -289,6 +349,8 @@ class ImageDataset(torch.utils.data.Dataset):
         for step in range(n):
             position = (i + step) % n
             if position in self._bad:
+                if self.failures is not None:  # met again: counted again
+                    self._failed(position)
                 continue
             img = self._load(position)
             if img is not None:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, device_problem, to_dict
-from moco_core.data import ImageDataset, scan_images, warn_revisited, warn_skipped
+from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
@@ -247,10 +247,11 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
+    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     if pipeline == "tensor":
         dataset, collate = EncodedImages(images.samples), collate_encoded
     else:
-        dataset, collate = ImageDataset(images.samples, transform), None
+        dataset, collate = ImageDataset(images.samples, transform, failures), None
     sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                drop_last=True)
     loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
@@ -306,6 +307,9 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             if main and stats.complete:  # a stop mid-epoch has already written its checkpoint
                 _end_epoch(cfg, method, optimizer, run_dir, epoch, step, lr, stats, monitor, metrics, progress,
                            force_checkpoint=stats.stopped)
+                note = failures.report(f"epoch {epoch + 1}")
+                if note:
+                    print(f"warning: {note}", file=sys.stderr)
             distributed.barrier()
             if stats.stopped:
                 if main:

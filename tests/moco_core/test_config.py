@@ -47,7 +47,7 @@ def test_precedence_file_then_overrides(tmp_path: Path) -> None:
     ("model.dim=abc", "model.dim: expected an integer"),
     ("model.dim=1.5", "model.dim: expected an integer"),
     ("model.mlp=3", "model.mlp: expected true or false"),
-    ("model.queue_size=0", "model.queue_size: must be >= 1"),
+    ("model.queue_size=0", r"model.queue_size: must be in \[1, 16777216\]"),
     ("model.momentum=1.5", r"model.momentum: must be in \[0, 1\]"),
     ("model.momentum=-0.1", r"model.momentum: must be in \[0, 1\]"),
     ("model.temperature=0", "model.temperature: must be finite and > 0"),

@@ -287,3 +287,45 @@ def test_huge_jpegs_are_decoded_at_reduced_scale(tmp_path: Path, monkeypatch: py
     png = tmp_path / "big.png"
     Image.new("RGB", (512, 300)).save(png)
     assert data.load_rgb(png).size == (512, 300)  # only JPEG can be scaled while decoding
+
+
+def test_decode_failures_are_reported_once_per_epoch_with_counts(shapes_root: Path, tmp_path: Path) -> None:
+    """The issue's case: a truncated JPEG that passes the header check logged a line per occurrence (per worker,
+    per epoch). Now: one warning line an epoch, each file once with how often it was met."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "data"
+    shutil.copytree(shapes_root / "train", root / "train")
+    first = sorted((root / "train").iterdir())[0]
+    sorted(first.iterdir())[0].unlink()  # 32 images with the broken one: every batch of 8 takes each, each epoch
+    broken = first / "broken.jpg"
+    _noise_jpeg(broken, 96)
+    broken.write_bytes(broken.read_bytes()[: broken.stat().st_size // 2])
+    assert data.check_image(str(broken)) is None  # the header check lets it through
+    out = tmp_path / "run"
+    sets = ["model.arch=resnet18", "optim.batch_size=8", "model.bn_groups=2", "model.queue_size=16",
+            "optim.epochs=2", "augment.crop_size=32", "run.knn_every=0", "data.pipeline=pil"]
+    args = [sys.executable, "-m", "cli", "pretrain", "-c", "embedded", "--data", str(root), "--output-dir", str(out),
+            "--workers", "2", "--quiet", *[a for v in sets for a in ("--set", v)]]
+    root_dir = Path(__file__).resolve().parents[2]
+    done = subprocess.run(args, cwd=root_dir, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root_dir)})
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "did not decode" in line or "cannot decode" in line]
+    assert [w.split(":")[1] for w in warnings] == [" epoch 1", " epoch 2"], done.stderr
+    for w in warnings:  # met once an epoch, by whichever worker loaded it
+        assert "1 image passed the header check but did not decode" in w and "broken.jpg (" in w and w.endswith(
+            "x1"), w
+    assert not list(out.glob(".undecodable*"))
+
+
+def test_decode_failures_counts_and_forgets(tmp_path: Path) -> None:
+    failures = data.DecodeFailures(tmp_path / ".undecodable")
+    assert failures.report("epoch 1") is None
+    for path, reason in [("/d/a.jpg", "broken data"), ("/d/b.jpg", "x"), ("/d/a.jpg", "broken data")]:
+        failures.note(path, reason)
+    assert failures.report("epoch 1") == ("epoch 1: 2 images passed the header check but did not decode; the next "
+                                          "image stood in each time: a.jpg (broken data) x2, b.jpg (x) x1")
+    assert failures.report("epoch 2") is None and list(tmp_path.iterdir()) == []
