@@ -55,7 +55,7 @@ def linear_cli(
 
 
 def run_linear(cfg: object, pretrained: str, quiet: bool) -> None:
-    """One process of ``moco eval linear``: user errors are one line (from rank 0) and exit code 2."""
+    """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
     from lincls.linear import linear_eval
 
     main = int(os.environ.get("RANK", "0")) == 0
@@ -64,7 +64,7 @@ def run_linear(cfg: object, pretrained: str, quiet: bool) -> None:
     except USER_ERRORS as err:
         if main:
             print_error(err)
-        sys.exit(2)
+        sys.exit(err.exit_code)
     if main:
         print(f"result: {record}")
 
