@@ -37,6 +37,8 @@ def linear_cli(
     cached_features: Annotated[bool, typer.Option(
         "--cached-features", help="Train fc on features extracted once (fast; NOT the paper's protocol, and "
         "labelled so).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in --output-dir from its last "
+                                         "epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
 ) -> None:
@@ -51,16 +53,16 @@ def linear_cli(
         raise _fail(err) from None
     if nproc < 1:
         raise _fail(ConfigError("--nproc: must be >= 1"))
-    launch(nproc, run_linear, cfg, pretrained, quiet)
+    launch(nproc, run_linear, cfg, pretrained, quiet, resume)
 
 
-def run_linear(cfg: object, pretrained: str, quiet: bool) -> None:
+def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
     """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
     from lincls.linear import linear_eval
 
     main = int(os.environ.get("RANK", "0")) == 0
     try:
-        record = linear_eval(cfg, pretrained, show_progress=not quiet)  # type: ignore[arg-type]
+        record = linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume)  # type: ignore[arg-type]
     except USER_ERRORS as err:
         if main:
             print_error(err)

@@ -31,6 +31,8 @@ from moco_core.progress import MetricsWriter, Progress, format_duration
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.train import resolve_data, resolve_device
 
+LINEAR_LAST = "linear_last.pth.tar"  # fc, optimizer, history and RNG after the last finished epoch
+
 
 @dataclass(frozen=True)
 class LinearOptimConfig:
@@ -173,22 +175,26 @@ def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.
 
 
 def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True,
-                extra: dict[str, Any] | None = None) -> Path:
+                extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path.
 
-    ``extra``: more top-level fields for the record (a sweep's point, for example).
+    ``extra``: more top-level fields for the record (a sweep's point, for example). ``resume``: continue from
+    the run directory's last epoch (``linear_last.pth.tar``: fc, optimizer, history, RNG; on CPU the result is
+    bit-identical to an uninterrupted run), or extend a finished evaluation to more ``optim.epochs``.
     """
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
-        return _linear_eval(cfg, pretrained, device, show_progress, extra or {})
+        return _linear_eval(cfg, pretrained, device, show_progress, extra or {}, resume)
 
 
 def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool,
-                 extra: dict[str, Any]) -> Path:
+                 extra: dict[str, Any], resume: bool) -> Path:
     main, world = distributed.is_main(), distributed.world_size()
     run_dir = Path(cfg.run.output_dir)
-    # A finished evaluation keeps its fc, config and metrics; an unfinished one (no record) starts over.
-    require_fresh(run_dir, ("result.json",), "a finished linear evaluation", "choose another --output-dir")
+    if not resume:  # a finished or checkpointed evaluation keeps its fc, config and metrics
+        hint = "pass --resume to continue or extend it, or choose another --output-dir"
+        require_fresh(run_dir, ("result.json",), "a finished linear evaluation", hint)
+        require_fresh(run_dir, (LINEAR_LAST,), "an unfinished linear evaluation", hint)
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     if cfg.run.cached_features and world > 1:
@@ -224,10 +230,16 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
     if main:
         write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": info.format,
                                                  "world_size": world, "device": str(device)})
-    progress = Progress(len(train_loader) * cfg.optim.epochs, every=cfg.run.log_every, enabled=main and show_progress)
     history: list[dict[str, float]] = []
-    step, started = 0, time.perf_counter()
-    for epoch in range(cfg.optim.epochs):
+    first = _restore(run_dir / LINEAR_LAST, pretrained, model.fc, optimizer, history) if resume else 0
+    if first >= cfg.optim.epochs:
+        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
+                          f"to extend the evaluation")
+    step, started = first * len(train_loader), time.perf_counter()
+    metrics.truncate_after(step)
+    progress = Progress(len(train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
+                        enabled=main and show_progress)
+    for epoch in range(first, cfg.optim.epochs):
         lr = linear_lr(cfg.optim, epoch)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -251,6 +263,10 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         note = failures.report(f"epoch {epoch + 1}") if main else None
         if note:
             print(f"warning: {note}", file=sys.stderr)
+        if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
+            checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": model.fc.state_dict(),
+                                    "optimizer": optimizer.state_dict(), "history": history, "pretrained": pretrained,
+                                    "rng": checkpoint.rng_state(), "config": to_dict(cfg)}, run_dir / LINEAR_LAST)
     sanity_check(model, info, initial)
     best = max(history, key=lambda h: h["top1"])
     result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],
@@ -270,6 +286,25 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
               f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
               file=sys.stderr)
     return record
+
+
+def _restore(path: Path, pretrained: str, fc: nn.Module, optimizer: torch.optim.Optimizer,
+             history: list[dict[str, float]]) -> int:
+    """Load an evaluation's last epoch (fc, optimizer, history, RNG) from ``path``; the epochs it had done."""
+    saved = checkpoint.load(path)
+    if saved.get("format") != "moco-linear":
+        raise checkpoint.CheckpointError(f"{path}: not a linear evaluation checkpoint")
+    if saved.get("pretrained") != pretrained:
+        raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
+    try:
+        fc.load_state_dict(saved["fc"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise checkpoint.CheckpointError(f"{path}: does not match this evaluation "
+                                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+    history += saved["history"]
+    checkpoint.set_rng_state(saved["rng"])
+    return int(saved["epoch"])
 
 
 class _FeatureHead(nn.Module):

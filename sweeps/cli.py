@@ -59,7 +59,7 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
     import json
 
     from lincls.knn import knn_eval
-    from lincls.linear import LinearDataConfig, linear_eval, load_linear_config
+    from lincls.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
     from moco_core.augment import eval_resize
     from moco_core.config import replace
 
@@ -70,7 +70,8 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
 
     def linear(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
         cfg = replace(load_linear_config(eval_config, []), data={"path": root}, run={"output_dir": str(out)})
-        record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra)
+        resume = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted sweep left part-way
+        record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra, resume=resume)
         return record, json.loads(record.read_text())["metrics"]
 
     return knn if kind == "knn" else linear

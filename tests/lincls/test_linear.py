@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -109,3 +110,52 @@ def test_bad_config_and_unlabelled_data(tmp_path: Path, shapes_root: Path) -> No
             (flat / split / src.name).write_bytes(src.read_bytes())
     with pytest.raises(ConfigError, match="no class folders"):
         linear_eval(tiny_linear(flat, tmp_path / "x"), "random", show_progress=False)
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_resume_after_a_crash_is_bit_identical(shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               cached: bool) -> None:
+    """Killed after epoch 2 of 3 (its checkpoint written), then --resume: the same fc, history and record as a run
+    never interrupted (CPU, no loader workers: augmentation draws come from the restored RNG)."""
+    from lincls.linear import LINEAR_LAST
+
+    def config(out: str) -> Any:
+        cfg = tiny_linear(shapes_root, tmp_path / out, cached_features=cached)
+        return replace(cfg, optim={"epochs": 3, "milestones": [2]})
+
+    straight = json.loads(linear_eval(config("straight"), "random", show_progress=False).read_text())
+    real_save = checkpoint.save_atomic
+
+    def save_then_crash(obj: dict, path: Path) -> None:
+        real_save(obj, path)
+        if path.name == LINEAR_LAST and obj["epoch"] == 2:
+            raise _Crash
+
+    monkeypatch.setattr(checkpoint, "save_atomic", save_then_crash)
+    with pytest.raises(_Crash):
+        linear_eval(config("crashed"), "random", show_progress=False)
+    monkeypatch.setattr(checkpoint, "save_atomic", real_save)
+    with pytest.raises(ConfigError, match=r"already holds an unfinished linear evaluation \(linear_last.pth.tar\); "
+                                          r"pass --resume"):
+        linear_eval(config("crashed"), "random", show_progress=False)
+    resumed = json.loads(linear_eval(config("crashed"), "random", show_progress=False, resume=True).read_text())
+    assert resumed["history"] == straight["history"] and resumed["metrics"] == straight["metrics"]
+    a = checkpoint.load(tmp_path / "straight" / "linear_final.pth.tar")["state_dict"]
+    b = checkpoint.load(tmp_path / "crashed" / "linear_final.pth.tar")["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in ("fc.weight", "fc.bias"))
+    lines = [json.loads(line) for line in (tmp_path / "crashed" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [0, 1, 2]
+    with pytest.raises(ConfigError, match="the 3 epochs of .* are done already; raise it"):
+        linear_eval(config("crashed"), "random", show_progress=False, resume=True)
+    longer = replace(config("crashed"), optim={"epochs": 4})
+    extended = json.loads(linear_eval(longer, "random", show_progress=False, resume=True).read_text())
+    assert [h["epoch"] for h in extended["history"]] == [0, 1, 2, 3]
+    from tests.layouts import torchvision_weights
+
+    other = torchvision_weights(tmp_path / "other.pth")
+    with pytest.raises(ConfigError, match="evaluates 'random', not"):
+        linear_eval(replace(longer, optim={"epochs": 5}), str(other), show_progress=False, resume=True)
