@@ -106,6 +106,10 @@ def test_a_finished_evaluation_is_kept_and_an_unfinished_one_starts_over(shapes_
     assert f"error: run.output_dir: {out} already holds a finished linear evaluation (result.json)" in result.output
     assert {name: (out / name).read_bytes() for name in kept} == kept
     assert not list(out.glob("result.*.result.json"))
+    result = runner.invoke(app, [*args, "--resume", "--set", "optim.epochs=2"])  # asked: extended, a new record
+    assert result.exit_code == 0, result.output
+    extended = json.loads(next(out.glob("result.*.result.json")).read_text())
+    assert [h["epoch"] for h in extended["history"]] == [0, 1]
 
 
 def test_a_fine_tuning_is_continued_only_when_asked(tmp_path: Path) -> None:
