@@ -73,7 +73,8 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     overrides = overrides or {}
     from moco_core.config import PretrainConfig, load_config, replace, validated
     from moco_core.train import pretrain
-    from reports.report import FORMATS, build_report, write_report
+    from reports.render import write_report
+    from reports.report import FORMATS, build_report
 
     unknown = set(tasks) - set(TASKS)
     if unknown:

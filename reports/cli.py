@@ -10,8 +10,8 @@ import typer
 
 from moco_core.errors import print_error
 from reports.records import find_record_files
-from reports.render import skipped_line, to_markdown
-from reports.report import FORMATS, build_report, parse_formats, write_report
+from reports.render import skipped_line, to_markdown, write_report
+from reports.report import FORMATS, build_report, parse_formats
 
 
 def _fail(message: str) -> typer.Exit:

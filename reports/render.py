@@ -12,9 +12,11 @@ import base64
 import csv
 import html
 import io
+from collections.abc import Sequence
+from pathlib import Path
 
 from reports.records import Skipped
-from reports.report import CSV_COLUMNS, Report
+from reports.report import CSV_COLUMNS, FILE_NAMES, Report
 from reports.tables import Cell, Column, Row
 
 TITLE = "MoCo evaluation report"
@@ -236,3 +238,15 @@ def to_html(report: Report) -> str:
                 "</section>"]
     out += ["</body>", "</html>", ""]
     return "\n".join(out)
+
+
+def write_report(report: Report, out: Path, formats: Sequence[str]) -> list[Path]:
+    """Write report.<format> for each format into ``out``; returns the files written."""
+    writers = {"md": to_markdown, "csv": to_csv, "tex": to_latex, "html": to_html}
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        path = out / FILE_NAMES[fmt]
+        path.write_text(writers[fmt](report), encoding="utf-8", newline="")
+        written.append(path)
+    return written

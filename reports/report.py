@@ -1,7 +1,7 @@
 """Building a report from directories of result records, and writing it in the requested formats.
 
 ``build_report`` does the reading, grouping and table building (no files written, no plots drawn);
-``write_report`` renders Markdown, CSV, LaTeX and HTML (plots are drawn only for HTML).
+``reports.render.write_report`` renders Markdown, CSV, LaTeX and HTML (plots are drawn only for HTML).
 """
 
 from __future__ import annotations
@@ -161,17 +161,3 @@ def parse_formats(text: str) -> list[str]:
         raise ValueError(f"--formats: unknown format {', '.join(unknown) or '(none given)'}; "
                          f"expected a comma-separated subset of {','.join(FORMATS)}")
     return list(dict.fromkeys(formats))
-
-
-def write_report(report: Report, out: Path, formats: Sequence[str]) -> list[Path]:
-    """Write report.<format> for each format into ``out``; returns the files written."""
-    from reports import render
-
-    writers = {"md": render.to_markdown, "csv": render.to_csv, "tex": render.to_latex, "html": render.to_html}
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for fmt in formats:
-        path = out / FILE_NAMES[fmt]
-        path.write_text(writers[fmt](report), encoding="utf-8", newline="")
-        written.append(path)
-    return written
