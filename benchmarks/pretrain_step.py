@@ -52,7 +52,8 @@ from moco_core.engine import top1, train_one_epoch
 from moco_core.methods import MocoMethod, build_moco
 from moco_core.moco import MoCo, contrastive_logits
 from moco_core.progress import MetricsWriter, Progress
-from moco_core.train import resolve_data, resolve_device, speed_up, use_fused_kernels
+from moco_core.runtime import resolve_data, resolve_device
+from moco_core.train import speed_up, use_fused_kernels
 
 Batch = tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]
 

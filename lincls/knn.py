@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from lincls.backbone import load_backbone
 from lincls.linear import LinearDataConfig, load_splits
-from lincls.records import write_record
+from moco_core.backbone import load_backbone
 from moco_core.knn import KnnMonitor
-from moco_core.train import resolve_device
+from moco_core.records import write_record
+from moco_core.runtime import resolve_device
 
 
 def knn_eval(

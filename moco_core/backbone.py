@@ -17,7 +17,7 @@ from torch import nn
 from moco_core import checkpoint
 from moco_core.config import ARCHS
 
-QUERY_PREFIX = "module.encoder_q."
+QUERY_PREFIX = checkpoint.QUERY_PREFIX
 # Bottleneck blocks per stage, by arch; BasicBlock archs have no conv3.
 _DEPTHS = {(2, 2, 2, 2): "resnet18", (3, 4, 6, 3): "resnet34"}
 _BOTTLENECK_DEPTHS = {(3, 4, 6, 3): "resnet50", (3, 4, 23, 3): "resnet101", (3, 8, 36, 3): "resnet152"}

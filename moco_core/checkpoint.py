@@ -31,8 +31,11 @@ from moco_core.errors import UserError
 FORMAT_VERSION = 1
 LAST = "checkpoint_last.pth.tar"
 
-# Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed.
-_PREFIXES = (("encoder.", "module.encoder_q."), ("momentum_encoder.", "module.encoder_k."))
+# Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed: MoCo
+# (to_official, from_official), the other methods (to_module_names, from_module_names) and the evaluations, which
+# read the query encoder under QUERY_PREFIX in every checkpoint (moco_core/backbone.py).
+QUERY_PREFIX = "module.encoder_q."
+_PREFIXES = (("encoder.", QUERY_PREFIX), ("momentum_encoder.", "module.encoder_k."))
 _BUFFERS = (("queue", "module.queue"), ("queue_ptr", "module.queue_ptr"))
 
 
@@ -75,6 +78,19 @@ def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
             else:
                 raise CheckpointError(f"unexpected key {key!r}: not a MoCo pretraining checkpoint")
     return out
+
+
+def to_module_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The other methods' keys (end2end, memory bank, supervised): ``encoder.*`` -> ``module.encoder_q.*`` (what
+    the evaluations read, as in MoCo checkpoints), any other ``x`` -> ``module.x``."""
+    return {(QUERY_PREFIX + k.removeprefix("encoder.")) if k.startswith("encoder.") else "module." + k: v
+            for k, v in state_dict.items()}
+
+
+def from_module_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`to_module_names`."""
+    return {("encoder." + k.removeprefix(QUERY_PREFIX)) if k.startswith(QUERY_PREFIX) else k.removeprefix("module."): v
+            for k, v in state_dict.items()}
 
 
 def rng_state() -> dict[str, Any]:

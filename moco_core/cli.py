@@ -82,7 +82,8 @@ def pretrain_cli(
              "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:
         cfg = resolve_pretrain_config(config, set_ or [], flags, resume)
-        from moco_core.train import check_run, resolve_device
+        from moco_core.runtime import resolve_device
+        from moco_core.train import check_run
 
         launched = os.environ.get("WORLD_SIZE", "1")
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1

@@ -25,8 +25,3 @@ def build_encoder(arch: str, *, dim: int, mlp: bool) -> nn.Module:
         hidden = net.fc.in_features
         net.fc = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(inplace=True), net.fc)
     return net
-
-
-def feature_dim(arch: str) -> int:
-    """Width of the pooled features that feed fc (512 for resnet18/34, 2048 for the others)."""
-    return 512 if arch in ("resnet18", "resnet34") else 2048

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterable
@@ -14,15 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from moco_core import checkpoint, distributed
-from moco_core.errors import UserError
+from moco_core.errors import NonFiniteLossError
 from moco_core.methods import Method
 from moco_core.progress import MetricsWriter, Progress
-
-
-class NonFiniteLossError(UserError, RuntimeError):
-    """The loss became NaN or infinite; the run stops before anything else is written (exit code 1)."""
-
-    exit_code = 1
+from moco_core.runtime import autocast
 
 
 @dataclass
@@ -54,13 +48,6 @@ class EpochStats:
     data_wait: float  # fraction of the epoch spent waiting for the data loader
     stopped: bool = False  # a stop was requested (SIGTERM)
     complete: bool = True  # every batch was trained; False when a stop ended the epoch early, after a checkpoint
-
-
-def autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:
-    """bf16 autocast on CUDA when ``amp``; fp32 (no autocast) on CPU."""
-    if amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def train_one_epoch(

@@ -21,6 +21,12 @@ class UserError(Exception):
         super().__init__(one_line(message))
 
 
+class NonFiniteLossError(UserError, RuntimeError):
+    """The loss became NaN or infinite; the run stops before anything else is written (exit code 1)."""
+
+    exit_code = 1
+
+
 def one_line(message: object) -> str:
     """``message`` on one line (line breaks shown as ``\\n``), at most MESSAGE_LIMIT characters."""
     line = str(message).replace("\r", "\\r").replace("\n", "\\n")

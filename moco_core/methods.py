@@ -108,17 +108,6 @@ def _contrastive_encoder(cfg: ModelConfig, world_size: int) -> nn.Module:
     return encoder
 
 
-def _to_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """encoder.* -> module.encoder_q.* (what the evaluations read, as in MoCo checkpoints); x -> module.x."""
-    return {("module.encoder_q." + k[len("encoder."):]) if k.startswith("encoder.") else "module." + k: v
-            for k, v in state.items()}
-
-
-def _from_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {("encoder." + k[len("module.encoder_q."):]) if k.startswith("module.encoder_q.")
-            else k.removeprefix("module."): v for k, v in state.items()}
-
-
 class _EncoderMethod:
     """What end2end and memory-bank share: ``module.encoder`` is the query encoder, saved as module.encoder_q.*."""
 
@@ -132,10 +121,10 @@ class _EncoderMethod:
         pass
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return _to_checkpoint(self.module.state_dict())
+        return checkpoint.to_module_names(self.module.state_dict())
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(_from_checkpoint(state))
+        self.module.load_state_dict(checkpoint.from_module_names(state))
 
     def extras(self) -> dict[str, Any]:
         return {}

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lincls.backbone import BackboneInfo
+from moco_core.backbone import BackboneInfo
 from moco_core.rundir import code_version
 
 SCHEMA = "moco.result"

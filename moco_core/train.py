@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, device_problem, to_dict
+from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
@@ -26,25 +25,7 @@ from moco_core.methods import METHODS, Method
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
-from moco_core.shapes import ensure_shapes
-
-
-def resolve_device(name: str) -> torch.device:
-    """"auto" is CUDA when available, else CPU; several CUDA processes use their LOCAL_RANK's GPU."""
-    problem = device_problem(name)
-    if problem:
-        raise ConfigError(f"run.device: {problem}")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("run.device: CUDA was asked for but is not available")
-        if device.index is None:
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick its fastest kernels (as main_moco.py)
-    return device
+from moco_core.runtime import resolve_data, resolve_device
 
 
 def learning_rate(cfg: OptimConfig, epoch: int) -> float:
@@ -135,11 +116,6 @@ def use_fused_kernels(optimizer: torch.optim.Optimizer, device: torch.device) ->
     for group in optimizer.param_groups:
         group["fused"] = device.type == "cuda"
         group["foreach"] = None
-
-
-def resolve_data(path: str) -> Path:
-    """The dataset root; "embedded" generates (once) the shapes dataset in the data cache."""
-    return ensure_shapes() if path == "embedded" else Path(path).expanduser()
 
 
 @dataclass

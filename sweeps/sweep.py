@@ -23,7 +23,7 @@ from typing import Any
 
 from moco_core import checkpoint
 from moco_core.config import ConfigError, PretrainConfig, replace, validated
-from moco_core.engine import NonFiniteLossError
+from moco_core.errors import NonFiniteLossError
 
 # The swept parameter as the command names it -> as records and the report name it
 RECORD_NAMES = {"K": "queue_size", "m": "momentum"}

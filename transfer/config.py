@@ -125,6 +125,13 @@ def transfer_run_dir(cfg: TransferConfig) -> Path:
     return Path(cfg.run.output_dir or f"runs/{cfg.task}")
 
 
+def per_process_batch(cfg: TransferConfig, world: int) -> int:
+    """``solver.batch_size`` split over ``world`` processes; ConfigError when it does not divide."""
+    if cfg.solver.batch_size % world:
+        raise ConfigError(f"solver.batch_size: {cfg.solver.batch_size} is not divisible by the {world} processes")
+    return cfg.solver.batch_size // world
+
+
 def model_name(cfg: TransferConfig, arch: str) -> str:
     """The detector as the paper names it: "R50-C4", "R18-FPN"... (the mask head is implied by the task)."""
     depth = arch.removeprefix("wide_").removeprefix("resnet").replace("_2", "w2")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lincls.backbone import file_sha256, infer_arch, read_backbone_state
+from moco_core.backbone import file_sha256, infer_arch, read_backbone_state
 from moco_core.checkpoint import CheckpointError, write_atomic
 
 AUTHOR = "moco"

@@ -88,6 +88,13 @@ class DetectionData:
     coco_gt: Path | None  # COCO: the test annotation file
 
 
+def require_a_batch(cfg: Any, data: DetectionData, batch: int) -> None:
+    """DatasetError unless the training sets hold at least one batch of images with objects."""
+    if len(data.train) < batch:
+        raise DatasetError(f"{'+'.join(cfg.data.train)}: {len(data.train)} training images with objects, fewer "
+                           f"than a batch of {batch}")
+
+
 def dataset_root(cfg: Any) -> Path:
     """The datasets root of ``cfg`` (a TransferConfig): ``data.path``, the embedded sets generated on first use."""
     if cfg.data.path == "embedded":

@@ -45,18 +45,17 @@ from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 from torch import nn
 
-from lincls.backbone import BackboneInfo
 from moco_core import distributed
+from moco_core.backbone import BackboneInfo
 from moco_core.checkpoint import CheckpointError
-from moco_core.config import ConfigError, to_dict
-from moco_core.data import DatasetError
-from moco_core.engine import NonFiniteLossError
+from moco_core.config import to_dict
+from moco_core.errors import NonFiniteLossError
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
-from moco_core.train import resolve_device
-from transfer.config import TransferConfig, transfer_run_dir
+from moco_core.runtime import resolve_device
+from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.convert import convert_file, load_detectron2_pkl
-from transfer.datasets import DetectionData, load_data, parse_dataset
+from transfer.datasets import DetectionData, load_data, parse_dataset, require_a_batch
 from transfer.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
 from transfer.models import load_resnet
 from transfer.records import write_transfer_record
@@ -272,13 +271,10 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
            run_dir: Path) -> tuple[BackboneInfo, DetectionData, CfgNode]:
     """Check the weights and the data, convert the backbone, register the datasets, write the run files."""
     main, world = distributed.is_main(), distributed.world_size()
-    if cfg.solver.batch_size % world:
-        raise ConfigError(f"solver.batch_size: {cfg.solver.batch_size} is not divisible by the {world} processes")
+    batch = per_process_batch(cfg, world)
     _, info = load_resnet(weights, cfg.detector.arch)  # the whole backbone is checked before the data is read
     data = load_data(cfg)  # names what is missing from the datasets root before anything trains
-    if len(data.train) < cfg.solver.batch_size // world:
-        raise DatasetError(f"{'+'.join(cfg.data.train)}: {len(data.train)} training images with objects, fewer "
-                           f"than a batch of {cfg.solver.batch_size // world}")
+    require_a_batch(cfg, data, batch)
     converted = run_dir / "backbone.pkl"
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -351,16 +347,9 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}
-    if cfg.task == "voc":
-        from transfer.metrics import voc_evaluate
+    from transfer.metrics import score
 
-        detections: dict[int, list] = {k: [] for k in range(len(data.class_names))}
-        for class_id, detection in records:
-            detections[class_id].append(detection)
-        return voc_evaluate(detections, data.test, data.class_names)
-    from transfer.metrics import coco_evaluate
-
-    return coco_evaluate(records, data.coco_gt, iou_types=("bbox", "segm") if cfg.detector.mask else ("bbox",))
+    return score(cfg.task, records, data, masks=cfg.detector.mask)
 
 
 def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances: Any) -> list[Any]:

@@ -21,8 +21,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from moco_core import distributed
-from moco_core.engine import NonFiniteLossError, autocast
+from moco_core.errors import NonFiniteLossError
 from moco_core.progress import MetricsWriter, Progress
+from moco_core.runtime import autocast
 from transfer.config import SolverConfig
 
 Batch = tuple[list[torch.Tensor], list[dict[str, torch.Tensor]], list[int]]

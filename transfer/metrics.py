@@ -284,3 +284,14 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
         for name, value in zip(COCO_METRICS, evaluator.stats[: len(COCO_METRICS)], strict=True):
             metrics[f"{iou_type}_{name}"] = float(value) * 100.0 if value >= 0 else math.nan
     return metrics
+
+
+def score(task: str, found: list[Any], data: Any, *, masks: bool) -> dict[str, Any]:
+    """The test split's metrics from an engine's predictions on ``data`` (a DetectionData): VOC
+    ``(class_id, detection)`` pairs -> AP50, AP, AP75 and per-class AP50; COCO result dicts -> box (and mask) AP."""
+    if task == "voc":
+        detections: dict[int, list] = {k: [] for k in range(len(data.class_names))}
+        for class_id, detection in found:
+            detections[class_id].append(detection)
+        return voc_evaluate(detections, data.test, data.class_names)
+    return coco_evaluate(found, data.coco_gt, iou_types=("bbox", "segm") if masks else ("bbox",))

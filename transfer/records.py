@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lincls.backbone import BackboneInfo
-from lincls.records import write_record
+from moco_core.backbone import BackboneInfo
 from moco_core.config import to_dict
 from moco_core.progress import format_duration
+from moco_core.records import write_record
 from transfer.config import TransferConfig, model_name
 from transfer.datasets import DetectionData
 

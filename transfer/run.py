@@ -22,13 +22,12 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, to_dict
-from moco_core.data import DatasetError
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
-from moco_core.train import resolve_device
+from moco_core.runtime import resolve_device
 from transfer import engine
-from transfer.config import TransferConfig, transfer_run_dir
-from transfer.datasets import DetectionData, load_data
+from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
+from transfer.datasets import DetectionData, load_data, require_a_batch
 from transfer.models import build_detector, load_resnet
 from transfer.records import write_transfer_record
 
@@ -96,8 +95,7 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                      extra: dict[str, Any], resume: bool) -> Path:
     main, world, started = distributed.is_main(), distributed.world_size(), time.perf_counter()
     s = cfg.solver
-    if s.batch_size % world:
-        raise ConfigError(f"solver.batch_size: {s.batch_size} is not divisible by the {world} processes")
+    local_batch = per_process_batch(cfg, world)
     run_dir = transfer_run_dir(cfg)
     if not resume:
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
@@ -105,10 +103,7 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     torch.manual_seed(cfg.run.seed)
     resnet, info = load_resnet(weights, cfg.detector.arch)  # before the data: a bad file fails at once
     data = load_data(cfg)
-    local_batch = s.batch_size // world
-    if len(data.train) < local_batch:
-        raise DatasetError(f"{'+'.join(cfg.data.train)}: {len(data.train)} training images with objects, fewer "
-                           f"than a batch of {local_batch}")
+    require_a_batch(cfg, data, local_batch)
     model = build_model(cfg, resnet, len(data.class_names), device)
     optimizer = engine.build_optimizer(model, s)
     start = _resume(run_dir, model, optimizer) if resume else 0
@@ -174,18 +169,9 @@ def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: to
     test_set = engine.DetectionDataset(data.test, train=False)
     kwargs = dict(device=device, amp=cfg.run.amp, batch_size=cfg.run.test_batch_size, workers=cfg.data.workers,
                   progress=progress)
-    if cfg.task == "voc":
-        from transfer.metrics import voc_evaluate
+    from transfer.metrics import score
 
-        found = engine.predict(model, test_set, engine.voc_detections(data.test), **kwargs)
-        detections: dict[int, list] = {k: [] for k in range(len(data.class_names))}
-        for class_id, detection in found:
-            detections[class_id].append(detection)
-        return voc_evaluate(detections, data.test, data.class_names) if distributed.is_main() else {}
-    from transfer.metrics import coco_evaluate
-
-    convert = engine.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask)
-    results = engine.predict(model, test_set, convert, **kwargs)
-    if not distributed.is_main():
-        return {}
-    return coco_evaluate(results, data.coco_gt, iou_types=("bbox", "segm") if cfg.detector.mask else ("bbox",))
+    convert = (engine.voc_detections(data.test) if cfg.task == "voc" else
+               engine.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask))
+    found = engine.predict(model, test_set, convert, **kwargs)
+    return score(cfg.task, found, data, masks=cfg.detector.mask) if distributed.is_main() else {}

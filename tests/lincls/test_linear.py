@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lincls.backbone import load_backbone
 from lincls.linear import LinearConfig, freeze_all_but_fc, linear_eval, load_linear_config, sanity_check
 from moco_core import checkpoint
+from moco_core.backbone import load_backbone
 from moco_core.config import ConfigError, replace
 from moco_core.train import pretrain
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torchvision
 
-from lincls.backbone import infer_arch, load_backbone
 from moco_core import checkpoint
+from moco_core.backbone import infer_arch, load_backbone
 from moco_core.config import ModelConfig
 from moco_core.methods import build_moco
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lincls.backbone import load_backbone
 from moco_core import checkpoint
+from moco_core.backbone import load_backbone
 from moco_core.config import PretrainConfig, replace
 from moco_core.mechanisms import EndToEnd, MemoryBank
 from moco_core.train import pretrain

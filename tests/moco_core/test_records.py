@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lincls import records
-from lincls.backbone import BackboneInfo
+from moco_core import records
+from moco_core.backbone import BackboneInfo
 
 INFO = BackboneInfo(source="random", format="random", arch="resnet18", sha256=None, pretrain={"method": "random init"})
 

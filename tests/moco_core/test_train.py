@@ -14,7 +14,7 @@ import yaml
 from moco_core import checkpoint
 from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, replace
 from moco_core.data import DatasetError
-from moco_core.engine import NonFiniteLossError
+from moco_core.errors import NonFiniteLossError
 from moco_core.train import check_run, learning_rate, pretrain
 
 
@@ -130,7 +130,7 @@ def test_supervised_baseline_learns_a_separable_set(tmp_path: Path) -> None:
     """Two classes that differ in brightness: the supervised method must reach high training accuracy."""
     from PIL import Image
 
-    from lincls.backbone import load_backbone
+    from moco_core.backbone import load_backbone
     from tests.conftest import tiny_config
 
     for label, value in (("dark", 30), ("light", 220)):

@@ -92,7 +92,7 @@ def test_sweep_runs_each_point_writes_records_and_resumes(tiny_cfg, shapes_root:
 
 def test_diverging_point_is_reported_failed_not_raised(tiny_cfg, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from moco_core.engine import NonFiniteLossError
+    from moco_core.errors import NonFiniteLossError
 
     def diverge(cfg, **kwargs):
         raise NonFiniteLossError("loss became nan at epoch 1, step 3")
