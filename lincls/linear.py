@@ -187,36 +187,87 @@ def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = Tru
         return _linear_eval(cfg, pretrained, device, show_progress, extra or {}, resume)
 
 
+@dataclass
+class _Setup:
+    """What the epochs of one evaluation work with (built by :func:`_set_up`)."""
+
+    model: nn.Module  # the backbone with its new fc
+    info: BackboneInfo
+    initial: dict[str, torch.Tensor]  # every non-fc tensor as loaded: the sanity check compares against it
+    head: nn.Module  # what is trained and evaluated: the model, or fc alone on cached features
+    trained: nn.Module  # the head, wrapped in DDP with several processes
+    optimizer: torch.optim.Optimizer
+    sampler: DistributedSampler
+    train_loader: DataLoader
+    val_source: Any
+    splits: Splits
+
+
 def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool,
                  extra: dict[str, Any], resume: bool) -> Path:
-    main, world = distributed.is_main(), distributed.world_size()
+    main = distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
     if not resume:  # a finished or checkpointed evaluation keeps its fc, config and metrics
         hint = "pass --resume to continue or extend it, or choose another --output-dir"
         require_fresh(run_dir, ("result.json",), "a finished linear evaluation", hint)
         require_fresh(run_dir, (LINEAR_LAST,), "an unfinished linear evaluation", hint)
+    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
+    run = _set_up(cfg, pretrained, device, failures)
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
+    history: list[dict[str, float]] = []
+    first = _restore(run_dir / LINEAR_LAST, pretrained, run.model.fc, run.optimizer, history) if resume else 0
+    if first >= cfg.optim.epochs:
+        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
+                          f"to extend the evaluation")
+    step, started = first * len(run.train_loader), time.perf_counter()
+    metrics.truncate_after(step)
+    progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
+                        enabled=main and show_progress)
+    for epoch in range(first, cfg.optim.epochs):
+        step, loss, lr = _train_epoch(cfg, run, epoch, step, device, progress)
+        acc = evaluate(run.head, run.val_source, device, cfg.run.amp, len(run.splits.classes))
+        history.append({"epoch": epoch, **acc})
+        metrics.write(epoch=epoch, step=step, loss=loss, lr=lr, **acc)
+        progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 {acc['top5']:.2f}")
+        note = failures.report(f"epoch {epoch + 1}") if main else None
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
+        if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
+            checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": run.model.fc.state_dict(),
+                                    "optimizer": run.optimizer.state_dict(), "history": history,
+                                    "pretrained": pretrained, "rng": checkpoint.rng_state(), "config": to_dict(cfg)},
+                                   run_dir / LINEAR_LAST)
+    sanity_check(run.model, run.info, run.initial)
+    if not main:
+        return run_dir / "result.json"
+    return _write_result(cfg, run, history, run_dir, started, extra)
+
+
+def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: DecodeFailures) -> _Setup:
+    """The data, the backbone with a new fc, the optimizer and the loaders; one-line errors for what cannot run."""
+    world = distributed.world_size()
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     if cfg.run.cached_features and world > 1:
         raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
-    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures)
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch)
     initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
     model = model.to(device)
-    params = freeze_all_but_fc(model)
-    optimizer = torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+    optimizer = torch.optim.SGD(freeze_all_but_fc(model), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)
     local_batch = cfg.optim.batch_size // world
-    # Each rank evaluates a disjoint shard (no padding, unlike DistributedSampler): the summed counts are exact.
-    shard = Subset(splits.val, range(distributed.rank(), len(splits.val), world))
-    val_loader = DataLoader(shard, batch_size=local_batch, num_workers=cfg.data.workers)
     if cfg.run.cached_features:
         train_source, val_source, head = _cached(model, splits, local_batch, cfg, device)
     else:
-        train_source = splits.train
-        val_source, head = val_loader, model
+        # Each rank evaluates a disjoint shard (no padding, unlike DistributedSampler): the summed counts are exact.
+        shard = Subset(splits.val, range(distributed.rank(), len(splits.val), world))
+        train_source, head = splits.train, model
+        val_source = DataLoader(shard, batch_size=local_batch, num_workers=cfg.data.workers)
     sampler = DistributedSampler(train_source, num_replicas=world, rank=distributed.rank(), shuffle=True,
                                  seed=cfg.run.seed)
     train_loader = DataLoader(train_source, batch_size=local_batch, sampler=sampler,
@@ -226,65 +277,52 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(head, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": info.format,
-                                                 "world_size": world, "device": str(device)})
-    history: list[dict[str, float]] = []
-    first = _restore(run_dir / LINEAR_LAST, pretrained, model.fc, optimizer, history) if resume else 0
-    if first >= cfg.optim.epochs:
-        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
-                          f"to extend the evaluation")
-    step, started = first * len(train_loader), time.perf_counter()
-    metrics.truncate_after(step)
-    progress = Progress(len(train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
-                        enabled=main and show_progress)
-    for epoch in range(first, cfg.optim.epochs):
-        lr = linear_lr(cfg.optim, epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        sampler.set_epoch(epoch)
-        trained.eval()  # BN statistics must not move: fc is trained on the frozen network's features
-        for inputs, target, _ in train_loader:
-            with autocast(device, cfg.run.amp):
-                loss = F.cross_entropy(trained(inputs.to(device, non_blocking=True)).float(), target.to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            progress.update(step, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
-        if not math.isfinite(loss.item()):
-            raise NonFiniteLossError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower "
-                                     f"optim.lr")
-        acc = evaluate(head, val_source, device, cfg.run.amp, len(splits.classes))
-        history.append({"epoch": epoch, **acc})
-        metrics.write(epoch=epoch, step=step, loss=loss.item(), lr=lr, **acc)
-        progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 {acc['top5']:.2f}")
-        note = failures.report(f"epoch {epoch + 1}") if main else None
-        if note:
-            print(f"warning: {note}", file=sys.stderr)
-        if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
-            checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": model.fc.state_dict(),
-                                    "optimizer": optimizer.state_dict(), "history": history, "pretrained": pretrained,
-                                    "rng": checkpoint.rng_state(), "config": to_dict(cfg)}, run_dir / LINEAR_LAST)
-    sanity_check(model, info, initial)
+    return _Setup(model, info, initial, head, trained, optimizer, sampler, train_loader, val_source, splits)
+
+
+def _train_epoch(cfg: LinearConfig, run: _Setup, epoch: int, step: int, device: torch.device,
+                 progress: Progress) -> tuple[int, float, float]:
+    """One epoch of fc training; (steps done so far, last loss, lr). A NaN or inf loss stops the evaluation."""
+    lr = linear_lr(cfg.optim, epoch)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    run.sampler.set_epoch(epoch)
+    run.trained.eval()  # BN statistics must not move: fc is trained on the frozen network's features
+    for inputs, target, _ in run.train_loader:
+        with autocast(device, cfg.run.amp):
+            loss = F.cross_entropy(run.trained(inputs.to(device, non_blocking=True)).float(), target.to(device))
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        step += 1
+        progress.update(step, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
+    if not math.isfinite(loss.item()):
+        raise NonFiniteLossError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower "
+                                 f"optim.lr")
+    return step, loss.item(), lr
+
+
+def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]], run_dir: Path, started: float,
+                  extra: dict[str, Any]) -> Path:
+    """The final fc and the result record (main process); a summary line."""
     best = max(history, key=lambda h: h["top1"])
     result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],
               "best_top5": best["top5"], "best_epoch": best["epoch"]}
-    record = run_dir / "result.json"
-    if main:
-        checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": info.arch, "state_dict": model.state_dict(),
-                                "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
-        protocol = "linear-cached" if cfg.run.cached_features else "linear"
-        record = write_record(record, task="linear", protocol=protocol, metrics=result, backbone=info,
-                     dataset={"path": cfg.data.path, "classes": len(splits.classes), "train_images": len(splits.train),
-                              "val_images": len(splits.val)}, config=to_dict(cfg), history=history,
-                     extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
-                            "note": "not the paper's protocol: fc trained on cached center-crop features"
-                            if cfg.run.cached_features else "the paper's protocol", **extra})
-        print(f"{protocol}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
-              f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
-              file=sys.stderr)
+    checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": run.info.arch, "state_dict": run.model.state_dict(),
+                            "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
+    protocol = "linear-cached" if cfg.run.cached_features else "linear"
+    splits = run.splits
+    record = write_record(run_dir / "result.json", task="linear", protocol=protocol, metrics=result,
+                          backbone=run.info, dataset={"path": cfg.data.path, "classes": len(splits.classes),
+                                                      "train_images": len(splits.train),
+                                                      "val_images": len(splits.val)},
+                          config=to_dict(cfg), history=history,
+                          extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
+                                 "note": "not the paper's protocol: fc trained on cached center-crop features"
+                                 if cfg.run.cached_features else "the paper's protocol", **extra})
+    print(f"{protocol}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
+          f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
+          file=sys.stderr)
     return record
 
 
