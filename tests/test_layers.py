@@ -1,0 +1,65 @@
+"""The packages' layering, read from the source with ``ast`` (nothing is imported): shared services live in
+moco_core, lincls and transfer import only moco_core, no module imports itself back through others.
+
+``python -m pytest tests/test_layers.py -s`` prints the package graph."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("moco_core", "lincls", "transfer", "sweeps", "moco_demo", "reports")
+ALLOWED = {  # package -> the packages of ours it may import
+    "moco_core": set(), "lincls": {"moco_core"}, "transfer": {"moco_core"}, "reports": {"moco_core"},
+    "sweeps": {"moco_core", "lincls"}, "moco_demo": {"moco_core", "lincls", "transfer", "reports"},
+}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """module ("transfer.run") -> the modules of ours it imports, at the top or inside functions."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).glob("*.py")):
+            me = f"{package}.{path.stem}"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names: list[str] = []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] in PACKAGES and len(parts) >= 2 and (ROOT / parts[0] / f"{parts[1]}.py").is_file():
+                        graph[me].add(f"{parts[0]}.{parts[1]}")
+    return graph
+
+
+def test_packages_import_only_what_their_layer_allows() -> None:
+    graph = module_imports()
+    packages: dict[str, set[str]] = defaultdict(set)
+    for module, targets in graph.items():
+        packages[module.split(".")[0]] |= {t.split(".")[0] for t in targets} - {module.split(".")[0]}
+    for package in PACKAGES:
+        print(f"{package:10s} -> {', '.join(sorted(packages[package])) or '-'}")
+    assert {p: packages[p] - ALLOWED[p] for p in PACKAGES if packages[p] - ALLOWED[p]} == {}
+    shared = {t for module, targets in graph.items() if module.startswith("reports.") for t in targets
+              if not t.startswith("reports.")}
+    assert shared == {"moco_core.errors"}  # reports run where torch is not installed
+
+
+def test_no_module_imports_itself_back() -> None:
+    graph = module_imports()
+    cycles = set()
+
+    def walk(start: str, node: str, path: tuple[str, ...]) -> None:
+        for target in graph.get(node, ()):
+            if target == start:
+                cycles.add(tuple(sorted(path)))
+            elif target not in path:
+                walk(start, target, (*path, target))
+
+    for module in list(graph):
+        walk(module, module, (module,))
+    assert not cycles, sorted(cycles)
