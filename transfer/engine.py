@@ -18,10 +18,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from moco_core import distributed
 from moco_core.errors import NonFiniteLossError
+from moco_core.preemption import ResumableSampler
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.runtime import autocast
 from transfer.config import SolverConfig
@@ -99,12 +100,17 @@ def collate(samples: list[tuple[torch.Tensor, dict[str, torch.Tensor], int]]) ->
     return list(images), list(targets), list(indices)
 
 
-def endless(loader: DataLoader, sampler: DistributedSampler, epoch: int = 0) -> Iterator[Batch]:
-    """Batches forever, reshuffled every pass (the training is counted in iterations, not epochs)."""
+def endless(loader: DataLoader, sampler: ResumableSampler, start: int = 0) -> Iterator[Batch]:
+    """Batches forever, reshuffled every pass (the training is counted in iterations, not epochs), beginning at
+    iteration ``start``: a resumed run sees the batches an uninterrupted one would, in the same order (the pass
+    it was in, from the batch it had reached; ``loader`` drops the last partial batch of each pass)."""
+    per_pass = len(sampler) // loader.batch_size
+    epoch, skip = divmod(start, per_pass)
     while True:
         sampler.set_epoch(epoch)
+        sampler.start = skip * loader.batch_size  # read when the pass's iterator is made
         yield from loader
-        epoch += 1
+        sampler.start, skip, epoch = 0, 0, epoch + 1
 
 
 def learning_rate(cfg: SolverConfig, iteration: int) -> float:

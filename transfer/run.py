@@ -18,10 +18,11 @@ from typing import Any
 import torch
 import torchvision
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, to_dict
+from moco_core.preemption import ResumableSampler
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import resolve_device
@@ -113,12 +114,12 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                                                       else None)
     train_set = engine.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
                                         masks=cfg.detector.mask)
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
-                                 seed=cfg.run.seed, drop_last=True)
+    sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
+                               seed=cfg.run.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                         collate_fn=engine.collate, drop_last=True, pin_memory=device.type == "cuda",
                         persistent_workers=cfg.data.workers > 0)
-    batches = engine.endless(loader, sampler, epoch=start * s.batch_size // len(train_set))
+    batches = engine.endless(loader, sampler, start)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
     if main:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,3 +133,57 @@ def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_p
     again = json.loads(evaluate(longer, "random", show_progress=False, resume=True).read_text())
     assert [h["iteration"] for h in again["history"]] == [25, 26]
     assert torch.load(tmp_path / "run" / "checkpoint_last.pth.tar", weights_only=True)["iteration"] == 26
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_resumed_fine_tuning_sees_the_batches_an_uninterrupted_one_would(tiny_voc: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the checkpoint at iteration 8 (inside the second pass over 24 images in batches of 2), then
+    --resume: the training images come in the order of a run never killed, from the batch it had reached (the old
+    engine restarted the pass, or started one at the wrong point)."""
+    from moco_core import checkpoint
+
+    seen: list[int] = []
+    real_getitem = engine.DetectionDataset.__getitem__
+
+    def spy(self: Any, index: int) -> Any:
+        if self.train:
+            seen.append(index)
+        return real_getitem(self, index)
+
+    monkeypatch.setattr(engine.DetectionDataset, "__getitem__", spy)
+
+    def config(out: str) -> Any:
+        return load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=16", "solver.steps=[12]",
+                                                           "solver.precise_bn_iters=0", "run.checkpoint_every=4",
+                                                           f"data.classes={list(CLASSES)}"],
+                                    {"engine": "torchvision", "data": {"path": str(tiny_voc)},
+                                     "run": {"output_dir": str(tmp_path / out)}})
+
+    evaluate(config("straight"), "random", show_progress=False)
+    straight, seen[:] = list(seen), []
+    assert len(straight) == 32  # 16 iterations of 2: a pass of 12 batches and 4 of the next
+    real_save = checkpoint.save_atomic
+
+    def save_then_crash(obj: dict, path: Path) -> None:
+        real_save(obj, path)
+        if obj.get("iteration") == 8:
+            raise _Crash
+
+    monkeypatch.setattr(checkpoint, "save_atomic", save_then_crash)
+    with pytest.raises(_Crash):
+        evaluate(config("killed"), "random", show_progress=False)
+    assert seen == straight[:16]
+    monkeypatch.setattr(checkpoint, "save_atomic", real_save)
+    seen[:] = []
+    evaluate(config("killed"), "random", show_progress=False, resume=True)
+    assert seen == straight[16:]
+    seen[:] = []
+    cfg = config("late")  # a resume in the second pass
+    evaluate(replace(cfg, solver={"iterations": 14}), "random", show_progress=False)
+    seen[:] = []
+    evaluate(cfg, "random", show_progress=False, resume=True)
+    assert seen == straight[28:]
