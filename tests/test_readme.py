@@ -244,6 +244,21 @@ def test_readme_command(command: str, workspace: dict[str, Path]) -> None:
     assert code == 0, output[-3000:]
     assert "Traceback" not in output
     _check(command, workspace["work"], output)
+    _drop_weights(command, workspace["work"])
+
+
+def _drop_weights(command: str, work: Path) -> None:
+    """Checked: the run's weight files go (CI's disk is small); later commands read only runs/embedded's
+    checkpoint, the supervised baseline's and the records."""
+    shrink = RUN[command] or []
+    out = next((s.split("=", 1)[1] for s in shrink if s.startswith("run.output_dir=")), None)
+    if "--output-dir " in command:
+        out = command.split("--output-dir ")[1].split()[0]
+    if out is None or out in ("runs/embedded", "runs/supervised_embedded") or not (work / out).is_dir():
+        return
+    for pattern in ("*.pth.tar", "*.pth", "*.pkl"):
+        for path in (work / out).rglob(pattern):
+            path.unlink()
 
 
 @pytest.mark.slow
