@@ -34,9 +34,9 @@ class OneLineUsageErrors(TyperGroup):
             print_error(f"{err.strerror or err}{where}")
             sys.exit(2)
         except Exception as err:
-            if not hasattr(err, "format_message") or type(err).__name__ == "NoArgsIsHelpError":
-                if type(err).__name__ == "NoArgsIsHelpError":  # ``moco`` alone: the help, as typer shows it
-                    return super().main(*args, standalone_mode=True, **kwargs)
+            if type(err).__name__ == "NoArgsIsHelpError":  # ``moco`` alone: the help, as typer shows it
+                return super().main(*args, standalone_mode=True, **kwargs)
+            if not hasattr(err, "format_message"):  # not a usage error
                 raise
             print_error(" ".join(str(err.format_message()).split()) + " (see --help)")
             sys.exit(getattr(err, "exit_code", 2))

@@ -244,7 +244,7 @@ def not_a_pickle(path: Path) -> str | None:
     if head.startswith(b"version https://git-lfs"):
         return "it is a git-LFS pointer, the file itself was never fetched: run git lfs pull"
     lower = head.lower()
-    if lower.lstrip().startswith((b"<!doctype html", b"<html")) or b"<html" in lower:
+    if lower.lstrip().startswith(b"<!doctype html") or b"<html" in lower:
         return "it is an HTML page (a download that returned a web page, such as a sign-in or error page)"
     try:
         text = head.decode("utf-8")

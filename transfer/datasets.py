@@ -71,10 +71,6 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
                       f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
 
 
-def is_standard(name: str) -> bool:
-    return _STANDARD.fullmatch(name) is not None
-
-
 @dataclass
 class DetectionData:
     """The training and test dataset dicts with what evaluation needs."""
