@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from cluster import cli as cluster_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from moco_core.errors import print_error
@@ -60,6 +61,8 @@ app.add_typer(eval_app, name="eval")
 app.command("convert")(transfer_cli.convert_cli)
 app.command("report")(reports_cli.report_cli)
 app.command("demo")(demo_cli.demo_cli)
+app.command("launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    cluster_cli.launch_cli)
 
 
 def main() -> None:

@@ -38,14 +38,24 @@ class ResumableSampler(DistributedSampler):
         return self.num_samples - self.start
 
 
+EXTRA_STOP_SIGNALS: list[int] = []  # more signals that stop a run cleanly (``moco launch``: the pre-emption one)
+last_stop: str | None = None  # the signal that stopped this process's last run (None: it was not stopped)
+
+
+def stop_signals() -> tuple[int, ...]:
+    return (signal.SIGTERM, *EXTRA_STOP_SIGNALS)
+
+
 def ignore_sigterm(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: a scheduler signals every process of the job, and a worker killed by it
-    would fail the step the main process is finishing; the workers stop when the main process lets them go."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    would fail the step the main process is finishing; the workers stop when the main process lets them go.
+    The same holds for the other stop signals."""
+    for sig in stop_signals():
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class StopSignal:
-    """Records SIGTERM (and SIGINT if asked) while installed; ``requested(step)`` says when to stop.
+    """Records SIGTERM (and the other :func:`stop_signals`) while installed; ``requested(step)`` says when to stop.
 
     With several processes every rank must stop after the same step, or the others would wait in a collective
     forever: the flag is combined across ranks (a max all-reduce) every ``every`` steps, so a stop happens at
@@ -53,14 +63,16 @@ class StopSignal:
     A second signal restores the default action, so a stuck run can still be killed.
     """
 
-    def __init__(self, device: torch.device, *, every: int, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+    def __init__(self, device: torch.device, *, every: int, signals: tuple[int, ...] | None = None) -> None:
         self.device = device
         self.every = every
-        self.signals = signals
+        self.signals = stop_signals() if signals is None else signals
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignal:
+        global last_stop
+        last_stop = None
         if threading.current_thread() is threading.main_thread():  # signal handlers can only live there
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -72,7 +84,8 @@ class StopSignal:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signal.Signals(signum).name
+        global last_stop
+        self.received = last_stop = signal.Signals(signum).name
         signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
         print(f"\n{self.received} received: stopping after this step with a checkpoint "
               f"(send it again to stop at once)", file=sys.stderr, flush=True)

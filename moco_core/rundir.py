@@ -41,6 +41,7 @@ def code_version() -> str:
 
 
 def environment() -> dict[str, Any]:
+    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")  # moco launch, or any sbatch
     return {
         "code_version": code_version(),
         "python": platform.python_version(),
@@ -49,6 +50,7 @@ def environment() -> dict[str, Any]:
         "host": socket.gethostname(),
         "argv": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **({"scheduler_job": job} if job else {}),
     }
 
 

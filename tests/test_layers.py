@@ -10,10 +10,11 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("moco_core", "lincls", "transfer", "sweeps", "moco_demo", "reports")
+PACKAGES = ("moco_core", "lincls", "transfer", "sweeps", "moco_demo", "reports", "cluster")
 ALLOWED = {  # package -> the packages of ours it may import
     "moco_core": set(), "lincls": {"moco_core"}, "transfer": {"moco_core"}, "reports": {"moco_core"},
-    "sweeps": {"moco_core", "lincls"}, "moco_demo": {"moco_core", "lincls", "transfer", "reports"},
+    "sweeps": {"moco_core", "lincls"}, "cluster": {"moco_core"},
+    "moco_demo": {"moco_core", "lincls", "transfer", "reports"},
 }
 
 

@@ -60,6 +60,12 @@ RUN: dict[str, list[str] | None] = {
     "moco pretrain -c embedded --set model.temperature=0.1 --set optim.epochs=30": EMBEDDED,
     "moco pretrain --resume runs/embedded --set optim.epochs=30": ["optim.epochs=2"],
     "moco pretrain -c moco_v2_200ep --data x --print-config": None,
+    "moco launch --nodes 2 --gpus-per-node 8 --partition learn --time 4320 -- pretrain -c moco_v2_200ep --data "
+    "/data/imagenet --output-dir /checkpoints/v2_200ep": None,
+    "moco launch --gpus-per-node 8 --partition learn -- eval linear /checkpoints/v2_200ep/checkpoint_last.pth.tar "
+    "--data /data/imagenet --output-dir /checkpoints/v2_200ep/linear": None,
+    "moco launch --cluster local --gpus-per-node 0 --tasks-per-node 2 --wait -- pretrain -c embedded --output-dir "
+    "runs/launched": EMBEDDED,
     "moco eval linear runs/embedded/checkpoint_last.pth.tar -c lincls_embedded": [
         "optim.epochs=1", "data.workers=0", "run.output_dir=runs/linear_moco"],
     "moco eval linear random --arch resnet18 -c lincls_embedded": [
@@ -154,7 +160,7 @@ def _invoke(args: list[str], cwd: Path) -> object:
 def _args(command: str, paths: dict[str, Path], shrink: list[str] | None) -> list[str]:
     """The command's arguments after the program, with the user's paths replaced and the shrinking appended."""
     text = (command.replace("/data/imagenet", str(paths["imagenet"])).replace("/data/datasets", str(paths["datasets"]))
-            .replace("/data/mine", str(paths["mine"]))
+            .replace("/data/mine", str(paths["mine"])).replace("/checkpoints", str(paths["work"] / "checkpoints"))
             .replace("$DETECTRON2_DATASETS", str(paths["datasets"])))
     args = shlex.split(text)
     if "--nproc" in args:
@@ -184,7 +190,14 @@ def _run(command: str, paths: dict[str, Path], shrink: list[str] | None) -> tupl
         done = subprocess.run(args, cwd=paths["work"], capture_output=True, text=True, env=env, timeout=300)
         return done.returncode, done.stdout + done.stderr
     assert args[0] == "moco", command
-    if "--nproc" in args:  # several processes: through a real process, as the launcher's exit code matters
+    if args[1] == "launch":  # SLURM is not installed here: a stand-in sbatch takes the script and answers as it does
+        stand_in = paths["work"].parent / "slurm-bin"
+        stand_in.mkdir(exist_ok=True)
+        for name, script in (("sbatch", "echo Submitted batch job 4242"), ("srun", "exit 1")):
+            (stand_in / name).write_text(f"#!/bin/sh\n{script}\n")
+            (stand_in / name).chmod(0o755)
+        env["PATH"] = f"{stand_in}{os.pathsep}{env['PATH']}"
+    if "--nproc" in args or args[1] == "launch":  # through a real process: the launcher's exit code matters
         done = subprocess.run([sys.executable, "-m", "cli", *args[1:]], cwd=paths["work"], capture_output=True,
                               text=True, env=env, timeout=300)
         return done.returncode, done.stdout + done.stderr
@@ -203,7 +216,19 @@ def _check(command: str, work: Path, output: str) -> None:
     """What each command must have left behind, beyond exit code 0 and no traceback."""
     shrink = RUN[command] or []
     out_dir = next((s.split("=", 1)[1] for s in shrink if s.startswith("run.output_dir=")), None)
-    if "--print-config" in command:
+    if command.startswith("moco launch"):
+        run_dir = work / command.split("--output-dir ")[1].split()[0].replace("/checkpoints", "checkpoints")
+        (submitted,) = json.loads((run_dir / "launch.json").read_text())["submissions"]
+        if "--cluster local" in command:  # run here, to its end, as 2 processes
+            start = json.loads((run_dir / "run.json").read_text())["starts"][-1]
+            assert start["world_size"] == 2 and start["scheduler_job"] == submitted["job_id"]
+            assert checkpoint.load(run_dir / checkpoint.LAST)["epoch"] == 1
+        else:
+            script = Path(submitted["script"]).read_text()
+            assert submitted["job_id"] == "4242" and "#SBATCH --partition=learn" in script
+            assert f"#SBATCH --nodes={2 if '--nodes 2' in command else 1}" in script
+            assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --signal=USR2@120" in script
+    elif "--print-config" in command:
         assert "path: x" in output and "mlp: true" in output and "temperature: 0.2" in output
     elif command.startswith(("moco pretrain", "torchrun")):
         ckpt = checkpoint.load(work / (out_dir or "runs/embedded") / checkpoint.LAST)

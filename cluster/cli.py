@@ -1,0 +1,143 @@
+"""``moco launch [options] -- COMMAND``: submit a pretraining or an evaluation as a job (submitit)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from moco_core.errors import UserError, print_error
+
+CLUSTERS = ("slurm", "local")
+
+
+def launch_cli(
+    ctx: typer.Context,
+    cluster: Annotated[str, typer.Option(help="slurm (sbatch), or local: this machine, the same job (to try it).")]
+    = "slurm",
+    nodes: Annotated[int, typer.Option(help="Machines.")] = 1,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per machine; one process each.")] = 8,
+    tasks_per_node: Annotated[int | None, typer.Option(
+        help="Processes per machine (default: one per GPU; set it for CPU jobs).")] = None,
+    cpus_per_task: Annotated[int | None, typer.Option(help="CPU cores per process (data loading).")] = None,
+    mem_gb: Annotated[int | None, typer.Option(help="Memory per machine, GiB.")] = None,
+    time_min: Annotated[int, typer.Option("--time", help="Time limit per start, minutes; the job checkpoints "
+                                          "and requeues itself before it.")] = 4320,
+    partition: Annotated[str | None, typer.Option(help="SLURM partition.")] = None,
+    account: Annotated[str | None, typer.Option(help="SLURM account.")] = None,
+    constraint: Annotated[str | None, typer.Option(help="SLURM constraint (e.g. a GPU type).")] = None,
+    signal_delay: Annotated[int, typer.Option(help="Seconds before the time limit when the job is told to stop "
+                                              "(it finishes its step and checkpoints).")] = 120,
+    max_timeouts: Annotated[int, typer.Option(help="Requeues after hitting the time limit (pre-emptions are not "
+                                              "counted).")] = 20,
+    folder: Annotated[str | None, typer.Option(help="Job scripts and logs (default: RUN_DIR/jobs).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end; exit with its status.")] = False,
+) -> None:
+    """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) as a job that requeues itself.
+
+    Example: moco launch --nodes 2 --gpus-per-node 8 --partition learn -- pretrain -c moco_v2_200ep
+    --data /data/imagenet --output-dir /checkpoints/v2_200ep
+    """
+    try:
+        job, record = submit(list(ctx.args), cluster=cluster, nodes=nodes, gpus_per_node=gpus_per_node,
+                             tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
+                             time_min=time_min, partition=partition, account=account, constraint=constraint,
+                             signal_delay=signal_delay, max_timeouts=max_timeouts, folder=folder)
+    except UserError as err:
+        print_error(err)
+        raise typer.Exit(err.exit_code) from None
+    print(f"submitted job {record['job_id']} ({cluster}, {record['tasks']} processes); run directory: "
+          f"{record['run_dir']}; logs: {record['logs']}")
+    if wait:
+        raise typer.Exit(wait_for(job))
+
+
+def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tasks_per_node: int | None,
+           cpus_per_task: int | None, mem_gb: int | None, time_min: int, partition: str | None,
+           account: str | None, constraint: str | None, signal_delay: int, max_timeouts: int,
+           folder: str | None) -> tuple[Any, dict[str, Any]]:
+    """Check the command, submit it, and add the submission to the run directory's ``launch.json``."""
+    from cluster.job import Command, Job, LaunchError, read_record, run_moco, write_record
+
+    if cluster not in CLUSTERS:
+        raise LaunchError(f"--cluster: expected one of {', '.join(CLUSTERS)}, got {cluster!r}")
+    for name, value, least in (("--nodes", nodes, 1), ("--gpus-per-node", gpus_per_node, 0), ("--time", time_min, 1),
+                               ("--tasks-per-node", tasks_per_node, 1), ("--signal-delay", signal_delay, 0),
+                               ("--max-timeouts", max_timeouts, 0), ("--cpus-per-task", cpus_per_task, 1),
+                               ("--mem-gb", mem_gb, 1)):
+        if value is not None and value < least:
+            raise LaunchError(f"{name}: must be >= {least}, got {value}")
+    if cluster == "local" and nodes > 1:
+        raise LaunchError("--nodes: the local cluster is this one machine")
+    try:
+        import submitit  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise LaunchError("moco launch needs submitit: pip install 'moco[slurm]' (or pip install submitit)") from None
+    command = Command.parse(argv)
+    if command.name != "eval linear":  # what the run would refuse, refused now rather than in a queued job
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run_moco([*command.name.split(), *command.args, "--print-config"])
+        if code:
+            raise LaunchError(f"moco {command.name}: " + (err.getvalue().strip().removeprefix("error: ") or
+                                                          f"exit status {code}"))
+    tasks = tasks_per_node or max(gpus_per_node, 1)
+    jobs = Path(folder).expanduser().absolute() if folder else command.run_dir / "jobs"
+    try:
+        job = _executor(cluster, jobs, nodes=nodes, tasks=tasks, gpus_per_node=gpus_per_node, time_min=time_min,
+                        signal_delay=signal_delay, max_timeouts=max_timeouts, job_name=f"moco-{command.name}",
+                        slurm={"partition": partition, "account": account, "constraint": constraint,
+                               "mem": f"{mem_gb}GB" if mem_gb else None, "cpus_per_task": cpus_per_task},
+                        ).submit(Job(command))
+    except Exception as err:  # no sbatch, or the scheduler refused: what it said, on one line
+        raise LaunchError(f"submitting to {cluster} failed: {err}") from None
+    logs = str(job.paths.stdout).replace(f"_{job.paths.task_id}_", "_<rank>_") if hasattr(job, "paths") else ""
+    entry = {"job_id": str(job.job_id), "cluster": cluster, "tasks": nodes * tasks, "nodes": nodes,
+             "gpus_per_node": gpus_per_node, "time_min": time_min, "argv": ["moco", *argv], "folder": str(jobs),
+             "logs": logs, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if cluster == "slurm":
+        entry["script"] = str(jobs / f"{job.job_id}_submission.sh")
+    record = read_record(command.run_dir)
+    record.setdefault("submissions", []).append(entry)
+    write_record(command.run_dir, record)
+    return job, {**entry, "run_dir": str(command.run_dir)}
+
+
+def _executor(cluster: str, folder: Path, *, nodes: int, tasks: int, gpus_per_node: int, time_min: int,
+              signal_delay: int, max_timeouts: int, job_name: str, slurm: dict[str, Any]) -> Any:
+    import submitit
+
+    if cluster == "local":
+        executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_timeouts)
+        executor.update_parameters(tasks_per_node=tasks, gpus_per_node=gpus_per_node, timeout_min=time_min,
+                                   signal_delay_s=signal_delay)
+        return executor
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_timeouts)
+    executor.update_parameters(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus_per_node or None,
+                               time=time_min, signal_delay_s=signal_delay, job_name=job_name.replace(" ", "-"),
+                               **{k: v for k, v in slurm.items() if v is not None})
+    return executor
+
+
+def wait_for(job: Any) -> int:
+    """Block until ``job`` ends: 0 when it succeeded, else 1 with the error its command printed (or raised)."""
+    try:
+        job.results()  # one per task
+    except Exception as err:  # submitit re-raises a failed task with its traceback as text
+        print_error(f"job {job.job_id} failed: {_cause(job, err)} (log: {job.paths.stderr})")
+        return 1
+    return 0
+
+
+def _cause(job: Any, err: Exception) -> str:
+    try:
+        log = job.stderr() or ""
+    except Exception:  # a log that cannot be read: the exception says enough
+        log = ""
+    said = [line.removeprefix("error: ") for line in log.splitlines() if line.startswith("error: ")]
+    raised = [line.strip() for line in str(err).splitlines() if line[:1].isalpha() and "Error" in line.split(":")[0]]
+    return (said or raised or [type(err).__name__])[-1]

@@ -1,0 +1,169 @@
+"""One ``moco`` command as a scheduler job (submitit) that requeues itself when pre-empted or out of time.
+
+What the job runs is the command a user would type, in each of the job's tasks, one task per GPU, wired as one
+torch.distributed group from the scheduler's variables. Every start (the first, a requeue, a resubmission)
+resumes from what the run directory holds, so a job never needs to be edited to continue.
+
+SLURM sends the pre-emption signal (submitit's, SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) some
+time before it stops a job. Pretraining treats it like SIGTERM: every rank finishes the same step and the main
+process writes a checkpoint; then submitit's own handler requeues the job. Evaluations checkpoint per epoch or
+per ``run.checkpoint_every`` iterations and are requeued at once, losing at most that much work. SIGTERM alone
+(``scancel``) stops a pretraining cleanly with a checkpoint and does not requeue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moco_core import preemption
+from moco_core.checkpoint import LAST
+from moco_core.config import ConfigError
+from moco_core.errors import UserError
+
+COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco")
+RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
+# run.json records each start (a requeue is one) with its job id
+LINEAR_LAST = "linear_last.pth.tar"  # lincls.linear.LINEAR_LAST (not imported: that module loads torchvision)
+DETECTRON2_LAST = "last_checkpoint"  # detectron2's pointer to its newest checkpoint
+
+
+class LaunchError(UserError):
+    """A command that ``moco launch`` cannot run as a job, or a scheduler that refused it."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """``moco <name> <args...>`` with its run directory (absolute, as the job's tasks may start elsewhere)."""
+
+    name: str
+    args: tuple[str, ...]
+    run_dir: Path
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> Command:
+        """The command after ``moco launch ... --``; it must name its ``--output-dir``, where the job resumes."""
+        words = 2 if argv[:1] == ["eval"] else 1
+        name = " ".join(argv[:words])
+        if name not in COMMANDS:
+            raise LaunchError(f"moco launch runs one of: {', '.join(COMMANDS)}; got {name or 'nothing'!r} "
+                              f"(write the command after --, e.g. moco launch -- pretrain -c moco_v2_200ep ...)")
+        args = list(argv[words:])
+        for refused, why in (("--nproc", "the job starts one process per GPU itself (--gpus-per-node)"),
+                             ("--resume", "the job resumes from its --output-dir by itself"),
+                             ("--print-config", "run it without moco launch")):
+            if any(a == refused or a.startswith(refused + "=") for a in args):
+                raise LaunchError(f"{refused}: not with moco launch: {why}")
+        rest: list[str] = []
+        output_dir = ""
+        i = 0
+        while i < len(args):
+            if args[i] == "--output-dir" and i + 1 < len(args):
+                output_dir, i = args[i + 1], i + 2
+            elif args[i].startswith("--output-dir="):
+                output_dir, i = args[i].partition("=")[2], i + 1
+            else:
+                rest.append(args[i])
+                i += 1
+        if not output_dir:
+            raise LaunchError(f"moco {name}: give --output-dir DIR with moco launch: the job keeps its checkpoints "
+                              f"there and resumes from them after a requeue")
+        run_dir = Path(output_dir).expanduser().absolute()
+        return cls(name, (*rest, "--output-dir", str(run_dir)), run_dir)
+
+    def argv(self) -> list[str]:
+        """What this start runs: the command, with what resumes it from its run directory when there is any."""
+        return [*self.name.split(), *self.args, *self.resume_args()]
+
+    def resume_args(self) -> list[str]:
+        d = self.run_dir
+        if self.name == "pretrain":
+            return ["--resume", str(d)] if (d / LAST).is_file() else []
+        if self.name == "eval linear":
+            return ["--resume"] if (d / LINEAR_LAST).is_file() else []
+        return ["--resume"] if (d / LAST).is_file() or (d / DETECTRON2_LAST).is_file() else []
+
+    def finished(self) -> bool:
+        """An evaluation that wrote its result has nothing left to do (a finished pretraining resumes to no work)."""
+        return self.name != "pretrain" and (self.run_dir / "result.json").is_file()
+
+
+class Job:
+    """The callable submitit pickles and runs in every task; ``checkpoint()`` is its requeue hook."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+
+    def __call__(self) -> int:
+        import submitit
+
+        env = submitit.JobEnvironment()
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        if self.command.finished():
+            print(f"{self.command.run_dir}: finished already (result.json); nothing to do", flush=True)
+            return 0
+        preempt = preemption_signal()
+        preemption.EXTRA_STOP_SIGNALS[:] = [preempt]
+        os.register_at_fork(after_in_child=_quiet_child)  # data workers never run the requeue handler
+        argv = self.command.argv()
+        sys.argv = ["moco", *argv]  # run.json records the command that ran
+        code = run_moco(argv)
+        if code != 0:
+            raise RuntimeError(f"moco {self.command.name} exited with status {code} (its error is in this task's "
+                               f"log)")
+        if preemption.last_stop == signal.Signals(preempt).name and env.global_rank == 0:
+            # stopped cleanly with a checkpoint: hand over to submitit's handler, which requeues (or gives up
+            # after too many time-outs) and exits
+            signal.raise_signal(preempt)
+        return 0
+
+    def checkpoint(self) -> Any:
+        """Called by submitit on the pre-emption signal: the same job again (it resumes by itself)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(Job(self.command))
+
+
+def preemption_signal() -> int:
+    import submitit
+
+    name = "SIG" + submitit.JobEnvironment.USR_SIG
+    if not hasattr(signal, name):
+        raise ConfigError(f"SUBMITIT_PREEMPT_SIGNAL: {submitit.JobEnvironment.USR_SIG!r} is not a signal")
+    return int(getattr(signal, name))
+
+
+def _quiet_child() -> None:
+    for sig in preemption.stop_signals():
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def run_moco(argv: list[str]) -> int:
+    """``moco ARGV`` in this process; its exit status."""
+    from cli import app
+
+    try:
+        app(args=argv, prog_name="moco")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    from moco_core.rundir import write_text_atomic
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / RECORD, json.dumps(record, indent=2) + "\n")
