@@ -78,7 +78,7 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
     except ImportError:
         raise LaunchError("moco launch needs submitit: pip install 'moco[slurm]' (or pip install submitit)") from None
     command = Command.parse(argv)
-    if command.name != "eval linear":  # what the run would refuse, refused now rather than in a queued job
+    if command.name in ("pretrain", "eval voc", "eval coco"):  # what the run would refuse: refused before queueing
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = run_moco([*command.name.split(), *command.args, "--print-config"])

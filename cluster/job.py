@@ -26,7 +26,7 @@ from moco_core.checkpoint import LAST
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 
-COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco")
+COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
 # run.json records each start (a requeue is one) with its job id
 LINEAR_LAST = "linear_last.pth.tar"  # lincls.linear.LINEAR_LAST (not imported: that module loads torchvision)
@@ -86,11 +86,13 @@ class Command:
             return ["--resume", str(d)] if (d / LAST).is_file() else []
         if self.name == "eval linear":
             return ["--resume"] if (d / LINEAR_LAST).is_file() else []
+        if self.name == "eval snapshots":  # skips what is evaluated and resumes what is not, by itself
+            return []
         return ["--resume"] if (d / LAST).is_file() or (d / DETECTRON2_LAST).is_file() else []
 
     def finished(self) -> bool:
         """An evaluation that wrote its result has nothing left to do (a finished pretraining resumes to no work)."""
-        return self.name != "pretrain" and (self.run_dir / "result.json").is_file()
+        return self.name not in ("pretrain", "eval snapshots") and (self.run_dir / "result.json").is_file()
 
 
 class Job:

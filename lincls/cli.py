@@ -71,6 +71,47 @@ def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) 
         print(f"result: {record}")
 
 
+def snapshots_cli(
+    run_dir: Annotated[str, typer.Argument(help="A pretraining's run directory (snapshots: run.keep_every).")],
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset (lincls_embedded). "
+                                               "Without it: the paper's protocol.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. optim.epochs=10.")] = None,
+    data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="One evaluation directory per snapshot goes here (default: RUN_DIR/linear_snapshots).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Also wait for the snapshots the run is still to write, "
+                                         "evaluating each as it appears.")] = False,
+    poll: Annotated[float, typer.Option(help="With --follow: seconds between looks.")] = 60.0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+) -> None:
+    """The linear protocol on every snapshot of a pretraining (checkpoint_NNNN.pth.tar), for the report's curve."""
+    from lincls.linear import linear_eval, load_linear_config
+    from lincls.snapshots import evaluate_snapshots
+
+    flags = {"data": {"path": data, "workers": workers}, "run": {"device": device}}
+
+    def evaluate(snapshot: Path, out: Path, extra: dict, resume: bool) -> Path:
+        cfg = load_linear_config(config, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
+        record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra=extra, resume=resume)
+        print(f"result: {record}", flush=True)
+        return record
+
+    try:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("moco eval snapshots runs in one process (with moco launch: --gpus-per-node 1)")
+        if not poll > 0:
+            raise ConfigError(f"--poll: must be > 0 seconds, got {poll}")
+        load_linear_config(config, set_ or [], flags=flags)  # a bad option fails now, not at the first snapshot
+        run = Path(run_dir)
+        evaluate_snapshots(run, Path(output_dir) if output_dir else run / "linear_snapshots", evaluate,
+                           follow=follow, poll_s=poll)
+    except USER_ERRORS as err:
+        raise _fail(err) from None
+
+
 def knn_cli(
     pretrained: Pretrained,
     data: Annotated[str, typer.Option(help="Root with train/ (the bank) and val/ (the queries), or 'embedded'.")],

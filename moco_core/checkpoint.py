@@ -181,20 +181,24 @@ def remove_partial_writes(run_dir: Path) -> list[Path]:
 
     Only the run's own process may call this (at its start): the files are those ``save_atomic`` names.
     """
-    partial = sorted(run_dir.glob(f".{LAST}.*.tmp")) if run_dir.is_dir() else []
+    partial = sorted([*run_dir.glob(f".{LAST}.*.tmp"), *run_dir.glob(".checkpoint_*.copy.tmp")]) if run_dir.is_dir() \
+        else []
     for tmp in partial:
         tmp.unlink(missing_ok=True)
     return partial
 
 
 def keep_copy(path: Path, name: str) -> Path:
-    """Keep a snapshot of ``path`` under ``name`` in the same directory (a hard link where possible)."""
+    """Keep a snapshot of ``path`` under ``name`` in the same directory (a hard link where possible). It appears
+    whole or not at all: ``moco eval snapshots --follow`` may be watching for it."""
     target = path.with_name(name)
     target.unlink(missing_ok=True)
     try:
         os.link(path, target)
     except OSError:
-        shutil.copyfile(path, target)
+        partial = path.with_name(f".{name}.copy.tmp")
+        shutil.copyfile(path, partial)
+        os.replace(partial, target)
     return target
 
 

@@ -3,7 +3,8 @@
 * K against accuracy (log x) and m against accuracy (m values evenly spaced), one line per mechanism, with the
   sample standard deviation as error bars; failed runs are a red cross on the x axis, labelled "failed".
 * Pretraining curves from a run's ``metrics.jsonl``: loss and instance-discrimination accuracy of the logged
-  steps, and the kNN monitor's top-1, against epochs (steps converted with the steps per epoch the file shows).
+  steps, and the kNN monitor's top-1 with the linear protocol's top-1 of the evaluated checkpoints (moco eval
+  snapshots), against epochs (steps converted with the steps per epoch the file shows).
 """
 
 from __future__ import annotations
@@ -127,19 +128,25 @@ def _steps_per_epoch(lines: list[dict]) -> float | None:
     return None
 
 
-def curves_png(label: str, curves: Curves, *, supervised: bool = False) -> bytes:
-    """Loss, training accuracy (instance discrimination; class accuracy for a supervised run), kNN top-1."""
+def curves_png(label: str, curves: Curves, *, supervised: bool = False,
+               linear: tuple[tuple[int, float], ...] = ()) -> bytes:
+    """Loss, training accuracy (instance discrimination; class accuracy for a supervised run), and top-1: the kNN
+    monitor's, and the linear protocol's on the checkpoints evaluated (``linear``: (epochs, top-1) pairs)."""
     fig = Figure(figsize=(11.0, 3.2), layout="constrained")
-    last = max((x for points in (curves.loss, curves.knn) for x, _ in points), default=1.0)
+    last = max((x for points in (curves.loss, curves.knn, linear) for x, _ in points), default=1.0)
     accuracy = "training class accuracy (%)" if supervised else "instance accuracy (%)"
     panels = (("loss", curves.loss, "loss"), (accuracy, curves.accuracy, "accuracy (%)"),
-              ("kNN top-1 (%)", curves.knn, "top-1 (%)"))
+              ("top-1 (%): kNN monitor, linear" if linear else "kNN top-1 (%)", curves.knn, "top-1 (%)"))
     for i, (title, points, ylabel) in enumerate(panels):
         ax = fig.add_subplot(1, 3, i + 1)
         if points:
             ax.plot([x for x, _ in points], [y for _, y in points], marker="o" if len(points) < 20 else None,
-                    markersize=3)
-        else:
+                    markersize=3, label="kNN monitor" if i == 2 else None)
+        if i == 2 and linear:
+            ax.plot([x for x, _ in linear], [y for _, y in linear], marker="s", markersize=4, linestyle="--",
+                    label="linear protocol")
+            ax.legend(fontsize=8)
+        elif not points:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
         ax.set_title(title, fontsize=9)
         ax.set_xlim(0, last * 1.02)

@@ -228,7 +228,7 @@ def to_html(report: Report) -> str:
             if curves.empty:
                 continue
             note = f" ({curves.unreadable} unreadable lines skipped)" if curves.unreadable else ""
-            png = plots.curves_png(curve.label, curves, supervised=curve.supervised)
+            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear)
             out.append(figure(png, f"{curve.label}: {curve.path}{note}"))
         out.append("</section>")
     if report.skipped:

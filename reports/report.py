@@ -31,6 +31,7 @@ class Curve:
     label: str
     path: Path
     supervised: bool = False
+    linear: tuple[tuple[int, float], ...] = ()  # (pretraining epochs, linear top-1) of its evaluated checkpoints
 
 
 @dataclass
@@ -127,17 +128,27 @@ def _published_rows(item: Shown) -> list[dict[str, str]]:
 
 
 def find_curves(entries: Iterable[Entry]) -> list[Curve]:
-    """Each pretraining run whose metrics.jsonl lies beside its checkpoint, by label."""
-    found: dict[Path, Curve] = {}
+    """Each pretraining run whose metrics.jsonl lies beside its checkpoint, labelled by its latest checkpoint, with
+    the linear top-1 of each of its checkpoints that was evaluated (``moco eval snapshots``, the final one)."""
+    found: dict[Path, tuple[int, Curve]] = {}
+    linear: dict[Path, dict[int, float]] = {}
     for entry in entries:
         p = entry.pretraining
         if p.kind == "random" or not p.source:
             continue
         path = metrics_path(p.source, entry.files[0])
-        if path is not None:
-            label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
-            found.setdefault(path.resolve(), Curve(label, path.resolve(), p.is_supervised))
-    return sorted(found.values(), key=lambda curve: curve.label)
+        if path is None:
+            continue
+        key = path.resolve()
+        label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
+        if key not in found or (p.epochs or 0) > found[key][0]:
+            found[key] = (p.epochs or 0, Curve(label, key, p.is_supervised))
+        top1 = entry.metrics.get("top1")
+        if entry.setting.task == "linear" and p.epochs is not None and top1 is not None and top1.n:
+            linear.setdefault(key, {})[p.epochs] = top1.mean
+    curves = [Curve(c.label, c.path, c.supervised, tuple(sorted(linear.get(key, {}).items())))
+              for key, (_, c) in found.items()]
+    return sorted(curves, key=lambda curve: curve.label)
 
 
 def metrics_path(source: str, record_path: str) -> Path | None:

@@ -61,7 +61,9 @@ RUN: dict[str, list[str] | None] = {
     "moco pretrain --resume runs/embedded --set optim.epochs=30": ["optim.epochs=2"],
     "moco pretrain -c moco_v2_200ep --data x --print-config": None,
     "moco launch --nodes 2 --gpus-per-node 8 --partition learn --time 4320 -- pretrain -c moco_v2_200ep --data "
-    "/data/imagenet --output-dir /checkpoints/v2_200ep": None,
+    "/data/imagenet --output-dir /checkpoints/v2_200ep --set run.keep_every=20": None,
+    "moco launch --gpus-per-node 1 --partition learn -- eval snapshots /checkpoints/v2_200ep --follow --data "
+    "/data/imagenet --output-dir /checkpoints/v2_200ep/linear_snapshots": None,
     "moco launch --gpus-per-node 8 --partition learn -- eval linear /checkpoints/v2_200ep/checkpoint_last.pth.tar "
     "--data /data/imagenet --output-dir /checkpoints/v2_200ep/linear": None,
     "moco launch --cluster local --gpus-per-node 0 --tasks-per-node 2 --wait -- pretrain -c embedded --output-dir "
@@ -73,6 +75,9 @@ RUN: dict[str, list[str] | None] = {
     "moco eval linear CKPT --data /data/imagenet": [*LINEAR, "run.output_dir=runs/linear_official"],
     "moco eval linear resnet50-weights.pth --data /data/imagenet": [*LINEAR, "run.output_dir=runs/linear_tv"],
     "moco eval knn CKPT --data /data/imagenet": None,
+    "moco pretrain -c embedded --set run.keep_every=20 --output-dir runs/snapshots": [
+        *EMBEDDED, "optim.epochs=2", "run.keep_every=1"],
+    "moco eval snapshots runs/snapshots -c lincls_embedded --follow": ["optim.epochs=1", "data.workers=0"],
     "moco eval voc -c voc_embedded --weights runs/embedded/checkpoint_last.pth.tar": [
         *DETECTION, "run.output_dir=runs/voc_moco"],
     "moco eval voc -c voc_embedded --weights random --output-dir runs/voc_random": DETECTION,
@@ -216,6 +221,8 @@ def _check(command: str, work: Path, output: str) -> None:
     """What each command must have left behind, beyond exit code 0 and no traceback."""
     shrink = RUN[command] or []
     out_dir = next((s.split("=", 1)[1] for s in shrink if s.startswith("run.output_dir=")), None)
+    if command.startswith("moco pretrain") and "--output-dir " in command:
+        out_dir = command.split("--output-dir ")[1].split()[0]
     if command.startswith("moco launch"):
         run_dir = work / command.split("--output-dir ")[1].split()[0].replace("/checkpoints", "checkpoints")
         (submitted,) = json.loads((run_dir / "launch.json").read_text())["submissions"]
@@ -227,17 +234,22 @@ def _check(command: str, work: Path, output: str) -> None:
             script = Path(submitted["script"]).read_text()
             assert submitted["job_id"] == "4242" and "#SBATCH --partition=learn" in script
             assert f"#SBATCH --nodes={2 if '--nodes 2' in command else 1}" in script
-            assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --signal=USR2@120" in script
+            assert f"#SBATCH --gpus-per-node={command.split('--gpus-per-node ')[1].split()[0]}" in script
+            assert "#SBATCH --signal=USR2@120" in script
     elif "--print-config" in command:
         assert "path: x" in output and "mlp: true" in output and "temperature: 0.2" in output
     elif command.startswith(("moco pretrain", "torchrun")):
         ckpt = checkpoint.load(work / (out_dir or "runs/embedded") / checkpoint.LAST)
-        assert ckpt["epoch"] == (2 if "--resume" in command else 1)
+        assert ckpt["epoch"] == (2 if "--resume" in command or "keep_every" in command else 1)
         if "/data/imagenet" in command and "torchrun" not in command and "--nproc" not in command:
             assert f"skipped 1 unreadable image: {WNIDS[0]}_truncated.JPEG" in output  # one line, not a traceback
     elif command.startswith("moco eval linear"):
         record = _record(output, work)
         assert record["sanity_check"] == "passed" and 0 <= record["metrics"]["top1"] <= 100
+    elif command.startswith("moco eval snapshots"):  # each kept snapshot evaluated, marked with its epoch
+        found = sorted((work / "runs/snapshots/linear_snapshots").glob("*/result.json"))
+        records = [json.loads(p.read_text()) for p in found]
+        assert [r["snapshot"]["epoch"] for r in records] == [1, 2], records
     elif command.startswith("moco eval knn"):
         assert 0 <= _record(output, work)["metrics"]["top1"] <= 100
     elif command.startswith("moco eval"):
@@ -279,6 +291,10 @@ def _drop_weights(command: str, work: Path) -> None:
     out = next((s.split("=", 1)[1] for s in shrink if s.startswith("run.output_dir=")), None)
     if "--output-dir " in command:
         out = command.split("--output-dir ")[1].split()[0]
+    if command.startswith("moco pretrain") and "keep_every" in command:  # moco eval snapshots reads them next
+        return
+    if command.startswith("moco eval snapshots"):  # then the snapshots it evaluated go
+        out = command.split()[3]
     if out is None or out in ("runs/embedded", "runs/supervised_embedded") or not (work / out).is_dir():
         return
     for pattern in ("*.pth.tar", "*.pth", "*.pkl"):
