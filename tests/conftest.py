@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,14 @@ import torch
 from moco_core.config import PretrainConfig, load_config, replace
 from moco_core.shapes import generate_shapes
 
-torch.set_num_threads(2)
+# Serial: two threads. Under pytest-xdist (README: two workers on two cores) each worker takes one, and so does
+# every process its tests start (OMP_NUM_THREADS is inherited): a run compared with one made in a subprocess then
+# did its sums with the same number of threads, which is what makes CPU results bit-identical.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")
