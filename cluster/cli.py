@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,7 +87,7 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
             raise LaunchError(f"moco {command.name}: " + (err.getvalue().strip().removeprefix("error: ") or
                                                           f"exit status {code}"))
     tasks = tasks_per_node or max(gpus_per_node, 1)
-    jobs = Path(folder).expanduser().absolute() if folder else command.run_dir / "jobs"
+    jobs = Path(os.path.expanduser(folder)).absolute() if folder else command.run_dir / "jobs"
     try:
         job = _executor(cluster, jobs, nodes=nodes, tasks=tasks, gpus_per_node=gpus_per_node, time_min=time_min,
                         signal_delay=signal_delay, max_timeouts=max_timeouts, job_name=f"moco-{command.name}",

@@ -73,7 +73,7 @@ class Command:
         if not output_dir:
             raise LaunchError(f"moco {name}: give --output-dir DIR with moco launch: the job keeps its checkpoints "
                               f"there and resumes from them after a requeue")
-        run_dir = Path(output_dir).expanduser().absolute()
+        run_dir = Path(os.path.expanduser(output_dir)).absolute()
         return cls(name, (*rest, "--output-dir", str(run_dir)), run_dir)
 
     def argv(self) -> list[str]:

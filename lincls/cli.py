@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from moco_core.cli import launch
+from moco_core.cli import launch, report_result
 from moco_core.config import ConfigError, seed_problem
 from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (UserError,)
 Pretrained = Annotated[str, typer.Argument(
     help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), or 'random'.")]
 
@@ -49,7 +47,7 @@ def linear_cli(
         cfg = load_linear_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers},
             "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
-    except USER_ERRORS as err:
+    except UserError as err:
         raise _fail(err) from None
     if nproc < 1:
         raise _fail(ConfigError("--nproc: must be >= 1"))
@@ -60,15 +58,7 @@ def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) 
     """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
     from lincls.linear import linear_eval
 
-    main = int(os.environ.get("RANK", "0")) == 0
-    try:
-        record = linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume)  # type: ignore[arg-type]
-    except USER_ERRORS as err:
-        if main:
-            print_error(err)
-        sys.exit(err.exit_code)
-    if main:
-        print(f"result: {record}")
+    report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
 
 
 def snapshots_cli(
@@ -108,7 +98,7 @@ def snapshots_cli(
         run = Path(run_dir)
         evaluate_snapshots(run, Path(output_dir) if output_dir else run / "linear_snapshots", evaluate,
                            follow=follow, poll_s=poll)
-    except USER_ERRORS as err:
+    except UserError as err:
         raise _fail(err) from None
 
 
@@ -139,6 +129,6 @@ def knn_cli(
         data_cfg = LinearDataConfig(path=data, crop_size=crop_size, resize=resize, workers=workers)
         record, _ = knn_eval(pretrained, data_cfg, Path(output_dir), k=k, temperature=temperature,
                              batch_size=batch_size, arch=arch, device_name=device, seed=seed)
-    except USER_ERRORS as err:
+    except UserError as err:
         raise _fail(err) from None
     print(f"result: {record}")

@@ -14,8 +14,6 @@ from moco_core import checkpoint, distributed
 from moco_core.config import PretrainConfig, load_config, to_dict
 from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (UserError,)  # one line, exit code 2 (1 for a run that failed: NonFiniteLossError)
-
 
 def resolve_pretrain_config(
     config: str | None, overrides: list[str], flags: dict[str, dict[str, Any]], resume: str | None
@@ -88,7 +86,7 @@ def pretrain_cli(
         launched = os.environ.get("WORLD_SIZE", "1")
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1
         check_run(cfg, world, resolve_device(cfg.run.device), None)  # --print-config too: what the run would refuse
-    except USER_ERRORS as err:
+    except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
     print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume, quiet)
@@ -105,6 +103,20 @@ def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., 
         print_error("--nproc: must be >= 1")
         raise typer.Exit(2)
     launch(nproc, fn, *args)
+
+
+def report_result(evaluate: Callable[[], Path]) -> None:
+    """One process of an evaluation: rank 0 prints ``result: PATH`` of the record ``evaluate()`` wrote; a user error
+    is one line, from rank 0 only (every rank meets the same bad input), and the process exits with its code."""
+    main = int(os.environ.get("RANK", "0")) == 0
+    try:
+        record = evaluate()
+    except UserError as err:
+        if main:
+            print_error(err)
+        sys.exit(err.exit_code)
+    if main:
+        print(f"result: {record}")
 
 
 def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:

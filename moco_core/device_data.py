@@ -6,7 +6,7 @@ for (``auto`` takes this pipeline under CUDA). Here the
 workers only read each file's bytes (and each JPEG's component count, from its header). The training process then
 decodes the batch (JPEGs on the GPU with ``torchvision.io.decode_jpeg`` when training on CUDA; other formats,
 CMYK JPEGs, and everything on CPU, with torchvision's CPU decoders) and runs the augmentation of
-``moco_core.gpu_augment`` as batched tensor ops on the device.
+``moco_core.tensor_augment`` as batched tensor ops on the device.
 
 On CPU this happens in the training loop's own thread, between steps, with the random parameters drawn from torch's
 global generator (reseeded every epoch by the training loop), so a run is as reproducible as with the PIL pipeline.
@@ -45,15 +45,8 @@ from torchvision.io import ImageReadMode, decode_image
 
 from moco_core.config import AugmentConfig
 from moco_core.data import DatasetError, report_undecodable
-from moco_core.gpu_augment import (
-    TensorTwoCrops,
-    apply_params,
-    decode_jpegs,
-    image_sizes,
-    jpeg_num_components,
-    quiet_torchvision_io,
-    sample_params,
-)
+from moco_core.jpeg import decode_jpegs, jpeg_num_components, quiet_torchvision_io
+from moco_core.tensor_augment import TensorTwoCrops, apply_params, image_sizes, sample_params
 
 _JPEG_MAGIC = (0xFF, 0xD8)
 

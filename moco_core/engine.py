@@ -87,9 +87,7 @@ def train_one_epoch(
     model.train()
     world = distributed.world_size()
     so_far = resume or EpochState()
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, accuracy over the log window
-    window_steps, window_images, window_start = 0, 0, time.perf_counter()
-    shown = {"loss": math.nan, "acc": math.nan, "img/s": math.nan}
+    window = _LogWindow(device, metrics, lr)
     epoch_images, wait, epoch_start, resumed_batches = 0, 0.0, time.perf_counter(), so_far.batches
     remaining = len(loader) if hasattr(loader, "__len__") else None  # type: ignore[arg-type]
     loader_iter = iter(loader)
@@ -99,49 +97,29 @@ def train_one_epoch(
     while True:
         fetch_start = time.perf_counter()
         try:
-            images, target, index = next(loader_iter)
+            batch = next(loader_iter)
         except StopIteration:
             break
         wait += time.perf_counter() - fetch_start
-        if isinstance(images, (tuple, list)):
-            images = tuple(_to_device(view, device, channels_last) for view in images)
-            batch = images[0].shape[0]
-        else:
-            images = _to_device(images, device, channels_last)
-            batch = images.shape[0]
-        with autocast(device, amp):
-            logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True),
-                                                   index.to(device, non_blocking=True))
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        method.after_step(state)
-        sums += torch.stack([loss.detach(), top1(logits.detach(), labels)]).double()
+        values, size = train_step(model, method, batch, optimizer, device=device, amp=amp,
+                                  channels_last=channels_last)
         step += 1
-        window_steps += 1
         so_far.batches += 1
-        window_images += batch * world
-        epoch_images += batch * world
+        window.add(values, size * world)
+        epoch_images += size * world
         last_batch = remaining is not None and so_far.batches - resumed_batches == remaining
         stopping = checkpoints is not None and checkpoints.stop_requested(step)
         saving = stopping or (checkpoints is not None and checkpoints.every > 0 and step % checkpoints.every == 0
                               and not last_batch)
-        if step % log_every == 0 or (saving and window_steps):  # a checkpoint closes the window: nothing unlogged
-            loss_v, acc_v = _close_window(sums, window_steps, so_far, epoch, step)
-            now = time.perf_counter()
-            rate = window_images / (now - window_start)
-            metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=lr, images_per_s=rate)
-            shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
-            window_steps, window_images, window_start = 0, 0, now
-        progress.update(step, epoch, epochs, **shown)
+        if step % log_every == 0 or (saving and window.steps):  # a checkpoint closes the window: nothing unlogged
+            window.log(so_far, epoch, step)
+        progress.update(step, epoch, epochs, **window.shown)
         if saving and not last_batch:
             checkpoints.save(step, so_far)  # type: ignore[union-attr]
         if stopping:
             stopped = True
             break
-    if window_steps:
-        _close_window(sums, window_steps, so_far, epoch, step)
+    window.close(so_far, epoch, step)
     elapsed = time.perf_counter() - epoch_start
     n = max(so_far.batches, 1)
     return EpochStats(step=step, loss=so_far.loss_sum / n, accuracy=so_far.accuracy_sum / n,
@@ -150,25 +128,75 @@ def train_one_epoch(
                       complete=not stopped or last_batch)
 
 
+def train_step(model: nn.Module, method: Method, batch: tuple[Any, torch.Tensor, torch.Tensor],
+               optimizer: torch.optim.Optimizer, *, device: torch.device, amp: bool,
+               channels_last: bool) -> tuple[torch.Tensor, int]:
+    """One SGD step on ``batch`` (images or a tuple of views, targets, dataset indices): the method's forward,
+    cross-entropy, backward, the optimizer, the method's after-step. Returns (loss, top-1) as a float64 tensor on
+    the device (read only when a log line is due) and the batch size of this process."""
+    images, target, index = batch
+    if isinstance(images, (tuple, list)):
+        images = tuple(_to_device(view, device, channels_last) for view in images)
+        size = images[0].shape[0]
+    else:
+        images = _to_device(images, device, channels_last)
+        size = images.shape[0]
+    with autocast(device, amp):
+        logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True),
+                                               index.to(device, non_blocking=True))
+    loss = F.cross_entropy(logits.float(), labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    method.after_step(state)
+    return torch.stack([loss.detach(), top1(logits.detach(), labels)]).double(), size
+
+
+class _LogWindow:
+    """Loss and accuracy summed on the device over the steps since the last log line: one host sync per line."""
+
+    def __init__(self, device: torch.device, metrics: MetricsWriter, lr: float) -> None:
+        self.sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.metrics, self.lr = metrics, lr
+        self.steps, self.images, self.start = 0, 0, time.perf_counter()
+        self.shown = {"loss": math.nan, "acc": math.nan, "img/s": math.nan}  # what the progress line shows
+
+    def add(self, values: torch.Tensor, images: int) -> None:
+        self.sums += values
+        self.steps += 1
+        self.images += images
+
+    def log(self, state: EpochState, epoch: int, step: int) -> None:
+        """A metrics line for the window (its mean loss and accuracy, images/s), which then starts again."""
+        loss_v, acc_v = self.close(state, epoch, step)
+        now = time.perf_counter()
+        rate = self.images / (now - self.start)
+        self.metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=self.lr, images_per_s=rate)
+        self.shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
+        self.images, self.start = 0, now
+
+    def close(self, state: EpochState, epoch: int, step: int) -> tuple[float, float]:
+        """Mean loss and accuracy of the window, added to the epoch's sums; stops on NaN/inf. (nan, nan) if empty."""
+        if not self.steps:
+            return math.nan, math.nan
+        loss_v, acc_v = (self.sums / self.steps).tolist()
+        if not math.isfinite(loss_v):
+            raise NonFiniteLossError(
+                f"loss became {loss_v} at epoch {epoch + 1}, step {step}; stopping (lower optim.lr?). "
+                f"The last good checkpoint is untouched."
+            )
+        state.loss_sum += loss_v * self.steps
+        state.accuracy_sum += acc_v * self.steps
+        self.sums.zero_()
+        self.steps = 0
+        return loss_v, acc_v
+
+
 def _to_device(images: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
     """The batch on ``device`` (asynchronously from pinned memory), then in channels_last if asked (on the device:
     a copy between layouts across devices would go through an unpinned host buffer)."""
     images = images.to(device, non_blocking=True)
     return images.contiguous(memory_format=torch.channels_last) if channels_last else images
-
-
-def _close_window(sums: torch.Tensor, steps: int, state: EpochState, epoch: int, step: int) -> tuple[float, float]:
-    """Mean loss and accuracy of the window (one host sync), added to the epoch's sums; stops on NaN/inf."""
-    loss_v, acc_v = (sums / steps).tolist()
-    if not math.isfinite(loss_v):
-        raise NonFiniteLossError(
-            f"loss became {loss_v} at epoch {epoch + 1}, step {step}; stopping (lower optim.lr?). "
-            f"The last good checkpoint is untouched."
-        )
-    state.loss_sum += loss_v * steps
-    state.accuracy_sum += acc_v * steps
-    sums.zero_()
-    return loss_v, acc_v
 
 
 def top1(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_data(path: str) -> Path:
     """The dataset root; "embedded" generates (once) the shapes dataset in the data cache."""
-    return ensure_shapes() if path == "embedded" else Path(path).expanduser()
+    return ensure_shapes() if path == "embedded" else Path(os.path.expanduser(path))
 
 
 def autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:

@@ -193,7 +193,7 @@ def _is_complete(root: Path) -> bool:
 
 def data_home() -> Path:
     """Where generated datasets live: ``$MOCO_DATA_HOME``, by default ``~/.cache/moco``."""
-    return Path(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco").expanduser()
+    return Path(os.path.expanduser(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco"))
 
 
 def ensure_shapes(root: Path | None = None, **kwargs: int) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,12 +197,49 @@ def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_prog
 
 
 def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | None, show_progress: bool) -> Path:
-    world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
         require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume {run_dir} to continue it, or choose "
                       f"another --output-dir")
+    run = _set_up(cfg, device, resume_path)
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main())
+    if distributed.is_main():
+        write_run_files(run_dir, to_dict(cfg), {
+            "world_size": distributed.world_size(), "device": str(device), "dataset": str(run.data_root),
+            "images": run.images, "skipped_images": run.skipped, "resumed_from": str(resume_path) if resume_path
+            else None, "start_epoch": run.start.epoch, "data_pipeline": run.pipeline,
+            "channels_last": run.speed.channels_last, "compiled": run.speed.compiled,
+            **moved(run.start.output_dir, run_dir),
+        })
+        metrics.truncate_after(run.start.step)
+        checkpoint.remove_partial_writes(run_dir)
+    _train(cfg, run, device, metrics, show_progress)
+    return run_dir
+
+
+@dataclass
+class _Run:
+    """What the epochs of one pretraining work with (built by :func:`_set_up`)."""
+
+    method: Method
+    model: nn.Module  # the method's module, wrapped in DDP with several processes
+    optimizer: torch.optim.Optimizer
+    sampler: ResumableSampler
+    loader: Any
+    local_batch: int
+    speed: Speed
+    failures: DecodeFailures
+    start: Resumed
+    data_root: Path
+    pipeline: str
+    images: int
+    skipped: int
+
+
+def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None) -> _Run:
+    """Data, model, optimizer and loader of a run, restored from ``resume_path`` when given."""
+    world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
     data_root = resolve_data(cfg.data.path)
     images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1))
     local_batch = check_run(cfg, world, device, len(images.samples))
@@ -223,7 +261,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
-    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
+    failures = DecodeFailures(Path(cfg.run.output_dir) / ".undecodable")  # reported once per epoch by rank 0
     if pipeline == "tensor":
         dataset, collate = EncodedImages(images.samples), collate_encoded
     else:
@@ -236,54 +274,49 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     if pipeline == "tensor":
         loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1,
                                      channels_last=speed.channels_last)
-    steps_per_epoch = len(loader)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
-        start = restore(resume_path, method, optimizer, steps_per_epoch)
+        start = restore(resume_path, method, optimizer, len(loader))
         use_fused_kernels(optimizer, device)  # the checkpoint's choice was for the device that wrote it
     model: nn.Module = module
     if world > 1:
         model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
                                         broadcast_buffers=False)
+    return _Run(method, model, optimizer, sampler, loader, local_batch, speed, failures, start, data_root, pipeline,
+                len(images.samples), len(images.skipped))
 
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {
-            "world_size": world, "device": str(device), "dataset": str(data_root),
-            "images": len(images.samples), "skipped_images": len(images.skipped),
-            "resumed_from": str(resume_path) if resume_path else None, "start_epoch": start.epoch,
-            "data_pipeline": pipeline, "channels_last": speed.channels_last, "compiled": speed.compiled,
-            **moved(start.output_dir, run_dir),
-        })
-        metrics.truncate_after(start.step)
-        checkpoint.remove_partial_writes(run_dir)
+
+def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: MetricsWriter, show_progress: bool) -> None:
+    """The epochs from ``run.start`` on, until the last or a stop signal (then with a checkpoint)."""
+    main, rank, run_dir = distributed.is_main(), distributed.rank(), Path(cfg.run.output_dir)
     monitor = None
     if cfg.run.knn_every and main:
         monitor = KnnMonitor.from_root(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size,
                                        device=device, workers=cfg.data.workers)
-    total_steps = steps_per_epoch * cfg.optim.epochs
-    progress = Progress(total_steps, done_steps=start.step, every=cfg.run.log_every, enabled=main and show_progress)
-    step = start.step
+    steps_per_epoch = len(run.loader)
+    progress = Progress(steps_per_epoch * cfg.optim.epochs, done_steps=run.start.step, every=cfg.run.log_every,
+                        enabled=main and show_progress)
+    step = run.start.step
     with StopSignal(device, every=cfg.run.log_every) as stop:
-        for epoch in range(start.epoch, cfg.optim.epochs):
+        for epoch in range(run.start.epoch, cfg.optim.epochs):
             lr = learning_rate(cfg.optim, epoch)
-            for group in optimizer.param_groups:
+            for group in run.optimizer.param_groups:
                 group["lr"] = lr
-            sampler.set_epoch(epoch)
-            partial = start.partial if epoch == start.epoch else None
-            sampler.start = partial.batches * local_batch if partial else 0  # skip what the killed run saw
+            run.sampler.set_epoch(epoch)
+            partial = run.start.partial if epoch == run.start.epoch else None
+            run.sampler.start = partial.batches * run.local_batch if partial else 0  # skip what the killed run saw
             torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
-            saver = _StepSaver(cfg, method, optimizer, run_dir, epoch, stop, enabled=main)
-            stats = train_one_epoch(model, method, loader, optimizer, epoch=epoch, epochs=cfg.optim.epochs,
-                                    step=step, lr=lr, device=device, amp=cfg.run.amp, log_every=cfg.run.log_every,
-                                    channels_last=speed.channels_last,
+            saver = _StepSaver(cfg, run.method, run.optimizer, run_dir, epoch, stop, enabled=main)
+            stats = train_one_epoch(run.model, run.method, run.loader, run.optimizer, epoch=epoch,
+                                    epochs=cfg.optim.epochs, step=step, lr=lr, device=device, amp=cfg.run.amp,
+                                    log_every=cfg.run.log_every, channels_last=run.speed.channels_last,
                                     progress=progress, metrics=metrics, resume=partial, checkpoints=saver)
-            sampler.start = 0
+            run.sampler.start = 0
             step = stats.step
             if main and stats.complete:  # a stop mid-epoch has already written its checkpoint
-                _end_epoch(cfg, method, optimizer, run_dir, epoch, step, lr, stats, monitor, metrics, progress,
-                           force_checkpoint=stats.stopped)
-                note = failures.report(f"epoch {epoch + 1}")
+                _end_epoch(cfg, run.method, run.optimizer, run_dir, epoch, step, lr, stats, monitor, metrics,
+                           progress, force_checkpoint=stats.stopped)
+                note = run.failures.report(f"epoch {epoch + 1}")
                 if note:
                     print(f"warning: {note}", file=sys.stderr)
             distributed.barrier()
@@ -293,13 +326,12 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
                           f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume {run_dir}",
                           file=sys.stderr, flush=True)
                 break
-    return run_dir
 
 
 def moved(recorded: str | None, run_dir: Path) -> dict[str, str]:
     """``{"moved_from": recorded}`` when a resumed checkpoint's config names another run directory than this one
     (the run was copied or moved), for run.json; nothing otherwise."""
-    if recorded is None or Path(recorded).expanduser().resolve() == run_dir.expanduser().resolve():
+    if recorded is None or Path(os.path.expanduser(recorded)).resolve() == Path(os.path.expanduser(run_dir)).resolve():
         return {}
     return {"moved_from": recorded}
 

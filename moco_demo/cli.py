@@ -10,8 +10,6 @@ import typer
 
 from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (UserError,)
-
 
 def demo_cli(
     output_dir: Annotated[str, typer.Option(help="Every step's run directory, and report/, go here.")] = "runs/demo",
@@ -34,7 +32,7 @@ def demo_cli(
     out = Path(output_dir)
     try:
         report_dir = run_demo(out, device=device, engine=engine, tasks=chosen, show_progress=progress)
-    except USER_ERRORS as err:
+    except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
     print((report_dir / "report.md").read_text(encoding="utf-8"))  # written by the demo's last step

@@ -10,8 +10,6 @@ import typer
 from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
 
-USER_ERRORS = (UserError,)
-
 
 def sweep_cli(
     param: Annotated[str, typer.Argument(help="K (dictionary size; the batch size for end2end) or m (momentum).")],
@@ -48,7 +46,7 @@ def sweep_cli(
         evaluate = _evaluator(evaluation, eval_config, root, cfg.augment.crop_size, cfg.data.workers, quiet)
         points = run_sweep(cfg, param, swept, Path(output_dir), evaluate, eval_name=evaluation,
                            show_progress=not quiet)
-    except USER_ERRORS as err:
+    except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
     print(summary(points, param))

@@ -71,7 +71,7 @@ PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--eval-config
 FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume"}
 ARGUMENTS = {  # positional arguments per command
     "pretrain": 0, "sweep": 2, "eval linear": 1, "eval knn": 1, "eval voc": 0, "eval coco": 0, "convert": 2,
-    "report": 1, "demo": 0,
+    "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
 }
 
 
@@ -165,6 +165,10 @@ def test_the_issues_inputs_fail_in_one_line(extra: list[str], message: str, host
     ["convert", "{text}", "{dir}/out.pkl"],
     ["convert", "{lfs}", "{dir}/out.pkl"],
     ["eval", "linear", "{html}", "--data", "{shapes}"],
+    ["eval", "knn", "0", "--data", "~0"],  # a user that does not exist: the path stays as typed, as in a shell
+    ["pretrain", "-c", "embedded", "--data", "~nosuchuser/imagenet"],
+    ["eval", "snapshots", "{shapes}", "--data", "{shapes}"],  # not a pretraining's run directory
+    ["launch", "--cluster", "local", "--", "report", "{dir}"],
 ])
 def test_other_commands_fail_in_one_line(args: list[str], hostile: dict[str, str]) -> None:
     args = [a.format(**hostile) for a in args]

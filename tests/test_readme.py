@@ -110,7 +110,8 @@ NEEDS_DETECTRON2 = {
 ELSEWHERE = {
     "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e . && .venv/bin/moco demo":
         "the install is CI's own first step (.ci/run); the demo's steps run in tests/moco_demo/test_demo.py",
-    "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test]' && .venv/bin/pytest -q":
+    "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test]' && .venv/bin/pytest -q -n 2 "
+    "--dist loadfile":
         "CI's command: .ci/run runs it as written",
     ".venv/bin/pip install --no-build-isolation 'git+https://github.com/facebookresearch/detectron2.git'":
         "needs the network; the detectron2 commands below run when it is importable",

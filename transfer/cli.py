@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,18 +54,10 @@ def _transfer(task: str, weights: str | None, config: str | None, overrides: lis
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
     """One process of ``moco eval voc|coco``: user errors are one line (from rank 0), exit code 2; a NaN loss 1."""
-    from moco_core.errors import UserError, print_error
+    from moco_core.cli import report_result
     from transfer.run import evaluate
 
-    main = int(os.environ.get("RANK", "0")) == 0
-    try:
-        record = evaluate(cfg, weights, show_progress=not quiet, resume=resume)
-    except UserError as err:
-        if main:
-            print_error(err)
-        sys.exit(err.exit_code)
-    if main:
-        print(f"result: {record}")
+    report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume))
 
 
 def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,

@@ -18,6 +18,7 @@ the image directory): a ``file_name`` of ``../../elsewhere.jpg`` is an error, no
 
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def dataset_root(cfg: Any) -> Path:
         from transfer.embedded import ensure_coco, ensure_voc
 
         return ensure_voc() if cfg.task == "voc" else ensure_coco()
-    return Path(str(cfg.data.path)).expanduser().absolute()
+    return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
 
 def load_data(cfg: Any) -> DetectionData:

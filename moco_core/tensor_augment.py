@@ -17,7 +17,7 @@ split in two:
   ``cfg.grayscale_before_jitter`` (v1: grayscale, then jitter; v2: jitter, then grayscale), as the PIL path.
 
 :class:`TensorTwoCrops` draws two independent parameter sets for the same decoded images (the query and key
-views) and :func:`decode_jpegs` decodes JPEG bytes with ``torchvision.io.decode_jpeg``, batched with nvJPEG on CUDA.
+views); :mod:`moco_core.jpeg` decodes the JPEG bytes they start from (batched with nvJPEG on CUDA).
 
 Where the result differs from the PIL path, and why it is still the same augmentation:
 
@@ -39,8 +39,8 @@ Where the result differs from the PIL path, and why it is still the same augment
   ``radius = ceil(3 * sigma)`` (kernel size ``2 * ceil(3 * sigma) + 1``, at least 99.7% of the mass), normalised,
   applied separably with reflect padding (torchvision's ``gaussian_blur`` convention); the radius is clamped to
   ``crop_size - 1`` because reflect padding needs it smaller than the image.
-* JPEG decoding: nvJPEG and libjpeg-turbo may differ by a few levels (nvJPEG's chroma upsampling of 4:2:0 images
-  is not libjpeg's "fancy" interpolation); CPU decoding is libjpeg-turbo, as PIL's.
+* JPEG decoding (:mod:`moco_core.jpeg`): nvJPEG and libjpeg-turbo may differ by a few levels (nvJPEG's chroma
+  upsampling of 4:2:0 images is not libjpeg's "fancy" interpolation); CPU decoding is libjpeg-turbo, as PIL's.
 
 Each difference is a rounding- or kernel-level change to a pixel (about one uint8 level, or a slightly different
 blur profile at the same sigma), far below the spread the augmentation itself introduces, and the parameter
@@ -50,15 +50,12 @@ parameters, and the statistics of whole views against the PIL path.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as nnf
 import torchvision.ops  # noqa: F401  (registers torch.ops.torchvision.roi_align)
-from torchvision.io import ImageReadMode, decode_jpeg
 
 from moco_core.config import AugmentConfig
 
@@ -574,92 +571,11 @@ class TensorTwoCrops:
         return f"{type(self).__name__}({self.cfg!r})"
 
 
-# ---------------------------------------------------------------------------------------------------------
-# JPEG decoding
-
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
-_STANDALONE_MARKERS = frozenset(range(0xD0, 0xD8)) | {0x01}  # RSTn and TEM carry no length
-_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
-
-
-def jpeg_num_components(data: torch.Tensor) -> int:
-    """The number of colour components in a JPEG's frame header (1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK)."""
-    buf = memoryview(data.contiguous().cpu().numpy()).cast("B")
-    if bytes(buf[:2]) != b"\xff\xd8":
-        raise ValueError("not a JPEG stream (no SOI marker)")
-    pos = 2
-    while pos + 4 <= len(buf):
-        if buf[pos] != 0xFF:
-            raise ValueError(f"corrupt JPEG header at byte {pos}")
-        marker = buf[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-        elif marker in _STANDALONE_MARKERS:
-            pos += 2
-        elif marker in _SOF_MARKERS:
-            if pos + 10 > len(buf):
-                break
-            return int(buf[pos + 9])  # marker 2, length 2, precision 1, height 2, width 2, then the count
-        elif marker in (0xDA, 0xD9):  # start of scan or end of image before a frame header
-            break
-        else:
-            pos += 2 + (buf[pos + 2] << 8 | buf[pos + 3])
-    raise ValueError("JPEG stream has no frame header")
-
-
-@contextlib.contextmanager
-def quiet_torchvision_io() -> Iterator[None]:
-    """Silence the warning torchvision 0.29 gives on every decode call (its image IO moves to TorchCodec)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_DEPRECATION, category=DeprecationWarning)
-        yield
-
-
-def _decode_rgb(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """``torchvision.io.decode_jpeg`` of a list, as RGB, on ``device`` (its deprecation warning silenced)."""
-    with quiet_torchvision_io():
-        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
-
-
-def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cpu",
-                 components: Sequence[int] | None = None) -> list[torch.Tensor]:
-    """Decode JPEG bytes (uint8 1-D CPU tensors) to uint8 ``(3, H, W)`` RGB images on ``device``.
-
-    On CUDA the images are decoded in one batched nvJPEG call; grayscale JPEGs come out as 3 equal channels.
-    nvJPEG converts 4-component (CMYK/YCCK) JPEGs to RGB only when asked to (torchvision does not ask), so those
-    are decoded on the CPU and copied to the device (``components``: each file's count from its frame header,
-    when the caller has it; read here otherwise). On the CPU, libjpeg-turbo decodes every kind.
-
-    nvJPEG's hardware decoder does not wait for the work queued on the current stream before writing into the
-    output it allocates there: call this on a stream that has nothing pending (``moco_core.device_data`` decodes
-    on a stream of its own, synchronised before each call).
-    """
-    device = torch.device(device)
-    datas = [d.cpu() for d in datas]
-    if not datas:
-        return []
-    if device.type != "cuda":
-        return _decode_rgb(datas, device)
-    counts = list(components) if components is not None else [jpeg_num_components(d) for d in datas]
-    on_cpu = [count == 4 for count in counts]
-    out: list[torch.Tensor | None] = [None] * len(datas)
-    for use_cpu in (False, True):
-        positions = [i for i, flag in enumerate(on_cpu) if flag == use_cpu]
-        if not positions:
-            continue
-        decoded = _decode_rgb([datas[i] for i in positions], torch.device("cpu") if use_cpu else device)
-        for i, img in zip(positions, decoded, strict=True):
-            out[i] = img.to(device, non_blocking=True) if use_cpu else img
-    return [img for img in out if img is not None]
-
-
 __all__ = [
     "AugmentParams",
     "TensorTwoCrops",
     "apply_params",
     "crop_boxes_from_uniforms",
-    "decode_jpegs",
     "gaussian_blur",
-    "jpeg_num_components",
     "sample_params",
 ]

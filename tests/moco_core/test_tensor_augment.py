@@ -1,6 +1,6 @@
-"""Tests for moco_core.gpu_augment, on the CPU: parameter distributions, each op against torchvision on fixed
-parameters, whole views against the PIL path (statistically), JPEG decoding, determinism. CUDA-only checks are
-marked ``gpu`` and skipped without a GPU."""
+"""Tests for moco_core.tensor_augment and moco_core.jpeg, on the CPU: parameter distributions, each op against
+torchvision on fixed parameters, whole views against the PIL path (statistically), JPEG decoding, determinism.
+CUDA-only checks are marked ``gpu`` and skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms.v2 import functional as TF
 
-from moco_core import gpu_augment as ga
+from moco_core import jpeg
+from moco_core import tensor_augment as ga
 from moco_core.augment import build_pretrain_transform
 from moco_core.config import AugmentConfig
-from moco_core.gpu_augment import AugmentParams, TensorTwoCrops, apply_params, sample_params
 from moco_core.shapes import generate_shapes
+from moco_core.tensor_augment import AugmentParams, TensorTwoCrops, apply_params, sample_params
 
 V2 = AugmentConfig(
     crop_size=32,
@@ -520,16 +521,16 @@ def _jpeg_cases() -> list[tuple[str, torch.Tensor, int]]:
 
 def test_decode_jpegs_on_cpu_matches_pil_and_gives_rgb() -> None:
     cases = _jpeg_cases()
-    decoded = ga.decode_jpegs([data for _, data, _ in cases], "cpu")
+    decoded = jpeg.decode_jpegs([data for _, data, _ in cases], "cpu")
     for (name, data, components), img in zip(cases, decoded, strict=True):
-        assert ga.jpeg_num_components(data) == components, name
+        assert jpeg.jpeg_num_components(data) == components, name
         assert img.dtype == torch.uint8 and img.shape == (3, 30, 40), name
         pil = Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB")
         reference = torch.from_numpy(np.array(pil)).permute(2, 0, 1)
         assert (img.float() - reference.float()).abs().mean() < 1.0, name
-    assert ga.decode_jpegs([], "cpu") == []
+    assert jpeg.decode_jpegs([], "cpu") == []
     with pytest.raises(ValueError):
-        ga.jpeg_num_components(torch.tensor([1, 2, 3, 4], dtype=torch.uint8))
+        jpeg.jpeg_num_components(torch.tensor([1, 2, 3, 4], dtype=torch.uint8))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -548,14 +549,14 @@ def test_decode_jpegs_on_cuda_matches_cpu() -> None:
     photos = [_photo(i, 90 + 13 * i, 120 + 7 * i) for i in range(6)]
     datas = [_jpeg(Image.fromarray(p.permute(1, 2, 0).numpy()), subsampling=s)
              for p, s in zip(photos, [0, 1, 2, 2, 2, 2], strict=True)]  # 4:4:4, 4:2:2, 4:2:0
-    on_cpu, on_cuda = ga.decode_jpegs(datas, "cpu"), ga.decode_jpegs(datas, "cuda")
+    on_cpu, on_cuda = jpeg.decode_jpegs(datas, "cpu"), jpeg.decode_jpegs(datas, "cuda")
     for a, b in zip(on_cpu, on_cuda, strict=True):
         assert b.is_cuda and b.dtype == torch.uint8 and b.shape == a.shape
     psnr = torch.cat([_psnr(b.cpu()[None], a[None]) for a, b in zip(on_cpu, on_cuda, strict=True)])
     assert float(psnr.min()) > 32.0, psnr.tolist()  # measured on an H100: 34.4-35.5 dB (4:4:4: identical)
     cases = _jpeg_cases()
-    on_cpu = ga.decode_jpegs([data for _, data, _ in cases], "cpu")
-    on_cuda = ga.decode_jpegs([data for _, data, _ in cases], "cuda")
+    on_cpu = jpeg.decode_jpegs([data for _, data, _ in cases], "cpu")
+    on_cuda = jpeg.decode_jpegs([data for _, data, _ in cases], "cuda")
     for (name, _, _), a, b in zip(cases, on_cpu, on_cuda, strict=True):
         assert b.is_cuda and b.shape == a.shape == (3, 30, 40), name
         if name == "CMYK":
