@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from moco_core.config import seed_problem
 from moco_core.errors import UserError, print_error
 
 
@@ -20,6 +21,9 @@ def demo_cli(
         "auto",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     progress: Annotated[bool, typer.Option("--progress", help="Show each step's progress bar.")] = False,
+    trials: Annotated[int, typer.Option(help="Run the protocol this many times, with seeds --seed, --seed + 1, ...; "
+                                        "the report shows each row's mean ± std.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the (first) trial: pretrainings, evaluations, random init.")] = 0,
 ) -> None:
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
     init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped."""
@@ -30,8 +34,13 @@ def demo_cli(
         print_error(f"--tasks: expected some of {','.join(TASKS)}, got {tasks!r}")
         raise typer.Exit(2)
     out = Path(output_dir)
+    if trials < 1 or seed_problem(seed) or seed_problem(seed + trials - 1):
+        print_error(f"--trials: must be >= 1, got {trials}" if trials < 1 else
+                    f"--seed: {seed_problem(seed) or seed_problem(seed + trials - 1)}")
+        raise typer.Exit(2)
     try:
-        report_dir = run_demo(out, device=device, engine=engine, tasks=chosen, show_progress=progress)
+        report_dir = run_demo(out, device=device, engine=engine, tasks=chosen, show_progress=progress, trials=trials,
+                              seed=seed)
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None

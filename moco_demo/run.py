@@ -65,41 +65,57 @@ class Demo:
 
 
 def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", tasks: tuple[str, ...] = TASKS,
-             show_progress: bool = False, overrides: dict[str, list[str]] | None = None) -> Path:
+             show_progress: bool = False, overrides: dict[str, list[str]] | None = None, trials: int = 1,
+             seed: int = 0) -> Path:
     """Run every step (skipping finished ones) and write the report; returns the report directory.
 
     ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", "linear", "voc", "coco").
+    ``trials`` > 1: the whole protocol once per seed (``seed``, ``seed + 1``, ...), each into ``seed_<s>/``;
+    every row of the report is then the mean ± std of its trials (``moco report`` groups pretrainings of one
+    recipe with different seeds).
     """
     overrides = overrides or {}
-    from moco_core.config import PretrainConfig, load_config, replace, validated
-    from moco_core.train import pretrain
     from reports.render import write_report
     from reports.report import FORMATS, build_report
 
     unknown = set(tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown demo tasks {sorted(unknown)}; expected some of {list(TASKS)}")
+    if trials < 1:
+        raise ValueError(f"trials: must be >= 1, got {trials}")
     output_dir.mkdir(parents=True, exist_ok=True)
-    demo = Demo(output_dir, total=2 + len(tasks) * len(BACKBONES) + 1)
-    runs = {name: output_dir / "pretrain" / name for name in ("moco", "supervised")}
+    demo = Demo(output_dir, total=trials * (2 + len(tasks) * len(BACKBONES)) + 1)
+    roots = [output_dir] if trials == 1 else [output_dir / f"seed_{seed + t}" for t in range(trials)]
+    for t, root in enumerate(roots):
+        seeded = {role: [*overrides.get(role, []), f"run.seed={seed + t}"] for role in ("moco", "supervised", *TASKS)}
+        _protocol(demo, root, device, engine, tasks, show_progress, seeded, f"seed {seed + t}: " if trials > 1 else "")
+    report_dir = output_dir / "report"
+    demo.step("report", lambda: write_report(build_report([str(root / task) for root in roots for task in tasks]),
+                                             report_dir, FORMATS))
+    return report_dir
+
+
+def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str, ...], show_progress: bool,
+              overrides: dict[str, list[str]], label: str) -> None:
+    """One trial's steps into ``root``: the two pretrainings, then every task on every backbone."""
+    from moco_core.config import PretrainConfig, load_config, replace, validated
+    from moco_core.train import pretrain
+
+    runs = {name: root / "pretrain" / name for name in ("moco", "supervised")}
     for name, preset in (("moco", "embedded"), ("supervised", "supervised_embedded")):
         cfg = validated(replace(load_config(PretrainConfig, preset, overrides.get(name, [])),
                                 run={"output_dir": str(runs[name]), "device": device}))
         resume = runs[name] if (runs[name] / checkpoint.LAST).is_file() else None
-        demo.step(f"pretrain {name} ({preset})",
+        demo.step(f"{label}pretrain {name} ({preset})",
                   lambda cfg=cfg, resume=resume: pretrain(cfg, resume=resume, show_progress=show_progress),
                   done=checkpoint.finished(runs[name], cfg.optim.epochs))
     weights = {"moco": str(runs["moco"] / checkpoint.LAST), "supervised": str(runs["supervised"] / checkpoint.LAST),
                "random": "random"}
     for task in tasks:
         for name in BACKBONES:
-            out = output_dir / task / name
+            out = root / task / name
             call = _evaluation(task, weights[name], out, device, engine, show_progress, overrides.get(task, []))
-            demo.step(f"{task} {name}", call, done=(out / "result.json").is_file())
-    report_dir = output_dir / "report"
-    demo.step("report", lambda: write_report(build_report([str(output_dir / task) for task in tasks]), report_dir,
-                                             FORMATS))
-    return report_dir
+            demo.step(f"{label}{task} {name}", call, done=(out / "result.json").is_file())
 
 
 def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, show_progress: bool,

@@ -17,6 +17,7 @@ holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable
@@ -73,6 +74,7 @@ class Pretraining:
     sha256: str | None
     source: str
     format: str
+    recipe: str | None = None  # our pretrainings: the config that made them, less its run section (seed, paths)
 
     @property
     def short_hash(self) -> str:
@@ -345,8 +347,24 @@ def _pretraining(backbone: dict[str, Any]) -> Pretraining:
         kind = "supervised"
     else:
         kind = "ours"
+    recipe = _recipe(config) if kind in ("ours", "supervised") and config else None
     return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
-                       epochs=epochs, sha256=sha, source=source, format=fmt)
+                       epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe)
+
+
+RECIPE_IGNORES = ("run", "data.workers", "data.verify_images", "data.knn_path")  # where, how: not what was trained
+
+
+def _recipe(config: dict[str, Any]) -> str:
+    """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
+    different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
+    kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()
+            if section not in RECIPE_IGNORES}
+    for name in RECIPE_IGNORES:
+        section, _, key = name.partition(".")
+        if key and isinstance(kept.get(section), dict):
+            kept[section].pop(key, None)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _sweep(raw: Any) -> Sweep | None:

@@ -10,6 +10,7 @@ numbers never enter a mean.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable
@@ -90,8 +91,9 @@ class Entry:
 
 
 def pretraining_identity(p: Pretraining) -> tuple[Any, ...]:
-    """What makes two records trials of the same pretraining (the checkpoint path does not)."""
-    return (p.kind, p.method, p.arch, p.data_path, p.epochs, p.sha256)
+    """What makes two records trials of the same pretraining: the same weights, or for our pretrainings the same
+    recipe (config less seed and paths: trials with other seeds). The checkpoint path does not."""
+    return (p.kind, p.method, p.arch, p.data_path, p.epochs, p.recipe or p.sha256)
 
 
 def mechanism_identity(p: Pretraining, sweep: Sweep) -> tuple[Any, ...]:
@@ -117,7 +119,10 @@ def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
 def _entry(trials: list[Record]) -> Entry:
     first = trials[0]
     ok = [r for r in trials if r.ok]
-    entry = Entry(setting=Setting.of(first), pretraining=first.pretraining, sweep=first.sweep, n=len(ok),
+    pretraining = first.pretraining
+    if len({r.pretraining.sha256 for r in trials}) > 1:  # pretrainings with several seeds: no one hash names them
+        pretraining = dataclasses.replace(pretraining, sha256=None)
+    entry = Entry(setting=Setting.of(first), pretraining=pretraining, sweep=first.sweep, n=len(ok),
                   failures=[r.failure or "no reason given" for r in trials if not r.ok],
                   files=sorted(r.path for r in trials))
     for name in _ordered_union(r.metrics for r in ok):

@@ -39,6 +39,36 @@ def test_demo_runs_every_step_then_skips_them(shapes_root: Path, tmp_path: Path,
     assert [t["seconds"] for t in again["steps"]][:5] == [t["seconds"] for t in times["steps"]][:5]  # kept
 
 
+@pytest.mark.slow
+def test_trials_run_the_protocol_per_seed_and_the_report_gathers_them(shapes_root: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+    from reports.report import build_report
+
+    data = f"data.path={shapes_root}"
+    overrides = {"moco": [*TINY_PRETRAIN, data], "supervised": [*TINY_PRETRAIN, data],
+                 "linear": ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", data]}
+    out = tmp_path / "demo"
+    run_demo(out, device="cpu", tasks=("linear",), overrides=overrides, trials=2, seed=5)
+    assert "demo [11/11] report" in capsys.readouterr().err
+    for seed in (5, 6):  # each trial its own directories, its seed in every step
+        moco = json.loads((out / f"seed_{seed}" / "linear" / "moco" / "result.json").read_text())
+        assert moco["backbone"]["pretrain"]["config"]["run"]["seed"] == seed and moco["config"]["run"]["seed"] == seed
+    shas = {json.loads((out / f"seed_{s}" / "linear" / "moco" / "result.json").read_text())["backbone"]["sha256"]
+            for s in (5, 6)}
+    assert len(shas) == 2  # two different pretrainings...
+    rows = build_report([str(out / f"seed_{s}" / "linear") for s in (5, 6)]).tidy
+    top1 = {r["pretraining"]: r["n"] for r in rows if r["metric"] == "top1" and r["origin"] == "ours"}
+    assert sorted(top1.values()) == ["2", "2", "2"]  # ...are one row of two trials, as random init and supervised
+    assert "± " in (out / "report" / "report.md").read_text()
+    run_demo(out, device="cpu", tasks=("linear",), overrides=overrides, trials=2, seed=5)  # continues: all done
+    assert capsys.readouterr().err.count("done before") == 10
+    bad = CliRunner().invoke(app, ["demo", "--trials", "0", "--output-dir", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "--trials: must be >= 1" in bad.output
+
+
 def test_unknown_tasks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown demo tasks"):
         run_demo(tmp_path, tasks=("linear", "imagenet"))

@@ -87,12 +87,34 @@ def test_labels_of_baselines_and_ours(write_record: WriteRecord, runs: Path) -> 
 def test_groups_by_checkpoint_hash_not_path(write_record: WriteRecord, runs: Path) -> None:
     write_record("a.result.json")
     write_record("b.result.json", backbone={**base_record()["backbone"], "source": "/copy/elsewhere.pth.tar"})
-    write_record("c.result.json", backbone={**base_record()["backbone"], "sha256": "99" * 32})
+    other_recipe = {"method": "moco", "epochs": 15, "config": {"data": {"path": "embedded"},
+                                                               "model": {"temperature": 0.1}}}
+    write_record("c.result.json", backbone={**base_record()["backbone"], "sha256": "99" * 32,
+                                            "pretrain": other_recipe})
     write_record("d.result.json", dataset={"path": "/data/other"})
     write_record("e.result.json", protocol="linear-cached")
     main, _ = group(load_records([str(runs)])[0])
     assert sorted(e.n for e in main) == [1, 1, 1, 2]
     assert next(e for e in main if e.n == 2).pretraining.sha256 == SHA
+
+
+def test_pretrainings_of_one_recipe_with_other_seeds_are_trials_of_one_row(write_record: WriteRecord,
+                                                                             runs: Path) -> None:
+    def pretrained(seed: int, sha: str, **model: float) -> dict:
+        config = {"data": {"path": "embedded", "workers": seed}, "model": {"queue_size": 1024, **model},
+                  "run": {"seed": seed, "output_dir": f"runs/demo/seed_{seed}/pretrain/moco"}}
+        return {**base_record()["backbone"], "sha256": sha, "source": f"/runs/seed_{seed}/checkpoint_last.pth.tar",
+                "pretrain": {"method": "moco", "epochs": 15, "config": config}}
+
+    for seed, sha, top1 in ((0, "a0", 40.0), (1, "a1", 44.0), (2, "a2", 42.0)):  # seed, paths, workers differ
+        write_record(f"s{seed}.result.json", backbone=pretrained(seed, sha * 32),
+                     metrics={"top1": top1, "top5": 90.0})
+    write_record("t.result.json", backbone=pretrained(0, "b0" * 32, temperature=0.1))  # another recipe
+    main, _ = group(load_records([str(runs)])[0])
+    trials, other = sorted(main, key=lambda e: -e.n)
+    assert trials.n == 3 and trials.metrics["top1"].mean == 42.0 and trials.metrics["top1"].std == 2.0
+    assert trials.pretraining.label == "MoCo (R18, 15 ep, embedded)"  # three checkpoints: no one hash
+    assert other.n == 1 and other.pretraining.label.endswith("b0b0b0")
 
 
 def test_short_arch() -> None:
