@@ -133,6 +133,7 @@ class Record:
     status: str = "ok"
     failure: str | None = None
     sweep: Sweep | None = None
+    eval_recipe: str | None = None  # recipe_digest of the evaluation's own config
 
     @property
     def ok(self) -> bool:
@@ -248,7 +249,7 @@ def parse_record(data: Any, shown: str) -> Record:
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
         dataset_path=dataset_path, pretraining=_pretraining(_required(data, "backbone", dict)), metrics=metrics,
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
-        sweep=_sweep(data.get("sweep")),
+        sweep=_sweep(data.get("sweep")), eval_recipe=recipe_digest(config) if config else None,
     )
 
 
@@ -347,7 +348,7 @@ def _pretraining(backbone: dict[str, Any]) -> Pretraining:
         kind = "supervised"
     else:
         kind = "ours"
-    recipe = _recipe(config) if kind in ("ours", "supervised") and config else None
+    recipe = recipe_digest(config) if kind in ("ours", "supervised") and config else None
     return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
                        epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe)
 
@@ -355,7 +356,7 @@ def _pretraining(backbone: dict[str, Any]) -> Pretraining:
 RECIPE_IGNORES = ("run", "data.workers", "data.verify_images", "data.knn_path")  # where, how: not what was trained
 
 
-def _recipe(config: dict[str, Any]) -> str:
+def recipe_digest(config: dict[str, Any]) -> str:
     """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
     different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
     kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports.expected import Expected
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
@@ -46,11 +47,13 @@ class Report:
     curves: list[Curve] = field(default_factory=list)
 
 
-def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None) -> Report:
+def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
+                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> Report:
+    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given."""
     records, skipped = load_records(roots)
     main, ablation = group(records)
     pub = load_published() if published is None else published
-    tables, shown = all_tables(main, ablation, pub)
+    tables, shown = all_tables(main, ablation, pub, expected)
     tidy = tidy_rows(main, ablation, shown, skipped)
     return Report(list(roots), records, skipped, tables, tidy, find_curves(main + ablation))
 

@@ -83,6 +83,7 @@ class Entry:
     failures: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     n: int = 0  # successful trials
+    eval_recipe: str | None = None  # the evaluation config its trials share (None: they differ)
 
     @property
     def failed(self) -> bool:
@@ -122,7 +123,9 @@ def _entry(trials: list[Record]) -> Entry:
     pretraining = first.pretraining
     if len({r.pretraining.sha256 for r in trials}) > 1:  # pretrainings with several seeds: no one hash names them
         pretraining = dataclasses.replace(pretraining, sha256=None)
+    recipes = {r.eval_recipe for r in trials}
     entry = Entry(setting=Setting.of(first), pretraining=pretraining, sweep=first.sweep, n=len(ok),
+                  eval_recipe=recipes.pop() if len(recipes) == 1 else None,
                   failures=[r.failure or "no reason given" for r in trials if not r.ok],
                   files=sorted(r.path for r in trials))
     for name in _ordered_union(r.metrics for r in ok):

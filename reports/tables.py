@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
 
+from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.published import PublishedRow, matching, matching_momentum
 from reports.records import TASK_METRICS, method_name, short_arch
 from reports.summary import Entry, Setting, Stat, delta, supervised_reference
@@ -180,14 +181,17 @@ def setting_subtitle(s: Setting) -> str:
 # ----------------------------------------------------------------------------------------------------- main tables
 
 
-def main_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[list[Table], list[Shown]]:
-    """One table per setting (and a per-class AP50 table for VOC where records carry it)."""
+def main_tables(entries: list[Entry], published: list[PublishedRow],
+                expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> tuple[list[Table], list[Shown]]:
+    """One table per setting (and a per-class AP50 table for VOC where records carry it). ``expected``
+    (reports/expected.csv by default): rows outside the expected range of their preset are flagged."""
+    expected = load_expected() if expected is None else expected
     tables: list[Table] = []
     shown: list[Shown] = []
     for setting, group in groupby(entries, key=lambda e: e.setting):
         rows_of = list(group)
         pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
-        tables.append(_setting_table(setting, rows_of, pub))
+        tables.append(_setting_table(setting, rows_of, pub, expected))
         if pub:
             shown.append(Shown(setting.key, setting, pub))
         if any(e.per_class for e in rows_of):
@@ -195,17 +199,22 @@ def main_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[li
     return tables, shown
 
 
-def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow]) -> Table:
+def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow],
+                   expected: dict[tuple[str, ...], dict[str, Expected]]) -> Table:
     metrics = TASK_METRICS[setting.task]
     reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
     rows: list[Row] = []
     notes: list[str] = []
+    checked = False
     for entry in entries:
         if entry.failed:
             values = tuple(Cell("failed") for _ in metrics)
         else:
             values = tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m)) for m in metrics)
-        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, Cell(failure_note(entry))),
+        outside, applied = flags(entry, expected)
+        checked |= applied
+        note = "; ".join(n for n in (failure_note(entry), *outside) if n)
+        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, Cell(note)),
                         "failed" if entry.failed else "ours"))
     for row in pub:
         values = tuple(value_cell(row.values.get(m), row.deltas.get(m)) for m in metrics)
@@ -216,6 +225,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
+    if checked:
+        notes.append(f"Expected ranges of these presets (reports/expected.csv, measured with several trials): a mean "
+                     f"more than max({WIDTH:g} std, {FLOOR:g}) from the expected one is flagged in its note.")
     columns = (Column("Pretraining"), Column("n", True), *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics),
                Column("Note"))
     return _drop_empty_note(Table(setting.key, setting_title(setting), columns, rows, setting_subtitle(setting),
@@ -300,9 +312,9 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
     return _drop_empty_note(table)
 
 
-def all_tables(main: list[Entry], ablation: list[Entry],
-               published: Iterable[PublishedRow]) -> tuple[list[Table], list[Shown]]:
+def all_tables(main: list[Entry], ablation: list[Entry], published: Iterable[PublishedRow],
+               expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> tuple[list[Table], list[Shown]]:
     pub = list(published)
-    tables, shown = main_tables(main, pub)
+    tables, shown = main_tables(main, pub, expected)
     more, more_shown = ablation_tables(ablation, pub)
     return tables + more, shown + more_shown

@@ -1,0 +1,78 @@
+"""Expected ranges: written from trials by benchmarks/expected_ranges.py, applied only to runs of the same recipes,
+and a run outside flagged in its row's note."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from reports.expected import EXPECTED_CSV, FLOOR, Expected, load_expected
+from reports.render import to_markdown
+from reports.report import build_report
+from tests.reports.conftest import WriteRecord, base_record
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+PRETRAIN = {"model": {"queue_size": 1024, "temperature": 0.2}, "data": {"path": "embedded"}}
+LINEAR = {"optim": {"epochs": 30, "lr": 30.0}, "data": {"path": "embedded"}}
+
+
+def trial(seed: int, top1: float, *, eval_config: dict[str, Any] | None = None,
+          pretrain: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A linear record of a MoCo pretraining of one recipe with ``seed`` (its own weights and run directory)."""
+    config = {**(pretrain or PRETRAIN), "run": {"seed": seed, "output_dir": f"/r/seed_{seed}"}}
+    backbone = {**base_record()["backbone"], "sha256": f"{seed:02d}" * 32, "source": f"/r/seed_{seed}/c.pth.tar",
+                "pretrain": {"method": "moco", "epochs": 60, "config": config}}
+    evaluation = {**(eval_config or LINEAR), "run": {"seed": seed, "output_dir": f"/r/seed_{seed}/linear"}}
+    return base_record(backbone=backbone, config=evaluation, metrics={"top1": top1, "top5": 95.0})
+
+
+def measure(write_record: WriteRecord, tmp_path: Path) -> Path:
+    """expected.csv from three trials (top-1 41, 42, 43: mean 42, std 1), through the script as a user runs it."""
+    for seed, top1 in ((0, 41.0), (1, 42.0), (2, 43.0)):
+        write_record(f"trials/seed_{seed}/linear/moco/result.json", trial(seed, top1))
+    out = tmp_path / "expected.csv"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "expected_ranges.py"), str(tmp_path / "runs" / "trials"),
+                           "--measured", "3 trials, test", "--out", str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_script_writes_mean_std_and_n_of_each_checkable_row(write_record: WriteRecord, tmp_path: Path) -> None:
+    rows = list(csv.DictReader(measure(write_record, tmp_path).open()))
+    top1 = next(r for r in rows if r["metric"] == "top1")
+    assert (top1["backbone"], top1["task"], float(top1["mean"]), float(top1["std"]), top1["n"]) == \
+        ("moco", "linear", 42.0, 1.0, "3")
+    assert top1["measured"] == "3 trials, test" and len(top1["pretrain_recipe"]) == 64
+
+
+def test_a_run_outside_the_range_is_flagged_and_one_inside_is_not(write_record: WriteRecord, tmp_path: Path) -> None:
+    expected = load_expected(measure(write_record, tmp_path))
+    (rows,) = expected.values()
+    assert rows["top1"] == Expected(42.0, 1.0, 3, "3 trials, test") and rows["top1"].tolerance == 3.0
+    cases = {"inside": trial(7, 44.9), "outside": trial(8, 38.5),
+             "other_eval": trial(9, 10.0, eval_config={**LINEAR, "optim": {"epochs": 1, "lr": 30.0}}),
+             "other_pretrain": trial(10, 10.0, pretrain={**PRETRAIN, "model": {"queue_size": 16}})}
+    for name, record in cases.items():
+        write_record(f"{name}/result.json", record)
+    notes = {}
+    for name in cases:
+        report = build_report([str(tmp_path / "runs" / name)], published=[], expected=expected)
+        notes[name] = to_markdown(report)
+    assert "outside the expected" not in notes["inside"] and "Expected ranges of these presets" in notes["inside"]
+    assert "top1 38.5 is outside the expected 42.0 ± 3.0 (3 trials, test): is the install working?" in \
+        notes["outside"]
+    for other in ("other_eval", "other_pretrain"):  # another recipe: the expected values do not apply
+        assert "outside the expected" not in notes[other] and "Expected ranges" not in notes[other]
+
+
+def test_the_tolerance_has_a_floor() -> None:
+    assert Expected(42.0, 0.0, 3, "x").tolerance == FLOOR and Expected(42.0, 0.0, 3, "x").holds(42.0 + FLOOR)
+
+
+def test_the_shipped_file_loads() -> None:
+    table = load_expected(EXPECTED_CSV)
+    assert all(rows for rows in table.values())
