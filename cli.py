@@ -64,6 +64,8 @@ app.command("report")(reports_cli.report_cli)
 app.command("demo")(demo_cli.demo_cli)
 app.command("launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     cluster_cli.launch_cli)
+app.command("trials", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    cluster_cli.trials_cli)
 
 
 def main() -> None:

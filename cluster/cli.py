@@ -57,6 +57,31 @@ def launch_cli(
         raise typer.Exit(wait_for(job))
 
 
+def trials_cli(
+    ctx: typer.Context,
+    trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
+    seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
+) -> None:
+    """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) with N seeds, each into OUTPUT_DIR/seed_<s>.
+
+    Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded
+    --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped.
+    """
+    from cluster.trials import run_trials
+    from moco_core.config import seed_problem
+
+    problem = seed_problem(seed) or (seed_problem(seed + trials - 1) if trials > 0 else None)
+    if problem:
+        print_error(f"--seed: {problem}")
+        raise typer.Exit(2)
+    try:
+        code = run_trials(list(ctx.args), trials, seed)
+    except UserError as err:
+        print_error(err)
+        raise typer.Exit(err.exit_code) from None
+    raise typer.Exit(code)
+
+
 def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tasks_per_node: int | None,
            cpus_per_task: int | None, mem_gb: int | None, time_min: int, partition: str | None,
            account: str | None, constraint: str | None, signal_delay: int, max_timeouts: int,

@@ -46,19 +46,22 @@ class Command:
     run_dir: Path
 
     @classmethod
-    def parse(cls, argv: list[str]) -> Command:
-        """The command after ``moco launch ... --``; it must name its ``--output-dir``, where the job resumes."""
+    def parse(cls, argv: list[str], runner: str = "moco launch") -> Command:
+        """The command after ``moco launch ... --`` (or ``moco trials``); it must name its ``--output-dir``: where
+        the job resumes, where the trials go."""
         words = 2 if argv[:1] == ["eval"] else 1
         name = " ".join(argv[:words])
         if name not in COMMANDS:
-            raise LaunchError(f"moco launch runs one of: {', '.join(COMMANDS)}; got {name or 'nothing'!r} "
-                              f"(write the command after --, e.g. moco launch -- pretrain -c moco_v2_200ep ...)")
+            raise LaunchError(f"{runner} runs one of: {', '.join(COMMANDS)}; got {name or 'nothing'!r} "
+                              f"(write the command after --, e.g. {runner} -- pretrain -c moco_v2_200ep ...)")
         args = list(argv[words:])
-        for refused, why in (("--nproc", "the job starts one process per GPU itself (--gpus-per-node)"),
-                             ("--resume", "the job resumes from its --output-dir by itself"),
-                             ("--print-config", "run it without moco launch")):
-            if any(a == refused or a.startswith(refused + "=") for a in args):
-                raise LaunchError(f"{refused}: not with moco launch: {why}")
+        refused = {"--nproc": "the job starts one process per GPU itself (--gpus-per-node)"} if runner == \
+            "moco launch" else {}
+        refused.update({"--resume": f"{runner} resumes from --output-dir by itself",
+                        "--print-config": f"run it without {runner}"})
+        for option, why in refused.items():
+            if any(a == option or a.startswith(option + "=") for a in args):
+                raise LaunchError(f"{option}: not with {runner}: {why}")
         rest: list[str] = []
         output_dir = ""
         i = 0
@@ -71,8 +74,8 @@ class Command:
                 rest.append(args[i])
                 i += 1
         if not output_dir:
-            raise LaunchError(f"moco {name}: give --output-dir DIR with moco launch: the job keeps its checkpoints "
-                              f"there and resumes from them after a requeue")
+            raise LaunchError(f"moco {name}: give --output-dir DIR with {runner}: its runs keep their checkpoints "
+                              f"there and resume from them")
         run_dir = Path(os.path.expanduser(output_dir)).absolute()
         return cls(name, (*rest, "--output-dir", str(run_dir)), run_dir)
 

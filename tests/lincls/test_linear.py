@@ -113,6 +113,33 @@ class _Crash(Exception):
     pass
 
 
+def test_a_crash_between_the_last_epoch_and_the_record_resumes_to_the_record(
+        shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All epochs done and saved, killed before result.json: --resume writes the record (what moco launch and moco
+    trials do after such a kill), the one a run never killed writes; with the record there, it refuses."""
+    from lincls.linear import LINEAR_LAST
+
+    straight = json.loads(linear_eval(tiny_linear(shapes_root, tmp_path / "straight"), "random",
+                                      show_progress=False).read_text())
+    real_save = checkpoint.save_atomic
+
+    def save_then_crash(obj: dict, path: Path) -> None:
+        real_save(obj, path)
+        if path.name == LINEAR_LAST and obj["epoch"] == 2:  # the last of tiny_linear's 2 epochs
+            raise _Crash
+
+    monkeypatch.setattr(checkpoint, "save_atomic", save_then_crash)
+    with pytest.raises(_Crash):
+        linear_eval(tiny_linear(shapes_root, tmp_path / "crashed"), "random", show_progress=False)
+    monkeypatch.setattr(checkpoint, "save_atomic", real_save)
+    assert not (tmp_path / "crashed" / "result.json").exists()
+    resumed = json.loads(linear_eval(tiny_linear(shapes_root, tmp_path / "crashed"), "random", show_progress=False,
+                                     resume=True).read_text())
+    assert resumed["history"] == straight["history"] and resumed["metrics"] == straight["metrics"]
+    with pytest.raises(ConfigError, match="the 2 epochs of .* are done already; raise it"):
+        linear_eval(tiny_linear(shapes_root, tmp_path / "crashed"), "random", show_progress=False, resume=True)
+
+
 @pytest.mark.parametrize("cached", [False, True])
 def test_resume_after_a_crash_is_bit_identical(shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                cached: bool) -> None:

@@ -1,0 +1,55 @@
+"""``moco trials N -- COMMAND``: one command run with N seeds, each trial in a run directory of its own.
+
+Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, knn, voc and coco; ``--set run.seed``
+for linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the trial's seed, so an evaluation
+can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running it again
+continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does). ``moco
+report`` shows the trials as one row, mean ± std over n (pretrainings are grouped by recipe, not by weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from cluster.job import Command, LaunchError, run_moco
+
+SEED_FLAGS = {"pretrain": ["--seed"], "eval linear": ["--set", "run.seed="], "eval voc": ["--seed"],
+              "eval coco": ["--seed"]}
+
+
+def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
+    """The command of each trial: its own run directory, its seed."""
+    if trials < 1:
+        raise LaunchError(f"N: the number of trials must be >= 1, got {trials}")
+    command = Command.parse(argv, runner="moco trials")
+    if command.name not in SEED_FLAGS:
+        raise LaunchError(f"moco trials runs one of: {', '.join(SEED_FLAGS)}; got {command.name!r}")
+    if any(a in ("--seed",) or a.startswith(("--seed=", "run.seed=")) for a in command.args):
+        raise LaunchError("--seed: not with moco trials: each trial gets its own (--seed of moco trials, + 1, ...)")
+    out = []
+    for s in range(seed, seed + trials):
+        run_dir = command.run_dir / f"seed_{s}"
+        args = [a.replace("{seed}", str(s)) for a in command.args[:-2]]  # the last two: --output-dir DIR
+        flag = SEED_FLAGS[command.name]
+        seeded = [flag[0], f"{flag[1]}{s}"] if len(flag) == 2 else [flag[0], str(s)]
+        out.append(dataclasses.replace(command, args=(*args, *seeded, "--output-dir", str(run_dir)), run_dir=run_dir))
+    return out
+
+
+def run_trials(argv: list[str], trials: int, seed: int) -> int:
+    """Run each trial in turn, in this process; 0 when all succeeded, else 1 after trying every one."""
+    failed = []
+    for command in trial_commands(argv, trials, seed):
+        if command.finished():
+            print(f"{command.run_dir}: finished before", file=sys.stderr, flush=True)
+            continue
+        print(f"trial {command.run_dir.name}: moco {' '.join(command.argv())}", file=sys.stderr, flush=True)
+        code = run_moco(command.argv())
+        if code:
+            failed.append(f"{command.run_dir.name} (exit status {code})")
+    if failed:
+        print(f"error: {len(failed)} of {trials} trials failed: {', '.join(failed)}; run the same command again to "
+              f"retry them (finished trials are kept)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,68 @@
+"""``moco trials``: each trial's seed and directory, ``{seed}`` pairing evaluations with pretrainings, continuing
+after a stop, and the report's one row of n trials."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from cluster.job import LaunchError
+from cluster.trials import trial_commands
+from reports.report import build_report
+
+SMALL = ["model.queue_size=40", "model.bn_groups=2", "optim.batch_size=8", "optim.epochs=1", "augment.crop_size=32",
+         "run.knn_every=0", "data.workers=0"]
+LINEAR = ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", "data.crop_size=32", "data.resize=32"]
+
+
+def sets(values: list[str]) -> list[str]:
+    return [a for v in values for a in ("--set", v)]
+
+
+def test_each_trial_has_its_seed_and_directory(tmp_path: Path) -> None:
+    pre, post = trial_commands(["pretrain", "-c", "embedded", "--output-dir", str(tmp_path / "moco")], 2, 7)
+    assert pre.run_dir == tmp_path / "moco" / "seed_7" and post.run_dir == tmp_path / "moco" / "seed_8"
+    assert pre.argv() == ["pretrain", "-c", "embedded", "--seed", "7", "--output-dir", str(pre.run_dir)]
+    (linear,) = trial_commands(["eval", "linear", "runs/moco/seed_{seed}/checkpoint_last.pth.tar", "--output-dir",
+                                "lin"], 1, 3)
+    assert linear.argv()[:3] == ["eval", "linear", "runs/moco/seed_3/checkpoint_last.pth.tar"]
+    assert linear.argv()[3:5] == ["--set", "run.seed=3"]  # eval linear takes its seed as a config value
+    for argv, message in ((["pretrain", "--output-dir", "x", "--seed", "1"], "--seed: not with moco trials"),
+                          (["eval", "linear", "w", "--output-dir", "x", "--set", "run.seed=1"], "--seed: not with"),
+                          (["eval", "snapshots", "r", "--output-dir", "x"], "moco trials runs one of"),
+                          (["pretrain"], "give --output-dir DIR with moco trials")):
+        with pytest.raises(LaunchError, match=message):
+            trial_commands(argv, 2, 0)
+
+
+@pytest.mark.slow
+def test_trials_of_a_pretraining_and_its_evaluation_are_one_row(shapes_root: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    pre = runner.invoke(app, ["trials", "2", "--seed", "3", "--", "pretrain", "-c", "embedded", "--data",
+                              str(shapes_root), *sets(SMALL), "--quiet", "--output-dir", str(tmp_path / "moco")])
+    assert pre.exit_code == 0, pre.output
+    linear = ["trials", "2", "--seed", "3", "--", "eval", "linear", str(tmp_path / "moco/seed_{seed}/checkpoint_last"
+              ".pth.tar"), "-c", "lincls_embedded", "--data", str(shapes_root), *sets(LINEAR), "--quiet",
+              "--output-dir", str(tmp_path / "linear")]
+    done = runner.invoke(app, linear)
+    assert done.exit_code == 0, done.output
+    for seed in (3, 4):
+        record = json.loads((tmp_path / "linear" / f"seed_{seed}" / "result.json").read_text())
+        assert record["config"]["run"]["seed"] == seed
+        assert record["backbone"]["source"].endswith(f"moco/seed_{seed}/checkpoint_last.pth.tar")
+        assert record["backbone"]["pretrain"]["config"]["run"]["seed"] == seed
+    rows = [r for r in build_report([str(tmp_path / "linear")]).tidy if r["metric"] == "top1"]
+    assert [r["n"] for r in rows] == ["2"]  # two pretrainings of one recipe, each evaluated: one row of 2 trials
+    (tmp_path / "linear" / "seed_4" / "result.json").unlink()  # as if trial 4 was killed after its last epoch
+    again = runner.invoke(app, linear)
+    assert again.exit_code == 0, again.output
+    assert "seed_3: finished before" in again.output and "--resume" in again.output.split("trial seed_4:")[1]
+    assert (tmp_path / "linear" / "seed_4" / "result.json").is_file()
+    failing = runner.invoke(app, ["trials", "2", "--", "eval", "linear", str(tmp_path / "none.pth.tar"), "--data",
+                                  str(shapes_root), "--output-dir", str(tmp_path / "bad")])
+    assert failing.exit_code == 1 and "2 of 2 trials failed: seed_0 (exit status 2), seed_1 (exit status 2)" in \
+        failing.output
