@@ -97,6 +97,9 @@ RUN: dict[str, list[str] | None] = {
     "moco sweep m 0,0.9,0.99,0.999 -c embedded --output-dir runs/sweep_m": ["SMALL", *EMBEDDED, "optim.batch_size=16"],
     "moco sweep K 256,1024,4096 -c embedded --output-dir runs/sweep_K": ["SMALL", *EMBEDDED, "optim.batch_size=16"],
     "moco sweep K 8,16,32 -c embedded --set method=end2end --output-dir runs/sweep_e2e": ["SMALL", *EMBEDDED],
+    "moco trials 3 -- pretrain -c embedded --output-dir runs/moco_trials": EMBEDDED,
+    "moco trials 3 -- eval linear runs/moco_trials/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded "
+    "--output-dir runs/linear_trials": ["optim.epochs=1", "data.workers=0"],
     "moco report runs/ --out report/": None,
 }
 NEEDS_DETECTRON2 = {
@@ -173,6 +176,8 @@ def _args(command: str, paths: dict[str, Path], shrink: list[str] | None) -> lis
         args[args.index("--nproc") + 1] = "2"
     if "--nproc-per-node" in args:
         args[args.index("--nproc-per-node") + 1] = "2"
+    if args[1:2] == ["trials"]:  # 2 trials here
+        args[2] = "2"
     shrink = list(shrink or [])
     if "SMALL" in shrink:  # the sweeps: many points, so the small labelled shapes set (train/ and val/) for each
         shrink.remove("SMALL")
@@ -247,6 +252,13 @@ def _check(command: str, work: Path, output: str) -> None:
     elif command.startswith("moco eval linear"):
         record = _record(output, work)
         assert record["sanity_check"] == "passed" and 0 <= record["metrics"]["top1"] <= 100
+    elif command.startswith("moco trials"):  # one directory and record (or checkpoint) per seed
+        out = work / command.split("--output-dir ")[1].split()[0]
+        assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["seed_0", "seed_1"]
+        if "eval linear" in command:
+            seeds = [json.loads((out / s / "result.json").read_text())["config"]["run"]["seed"] for s in ("seed_0",
+                                                                                                          "seed_1")]
+            assert seeds == [0, 1]
     elif command.startswith("moco eval snapshots"):  # each kept snapshot evaluated, marked with its epoch
         found = sorted((work / "runs/snapshots/linear_snapshots").glob("*/result.json"))
         records = [json.loads(p.read_text()) for p in found]
@@ -292,14 +304,20 @@ def _drop_weights(command: str, work: Path) -> None:
     out = next((s.split("=", 1)[1] for s in shrink if s.startswith("run.output_dir=")), None)
     if "--output-dir " in command:
         out = command.split("--output-dir ")[1].split()[0]
-    if command.startswith("moco pretrain") and "keep_every" in command:  # moco eval snapshots reads them next
-        return
+    if command.startswith("moco pretrain") and "keep_every" in command or "-- pretrain -c embedded" in command:
+        return  # the next command evaluates them
     if command.startswith("moco eval snapshots"):  # then the snapshots it evaluated go
         out = command.split()[3]
+    if command.startswith("moco trials") and "eval linear" in command:  # and the pretrainings of each seed
+        _unlink_weights(work / "runs/moco_trials")
     if out is None or out in ("runs/embedded", "runs/supervised_embedded") or not (work / out).is_dir():
         return
+    _unlink_weights(work / out)
+
+
+def _unlink_weights(run_dir: Path) -> None:
     for pattern in ("*.pth.tar", "*.pth", "*.pkl"):
-        for path in (work / out).rglob(pattern):
+        for path in run_dir.rglob(pattern):
             path.unlink()
 
 
