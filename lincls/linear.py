@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDatas
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
 from moco_core.backbone import BackboneInfo, load_backbone, read_backbone_state
-from moco_core.config import ConfigError, device_problem, load_config, seed_problem, to_dict
+from moco_core.config import ConfigError, load_config, require, run_checks, to_dict
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.errors import NonFiniteLossError
 from moco_core.knn import topk_accuracy
@@ -83,12 +83,9 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
         (d.crop_size >= 8 and d.resize >= d.crop_size, "data.crop_size", "need 8 <= crop_size <= resize"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
-        (device_problem(cfg.run.device) is None, "run.device", device_problem(cfg.run.device)),
-        (seed_problem(cfg.run.seed) is None, "run.seed", seed_problem(cfg.run.seed)),
+        *run_checks(cfg.run.device, cfg.run.seed),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"{key}: {message}")
+    require(checks)
     return cfg
 
 

@@ -335,6 +335,22 @@ def seed_problem(seed: int) -> str | None:
     return None if 0 <= seed < SEED_LIMIT else f"must be in [0, 2**32), got {seed}"
 
 
+Check = tuple[bool, str, "str | None"]  # (holds, "section.key", what is wrong when it does not)
+
+
+def run_checks(device: str, seed: int) -> list[Check]:
+    """The checks every command's ``run`` section shares: a device this build knows, a seed torch accepts."""
+    return [(device_problem(device) is None, "run.device", device_problem(device)),
+            (seed_problem(seed) is None, "run.seed", seed_problem(seed))]
+
+
+def require(checks: list[Check]) -> None:
+    """A ConfigError, "key: message", for the first check that does not hold."""
+    for ok, key, message in checks:
+        if not ok:
+            raise ConfigError(f"{key}: {message}")
+
+
 def validate_pretrain(cfg: PretrainConfig) -> None:
     """Reject impossible values with a one-line error naming the key."""
     m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
@@ -343,8 +359,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
          f"{m.queue_size}"),
         (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),
-        (device_problem(r.device) is None, "run.device", device_problem(r.device)),
-        (seed_problem(r.seed) is None, "run.seed", seed_problem(r.seed)),
+        *run_checks(r.device, r.seed),
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
         (0 < m.temperature < math.inf, "model.temperature", f"must be finite and > 0, got {m.temperature}"),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),
@@ -375,9 +390,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
     for name in ("color_jitter_prob", "grayscale_prob", "blur_prob", "flip_prob"):
         value = getattr(a, name)
         checks.append((0.0 <= value <= 1.0, f"augment.{name}", f"must be in [0, 1], got {value}"))
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"{key}: {message}")
+    require(checks)
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}

@@ -27,7 +27,7 @@ def demo_cli(
 ) -> None:
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
     init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped."""
-    from moco_demo.run import TASKS, run_demo
+    from moco_demo.run import TASKS, DemoStopped, run_demo
 
     chosen = tuple(t.strip() for t in tasks.split(",") if t.strip())
     if not chosen or set(chosen) - set(TASKS):
@@ -44,6 +44,9 @@ def demo_cli(
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
+    except DemoStopped as stopped:  # a clean stop on a signal: status 0, as moco pretrain's
+        print(stopped, file=sys.stderr)
+        raise typer.Exit(0) from None
     print((report_dir / "report.md").read_text(encoding="utf-8"))  # written by the demo's last step
     print(f"report: {report_dir} (report.md, report.html, report.csv, report.tex); step times: {out / 'demo.json'}",
           file=sys.stderr)

@@ -25,6 +25,10 @@ BACKBONES = ("moco", "supervised", "random")
 RANDOM_ARCH = "resnet18"  # the embedded presets' backbone, for random init
 
 
+class DemoStopped(Exception):
+    """A pretraining stopped early on a signal (SIGTERM), with its checkpoint: the demo stops there too."""
+
+
 @dataclass(frozen=True)
 class StepTime:
     name: str
@@ -106,9 +110,14 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
         cfg = validated(replace(load_config(PretrainConfig, preset, overrides.get(name, [])),
                                 run={"output_dir": str(runs[name]), "device": device}))
         resume = runs[name] if (runs[name] / checkpoint.LAST).is_file() else None
-        demo.step(f"{label}pretrain {name} ({preset})",
-                  lambda cfg=cfg, resume=resume: pretrain(cfg, resume=resume, show_progress=show_progress),
-                  done=checkpoint.finished(runs[name], cfg.optim.epochs))
+
+        def train(cfg: PretrainConfig = cfg, resume: Path | None = resume, run_dir: Path = runs[name]) -> None:
+            pretrain(cfg, resume=resume, show_progress=show_progress)
+            if not checkpoint.finished(run_dir, cfg.optim.epochs):  # a signal stopped it, after a checkpoint
+                raise DemoStopped(f"stopped during the pretraining in {run_dir} (its checkpoint is written); run the "
+                                  f"same moco demo command again to continue")
+
+        demo.step(f"{label}pretrain {name} ({preset})", train, done=checkpoint.finished(runs[name], cfg.optim.epochs))
     weights = {"moco": str(runs["moco"] / checkpoint.LAST), "supervised": str(runs["supervised"] / checkpoint.LAST),
                "random": "random"}
     for task in tasks:

@@ -96,7 +96,8 @@ def test_demo_passes_its_tasks_and_progress_on(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(moco_demo.run, "run_demo", fake_demo)
     result = runner.invoke(app, ["demo", "--output-dir", str(tmp_path), "--tasks", "voc, linear", "--progress",
-                                 "--device", "cpu", "--engine", "torchvision"])
+                                 "--device", "cpu", "--engine", "torchvision", "--trials", "3", "--seed", "7"])
     assert result.exit_code == 0, result.output
-    assert seen == {"device": "cpu", "engine": "torchvision", "tasks": ("voc", "linear"), "show_progress": True}
+    assert seen == {"device": "cpu", "engine": "torchvision", "tasks": ("voc", "linear"), "show_progress": True,
+                    "trials": 3, "seed": 7}
     assert "# the report" in result.output

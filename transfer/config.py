@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, ConfigError, device_problem, load_config, seed_problem
+from moco_core.config import ARCHS, ConfigError, load_config, require, run_checks
 from transfer.datasets import parse_dataset
 
 TASKS = ("voc", "coco")
@@ -177,17 +177,14 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (all(c.strip() for c in cfg.data.classes) and len(set(cfg.data.classes)) == len(cfg.data.classes),
          "data.classes", "need distinct, non-empty names"),
         (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
-        (device_problem(r.device) is None, "run.device", device_problem(r.device)),
-        (seed_problem(r.seed) is None, "run.seed", seed_problem(r.seed)),
+        *run_checks(r.device, r.seed),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (d.mask == (cfg.task == "coco"), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its COCO "
          "detector Mask R-CNN (true): box and mask AP are both reported"),
         (bool(cfg.schedule.strip()), "schedule", "must be a non-empty label (24k, 1x, 2x...)"),
     ]
-    for ok, key, message in checks:
-        if not ok:
-            raise ConfigError(f"{key}: {message}")
+    require(checks)
     for name in names:
         parse_dataset(name, cfg.task)  # a ConfigError naming the accepted forms
     return cfg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,11 +14,16 @@ TINY_PRETRAIN = ["model.queue_size=40", "model.bn_groups=4", "optim.batch_size=1
                  "data.workers=0", "run.knn_every=0", "augment.crop_size=32"]
 
 
+def tiny(shapes_root: Path) -> dict[str, list[str]]:
+    """The demo's presets shrunk to the tiny shapes set, per role."""
+    data = f"data.path={shapes_root}"
+    return {"moco": [*TINY_PRETRAIN, data], "supervised": [*TINY_PRETRAIN, data],
+            "linear": ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", data]}
+
+
 def test_demo_runs_every_step_then_skips_them(shapes_root: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    data = f"data.path={shapes_root}"
-    overrides = {"moco": [*TINY_PRETRAIN, data], "supervised": [*TINY_PRETRAIN, data],
-                 "linear": ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", data]}
+    overrides = tiny(shapes_root)
     out = tmp_path / "demo"
     report = run_demo(out, device="cpu", tasks=("linear",), overrides=overrides)
     err = capsys.readouterr().err
@@ -47,9 +53,7 @@ def test_trials_run_the_protocol_per_seed_and_the_report_gathers_them(shapes_roo
     from cli import app
     from reports.report import build_report
 
-    data = f"data.path={shapes_root}"
-    overrides = {"moco": [*TINY_PRETRAIN, data], "supervised": [*TINY_PRETRAIN, data],
-                 "linear": ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", data]}
+    overrides = tiny(shapes_root)
     out = tmp_path / "demo"
     run_demo(out, device="cpu", tasks=("linear",), overrides=overrides, trials=2, seed=5)
     assert "demo [11/11] report" in capsys.readouterr().err
@@ -67,6 +71,23 @@ def test_trials_run_the_protocol_per_seed_and_the_report_gathers_them(shapes_roo
     assert capsys.readouterr().err.count("done before") == 10
     bad = CliRunner().invoke(app, ["demo", "--trials", "0", "--output-dir", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--trials: must be >= 1" in bad.output
+
+
+def test_a_pretraining_stopped_by_a_signal_stops_the_demo(shapes_root: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM stops a pretraining cleanly and pretrain() returns: the demo must not go on to evaluate it."""
+    import moco_core.train
+    from moco_demo.run import DemoStopped
+
+    real = moco_core.train.pretrain
+    monkeypatch.setattr(moco_core.train, "pretrain", lambda cfg, **kw: real(  # stops after 1 of its 2 epochs
+        dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, epochs=1)), **kw))
+    overrides = tiny(shapes_root)
+    overrides["moco"] = [*overrides["moco"], "optim.epochs=2"]
+    with pytest.raises(DemoStopped, match="run the same moco demo command again to continue"):
+        run_demo(tmp_path / "demo", device="cpu", tasks=("linear",), overrides=overrides)
+    assert not (tmp_path / "demo" / "pretrain" / "supervised").exists()  # nothing after the stopped step ran
+    assert not (tmp_path / "demo" / "demo.json").exists()  # and its time is not recorded as a step's
 
 
 def test_unknown_tasks_are_refused(tmp_path: Path) -> None:
