@@ -76,3 +76,26 @@ def test_the_tolerance_has_a_floor() -> None:
 def test_the_shipped_file_loads() -> None:
     table = load_expected(EXPECTED_CSV)
     assert all(rows for rows in table.values())
+
+
+def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
+    """The recipes in expected.csv are those of the embedded presets today (pretraining and evaluation, as moco demo
+    resolves them): a change to a preset must come with a new measurement (benchmarks/expected_ranges.py)."""
+    from lincls.linear import load_linear_config
+    from moco_core.config import PretrainConfig, load_config, replace, to_dict
+    from moco_demo.run import RANDOM_ARCH
+    from reports.records import recipe_digest
+
+    rows = list(csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")))
+    linear = load_linear_config("lincls_embedded", [])
+    recipes = {
+        "moco": (recipe_digest(to_dict(load_config(PretrainConfig, "embedded", []))), recipe_digest(to_dict(linear))),
+        "supervised": (recipe_digest(to_dict(load_config(PretrainConfig, "supervised_embedded", []))),
+                       recipe_digest(to_dict(linear))),
+        "random": ("", recipe_digest(to_dict(replace(linear, arch=RANDOM_ARCH)))),
+    }
+    linear_rows = [r for r in rows if r["task"] == "linear"]
+    assert {r["backbone"] for r in linear_rows} == set(recipes)
+    for row in linear_rows:
+        assert (row["pretrain_recipe"], row["eval_recipe"]) == recipes[row["backbone"]], row["backbone"]
+        assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
