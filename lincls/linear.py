@@ -216,11 +216,12 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
                                                  "world_size": distributed.world_size(), "device": str(device)})
     history: list[dict[str, float]] = []
     first = _restore(run_dir / LINEAR_LAST, pretrained, run.model.fc, run.optimizer, history) if resume else 0
+    # every epoch done but no result.json: killed before writing it, which is done now
     if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
                           f"to extend the evaluation")
     step, started = first * len(run.train_loader), time.perf_counter()
-    metrics.truncate_after(step)  # (all epochs done, no result: killed before writing it; it is written now)
+    metrics.truncate_after(step)
     progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
                         enabled=main and show_progress)
     for epoch in range(first, cfg.optim.epochs):
