@@ -25,7 +25,7 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
     command = Command.parse(argv, runner="moco trials")
     if command.name not in SEED_FLAGS:
         raise LaunchError(f"moco trials runs one of: {', '.join(SEED_FLAGS)}; got {command.name!r}")
-    if any(a in ("--seed",) or a.startswith(("--seed=", "run.seed=")) for a in command.args):
+    if any(a == "--seed" or a.startswith(("--seed=", "run.seed=")) for a in command.args):
         raise LaunchError("--seed: not with moco trials: each trial gets its own (--seed of moco trials, + 1, ...)")
     out = []
     for s in range(seed, seed + trials):
