@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from moco_core import preemption
-from moco_core.checkpoint import LAST
+from moco_core.checkpoint import LAST, LINEAR_LAST
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 
 COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
 # run.json records each start (a requeue is one) with its job id
-LINEAR_LAST = "linear_last.pth.tar"  # lincls.linear.LINEAR_LAST (not imported: that module loads torchvision)
 DETECTRON2_LAST = "last_checkpoint"  # detectron2's pointer to its newest checkpoint
 
 
@@ -114,7 +113,7 @@ class Job:
             return 0
         preempt = preemption_signal()
         preemption.EXTRA_STOP_SIGNALS[:] = [preempt]
-        os.register_at_fork(after_in_child=_quiet_child)  # data workers never run the requeue handler
+        os.register_at_fork(after_in_child=preemption.ignore_stop_signals)  # data workers never run the requeue handler
         argv = self.command.argv()
         sys.argv = ["moco", *argv]  # run.json records the command that ran
         code = run_moco(argv)
@@ -141,11 +140,6 @@ def preemption_signal() -> int:
     if not hasattr(signal, name):
         raise ConfigError(f"SUBMITIT_PREEMPT_SIGNAL: {submitit.JobEnvironment.USR_SIG!r} is not a signal")
     return int(getattr(signal, name))
-
-
-def _quiet_child() -> None:
-    for sig in preemption.stop_signals():
-        signal.signal(sig, signal.SIG_IGN)
 
 
 def run_moco(argv: list[str]) -> int:

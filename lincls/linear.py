@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDatas
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
 from moco_core.backbone import BackboneInfo, load_backbone, read_backbone_state
+from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import ConfigError, load_config, require, run_checks, to_dict
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.errors import NonFiniteLossError
@@ -30,8 +31,6 @@ from moco_core.progress import MetricsWriter, Progress, format_duration
 from moco_core.records import write_record
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import autocast, resolve_data, resolve_device
-
-LINEAR_LAST = "linear_last.pth.tar"  # fc, optimizer, history and RNG after the last finished epoch
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from moco_core.checkpoint import LINEAR_LAST, snapshot_name
 from moco_core.config import ConfigError
 
 SNAPSHOT = re.compile(r"checkpoint_(\d{4,})\.pth\.tar")
-
-
-def snapshot_name(epoch_index: int) -> str:
-    """The file ``run.keep_every`` keeps after epoch ``epoch_index`` (0-based), as moco_core.train names it."""
-    return f"checkpoint_{epoch_index:04d}.pth.tar"
 
 
 def expected_snapshots(run_dir: Path) -> list[str]:
@@ -63,7 +59,7 @@ def evaluate_snapshots(run_dir: Path, out: Path, evaluate: Callable[[Path, Path,
             target = out / name.removesuffix(".pth.tar")
             log(f"snapshot {name} (epoch {epoch}): linear evaluation into {target}")
             records.append(evaluate(run_dir / name, target, {"snapshot": {"run": str(run_dir), "epoch": epoch}},
-                                    (target / "linear_last.pth.tar").is_file()))
+                                    (target / LINEAR_LAST).is_file()))
         done = {name for name in expected if (out / name.removesuffix(".pth.tar") / "result.json").is_file()}
         missing = [name for name in expected if name not in done]
         if not follow or not missing:

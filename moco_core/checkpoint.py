@@ -30,6 +30,7 @@ from moco_core.errors import UserError
 
 FORMAT_VERSION = 1
 LAST = "checkpoint_last.pth.tar"
+LINEAR_LAST = "linear_last.pth.tar"  # a linear evaluation's fc, optimizer, history and RNG after its last epoch
 
 # Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed: MoCo
 # (to_official, from_official), the other methods (to_module_names, from_module_names) and the evaluations, which
@@ -186,6 +187,11 @@ def remove_partial_writes(run_dir: Path) -> list[Path]:
     for tmp in partial:
         tmp.unlink(missing_ok=True)
     return partial
+
+
+def snapshot_name(epoch_index: int) -> str:
+    """The snapshot ``run.keep_every`` keeps after epoch ``epoch_index`` (0-based): ``checkpoint_NNNN.pth.tar``."""
+    return f"checkpoint_{epoch_index:04d}.pth.tar"
 
 
 def keep_copy(path: Path, name: str) -> Path:

@@ -46,12 +46,17 @@ def stop_signals() -> tuple[int, ...]:
     return (signal.SIGTERM, *EXTRA_STOP_SIGNALS)
 
 
+def ignore_stop_signals() -> None:
+    """In a process that must outlive the stop signals (a data worker): they are ignored."""
+    for sig in stop_signals():
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def ignore_sigterm(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: a scheduler signals every process of the job, and a worker killed by it
     would fail the step the main process is finishing; the workers stop when the main process lets them go.
     The same holds for the other stop signals."""
-    for sig in stop_signals():
-        signal.signal(sig, signal.SIG_IGN)
+    ignore_stop_signals()
 
 
 class StopSignal:

@@ -371,4 +371,4 @@ def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optim
         path = run_dir / checkpoint.LAST
         checkpoint.save_atomic(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
         if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
-            checkpoint.keep_copy(path, f"checkpoint_{epoch:04d}.pth.tar")
+            checkpoint.keep_copy(path, checkpoint.snapshot_name(epoch))
