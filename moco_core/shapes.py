@@ -86,12 +86,12 @@ def _hsv(h: float, s: float, v: float) -> np.ndarray:
     return 255.0 * np.asarray(colorsys.hsv_to_rgb(h, s, v))
 
 
-def _background_colour(rng: np.random.Generator) -> np.ndarray:
+def background_colour(rng: np.random.Generator) -> np.ndarray:
     """A grey of random brightness, as an RGB float vector in [0, 255]."""
     return _hsv(0.0, 0.0, rng.uniform(*_BACKGROUND_VALUE))
 
 
-def _object_colour(rng: np.random.Generator, background: np.ndarray) -> tuple[int, int, int]:
+def object_colour(rng: np.random.Generator, background: np.ndarray) -> tuple[int, int, int]:
     """A saturated blue far from the background; the most distant of 32 tries if none passes the check."""
     best, best_dist = None, -1.0
     for _ in range(32):
@@ -105,8 +105,8 @@ def _object_colour(rng: np.random.Generator, background: np.ndarray) -> tuple[in
     return r, g, b
 
 
-def _place(rng: np.random.Generator, cls: str, extent: float, size: int) -> np.ndarray:
-    """Tilt the unit shape, scale its larger bbox side to ``extent`` px, place it in the image.
+def outline(rng: np.random.Generator, cls: str, extent: float) -> np.ndarray:
+    """The class's shape tilted at random (within 15 degrees), its larger bbox side ``extent`` px, bbox at 0.
 
     The unit shapes are drawn with y up; image rows go down, so y is flipped first (a triangle points up).
     """
@@ -114,7 +114,12 @@ def _place(rng: np.random.Generator, cls: str, extent: float, size: int) -> np.n
     rot = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
     pts = (_UNIT_SHAPES[cls] * np.array([1.0, -1.0])) @ rot.T
     pts -= pts.min(axis=0)
-    pts *= extent / pts.max()
+    return pts * (extent / pts.max())
+
+
+def _place(rng: np.random.Generator, cls: str, extent: float, size: int) -> np.ndarray:
+    """:func:`outline` at a random position fully inside the image."""
+    pts = outline(rng, cls, extent)
     w, h = pts.max(axis=0)
     offset = [rng.uniform(_MARGIN, size - _MARGIN - w), rng.uniform(_MARGIN, size - _MARGIN - h)]
     return np.round(pts + offset, 2)
@@ -134,11 +139,11 @@ def _object_record(class_id: int, poly: np.ndarray, size: int) -> dict[str, Any]
 
 def _render(rng: np.random.Generator, class_id: int, size: int) -> tuple[Image.Image, list[dict[str, Any]]]:
     """Draw one image; returns it with its object records (one object)."""
-    background = _background_colour(rng)
+    background = background_colour(rng)
     image = Image.new("RGB", (size, size), tuple(int(round(x)) for x in background))
     polygon = _place(rng, CLASSES[class_id], rng.uniform(*_MAIN_EXTENT) * size, size)
     record = _object_record(class_id, polygon, size)
-    ImageDraw.Draw(image).polygon(record["polygon"], fill=_object_colour(rng, background))
+    ImageDraw.Draw(image).polygon(record["polygon"], fill=object_colour(rng, background))
     noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
     return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), [record]
 

@@ -1,20 +1,31 @@
-"""Tiny detection datasets in the real VOC and COCO layouts, made from the embedded shapes generator.
+"""Embedded detection data in the real VOC and COCO layouts: generated scenes of the shapes classes.
 
 ``ensure_voc()`` writes ``<root>/VOC2007/`` (``Annotations/*.xml``, ``JPEGImages/*.jpg``,
 ``ImageSets/Main/{trainval,test}.txt``) and ``ensure_coco()`` writes ``<root>/coco/`` (``annotations/
 instances_{train,val}2017.json``, ``{train,val}2017/*.jpg``), so the real readers (:mod:`transfer.voc`,
-:mod:`transfer.coco`) and the whole transfer protocol run with no download. Shapes ``train`` images make
-trainval / train2017, shapes ``val`` images make test / val2017, taken round-robin over the 8 classes so any
-count is balanced. Class names are :data:`moco_core.shapes.CLASSES`; COCO category ids are 1, 3, 5, ... (not
-contiguous, like COCO's own) so the contiguous-id mapping is exercised.
+:mod:`transfer.coco`) and the whole transfer protocol run with no download. Both hold the same scenes: trainval
+is train2017, test is val2017. Class names are :data:`moco_core.shapes.CLASSES`; COCO category ids are 1, 3, 5,
+... (not contiguous, like COCO's own) so the contiguous-id mapping is exercised.
 
-Images are upscaled by ``scale`` (default 2: 64 -> 128 px, bicubic) with boxes and polygons scaled exactly.
-Each image holds one object, 29-48 px at 64 px and 58-96 px at 128: several cells of a stride-16 C4 feature map,
-for 4x the pixels of a few hundred small JPEGs (quality 95). (Shapes version 2 also had a small distractor, 8-13
-px at 64 px, under the smallest default anchor of 32 px; the scale and the embedded presets were set for it.)
+A scene (``size`` px square, 128 by default) is drawn for detection to be hard the way real photographs are, so
+that the backbone a detector starts from matters (issue #17: with one large shape per image, shapes version 3
+converted, every backbone, random init included, scored 91-94 AP50):
+- **several objects** (2-6), of classes drawn independently, so an image's class says nothing of its objects;
+- **varied sizes, small ones included**: the larger bbox side is log-uniform in 10-55% of the image (13-70 px at
+  128); by visible area, 79% of the objects are COCO-small (under 32x32 px), as 41% of COCO's own are;
+- **partial occlusion**: objects are drawn in turn, each on top of the earlier ones, and a placement is kept only
+  while every earlier object stays at least half visible; boxes and masks are of the *visible* pixels (the
+  masks, exact as drawn, are COCO RLE);
+- **clutter**: unlabelled lines and irregular blobs, drawn first, in the objects' blues or in greys, on a grey
+  background with a gentle gradient in a random direction;
+- **shape, not colour, tells the classes apart**: every object takes a blue of the pretraining data's range
+  (:func:`moco_core.shapes.object_colour`), whatever its class, upright within 15 degrees
+  (:func:`moco_core.shapes.outline`); Gaussian noise of standard deviation 4 is added last.
 
-Each dataset directory is written into a temporary sibling and renamed into place; its ``DONE`` file (written
-last) holds the version and parameters, and a directory whose ``DONE`` differs is regenerated.
+Output is a pure function of the arguments: scene ``i`` of a split draws from its own generator seeded by
+``SeedSequence([seed, _STREAM, split_id, i])``. Each dataset directory is written into a temporary sibling and
+renamed into place; its ``DONE`` file (written last) holds the version and parameters, and a directory whose
+``DONE`` differs is regenerated.
 """
 
 from __future__ import annotations
@@ -24,47 +35,119 @@ import os
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
+from pycocotools import mask as mask_utils
 
 from moco_core import shapes
 from moco_core.data import DatasetError
 
-EMBEDDED_VERSION = 1  # bump whenever the files written here change
+EMBEDDED_VERSION = 2  # bump whenever the files written here change (1: shapes images converted, one object each)
 JPEG_QUALITY = 95
-DEFAULT_TRAIN = 400  # trainval / train2017 images (50 per class)
+DEFAULT_TRAIN = 400  # trainval / train2017 images
 DEFAULT_TEST = 100  # test / val2017 images
-DEFAULT_SCALE = 2
+DEFAULT_SIZE = 128
+
+_STREAM = 17  # keeps the scenes' random streams apart from the shapes dataset's
+_SPLITS = {"train": 0, "test": 1}
+_OBJECTS = (2, 6)  # objects per scene, both ends included
+_EXTENT = (0.1, 0.55)  # an object's larger bbox side as a fraction of the image side, log-uniform
+_MIN_VISIBLE = 0.5  # every object keeps at least this fraction of its pixels in view
+_PLACEMENT_TRIES = 30  # an object that cannot be placed in this many tries is left out
+_CLUTTER = (3, 8)  # unlabelled lines and blobs per scene, both ends included
+_GRADIENT = 0.15  # the background's brightness changes by up to this much (of 255) across the image
+_NOISE_STD = 4.0
 
 
-def _round_robin(images: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
-    """The first ``count`` images taking one of each class in turn (shapes files are grouped by class)."""
-    by_class: dict[int, list[dict[str, Any]]] = {}
-    for img in images:
-        by_class.setdefault(img["label"], []).append(img)
-    groups = [group for _, group in sorted(by_class.items())]
-    order = []
-    for i in range(max(map(len, groups), default=0)):
-        order += [group[i] for group in groups if i < len(group)]
-    return order[:count]
+def _polygon_mask(points: np.ndarray, size: int) -> np.ndarray:
+    """The pixels PIL fills for the polygon, as a (size, size) bool array."""
+    canvas = Image.new("L", (size, size), 0)
+    ImageDraw.Draw(canvas).polygon([float(v) for v in points.reshape(-1)], fill=1)
+    return np.asarray(canvas, dtype=bool)
 
 
-def _scaled(img: dict[str, Any], scale: int) -> list[dict[str, Any]]:
-    """The image's objects with boxes and polygons multiplied by ``scale``."""
-    return [{"category_id": o["category_id"], "bbox": [v * scale for v in o["bbox"]],
-             "polygon": [v * scale for v in o["polygon"]]} for o in img["objects"]]
+def _background(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A grey with a linear gradient in a random direction: the (size, size, 3) image and its mean colour."""
+    grey = shapes.background_colour(rng)
+    angle = rng.uniform(0.0, 2 * np.pi)
+    ramp = np.linspace(-0.5, 0.5, size)
+    gradient = np.cos(angle) * ramp[None, :] + np.sin(angle) * ramp[:, None]
+    image = grey[None, None, :] + 255.0 * rng.uniform(0.0, _GRADIENT) * gradient[:, :, None]
+    return image, grey
 
 
-def _save_jpeg(src: Path, dst: Path, scale: int) -> None:
-    with Image.open(src) as image:
-        rgb = image.convert("RGB")
-    if scale != 1:
-        rgb = rgb.resize((rgb.width * scale, rgb.height * scale), Image.Resampling.BICUBIC)
-    rgb.save(dst, format="JPEG", quality=JPEG_QUALITY)
+def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarray, size: int) -> None:
+    """Unlabelled lines and irregular blobs, in the objects' blues or in greys."""
+    for _ in range(rng.integers(_CLUTTER[0], _CLUTTER[1] + 1)):
+        if rng.random() < 0.5:
+            colour = shapes.object_colour(rng, grey)
+        else:
+            colour = tuple(int(v) for v in np.full(3, round(255 * rng.uniform(0.1, 0.9))))
+        if rng.random() < 0.5:
+            ends = rng.uniform(0, size, (2, 2))
+            draw.line([float(v) for v in ends.reshape(-1)], fill=colour, width=int(rng.integers(1, 4)))
+        else:
+            k = int(rng.integers(5, 10))
+            angles = np.sort(rng.uniform(0.0, 2 * np.pi, k))
+            radii = rng.uniform(0.4, 1.0, k) * rng.uniform(0.03, 0.12) * size
+            centre = rng.uniform(0, size, 2)
+            points = centre + np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
+            draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
+
+
+def _objects(rng: np.random.Generator, size: int) -> list[tuple[int, np.ndarray]]:
+    """(class id, polygon) of each object, in drawing order, every one at least half visible at the end."""
+    placed: list[tuple[int, np.ndarray]] = []
+    full: list[np.ndarray] = []  # each placed object's whole mask
+    label = np.zeros((size, size), dtype=np.int16)  # 1 + index of the object seen at each pixel, 0 for none
+    for _ in range(rng.integers(_OBJECTS[0], _OBJECTS[1] + 1)):
+        for _ in range(_PLACEMENT_TRIES):
+            class_id = int(rng.integers(len(shapes.CLASSES)))
+            extent = size * float(np.exp(rng.uniform(np.log(_EXTENT[0]), np.log(_EXTENT[1]))))
+            points = shapes.outline(rng, shapes.CLASSES[class_id], extent)
+            w, h = points.max(axis=0)
+            points = np.round(points + rng.uniform(0.0, [size - 1 - w, size - 1 - h]), 2)
+            mask = _polygon_mask(points, size)
+            covered = label * ~mask
+            if all((covered == k + 1).sum() >= _MIN_VISIBLE * m.sum() for k, m in enumerate(full)):
+                label = np.where(mask, len(full) + 1, label).astype(np.int16)
+                placed.append((class_id, points))
+                full.append(mask)
+                break
+    return placed
+
+
+def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[str, Any]]]:
+    """One scene and its objects: ``category_id``, visible ``mask`` (bool), visible ``bbox`` [x0, y0, x1, y1]."""
+    background, grey = _background(rng, size)
+    image = Image.fromarray(np.clip(np.round(background), 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(image)
+    _clutter(rng, draw, grey, size)
+    objects = _objects(rng, size)
+    label = np.zeros((size, size), dtype=np.int16)
+    for k, (_, points) in enumerate(objects):
+        draw.polygon([float(v) for v in points.reshape(-1)], fill=shapes.object_colour(rng, grey))
+        label[_polygon_mask(points, size)] = k + 1
+    noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
+    records = []
+    for k, (class_id, _) in enumerate(objects):
+        mask = label == k + 1
+        rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+        bbox = [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
+        records.append({"category_id": class_id, "mask": mask, "bbox": bbox})
+    return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), records
+
+
+def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0
+           ) -> Iterator[tuple[Image.Image, list[dict[str, Any]]]]:
+    """The first ``count`` scenes of ``split`` ("train" or "test"), as :func:`_scene` gives them."""
+    for index in range(count):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, _STREAM, _SPLITS[split], index]))
+        yield _scene(rng, size)
 
 
 def _voc_xml(image_id: str, width: int, height: int, objects: list[dict[str, Any]]) -> bytes:
@@ -93,83 +176,77 @@ def _voc_xml(image_id: str, width: int, height: int, objects: list[dict[str, Any
     return ET.tostring(root, encoding="utf-8")
 
 
-def _write_voc(target: Path, source: Path, counts: dict[str, int], scale: int) -> None:
+def _write_voc(target: Path, counts: dict[str, int], size: int, seed: int) -> None:
     voc = target / "VOC2007"
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
         (voc / sub).mkdir(parents=True, exist_ok=True)
-    for split, shapes_split, offset in (("trainval", "train", 0), ("test", "val", 500000)):
-        chosen = _round_robin(shapes.load_annotations(source, shapes_split)["images"], counts[split])
+    for split, scene_split, offset in (("trainval", "train", 0), ("test", "test", 500000)):
         ids = []
-        for n, img in enumerate(chosen):
+        for n, (image, objects) in enumerate(scenes(scene_split, counts[split], size=size, seed=seed)):
             image_id = f"{offset + n:06d}"
-            _save_jpeg(source / img["file"], voc / "JPEGImages" / f"{image_id}.jpg", scale)
-            xml = _voc_xml(image_id, img["width"] * scale, img["height"] * scale, _scaled(img, scale))
-            (voc / "Annotations" / f"{image_id}.xml").write_bytes(xml)
+            image.save(voc / "JPEGImages" / f"{image_id}.jpg", format="JPEG", quality=JPEG_QUALITY)
+            (voc / "Annotations" / f"{image_id}.xml").write_bytes(_voc_xml(image_id, size, size, objects))
             ids.append(image_id)
         (voc / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(i + "\n" for i in ids), encoding="utf-8")
 
 
-def _polygon_area(flat: list[float]) -> float:
-    """Shoelace area of a flat [x, y, x, y, ...] polygon (the mask's area up to rasterisation)."""
-    x, y = np.asarray(flat[0::2]), np.asarray(flat[1::2])
-    return float(abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2.0)
+def _rle(mask: np.ndarray) -> dict[str, Any]:
+    """A bool mask as COCO's compressed RLE, ``counts`` a str (JSON-ready)."""
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
-def _write_coco(target: Path, source: Path, counts: dict[str, int], scale: int) -> None:
+def _write_coco(target: Path, counts: dict[str, int], size: int, seed: int) -> None:
     coco = target / "coco"
     (coco / "annotations").mkdir(parents=True, exist_ok=True)
     categories = [{"id": 2 * i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(shapes.CLASSES)]
-    for split, shapes_split in (("train2017", "train"), ("val2017", "val")):
+    for split, scene_split in (("train2017", "train"), ("val2017", "test")):
         (coco / split).mkdir()
-        chosen = _round_robin(shapes.load_annotations(source, shapes_split)["images"], counts[split])
         images, annotations = [], []
-        for n, img in enumerate(chosen, 1):
+        for n, (image, objects) in enumerate(scenes(scene_split, counts[split], size=size, seed=seed), 1):
             file_name = f"{n:012d}.jpg"
-            _save_jpeg(source / img["file"], coco / split / file_name, scale)
-            images.append({"id": n, "file_name": file_name, "width": img["width"] * scale,
-                           "height": img["height"] * scale})
-            for obj in _scaled(img, scale):
+            image.save(coco / split / file_name, format="JPEG", quality=JPEG_QUALITY)
+            images.append({"id": n, "file_name": file_name, "width": size, "height": size})
+            for obj in objects:
                 x0, y0, x1, y1 = obj["bbox"]
                 annotations.append({"id": len(annotations) + 1, "image_id": n,
                                     "category_id": 2 * obj["category_id"] + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                    "segmentation": [obj["polygon"]], "area": _polygon_area(obj["polygon"]),
+                                    "segmentation": _rle(obj["mask"]), "area": float(obj["mask"].sum()),
                                     "iscrowd": 0})
-        doc = {"info": {"description": f"moco embedded shapes, COCO layout v{EMBEDDED_VERSION}"},
+        doc = {"info": {"description": f"moco embedded scenes, COCO layout v{EMBEDDED_VERSION}"},
                "images": images, "annotations": annotations, "categories": categories}
         with open(coco / "annotations" / f"instances_{split}.json", "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
 
 
-def _ensure(name: str, write: Callable[[Path, Path, dict[str, int], int], None], root: Path | None,
-            counts: dict[str, int], scale: int, shapes_root: Path | None) -> Path:
+def _ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], root: Path | None,
+            counts: dict[str, int], size: int, seed: int) -> Path:
     """Make ``root/name`` with ``write`` unless its ``DONE`` already matches; returns ``root``."""
-    if min(counts.values()) < 1 or scale < 1:
-        raise ValueError(f"image counts and scale must be >= 1, got {counts} and scale={scale}")
-    source = shapes.ensure_shapes(shapes_root)
+    if min(counts.values()) < 1 or size < 32 or seed < 0:
+        raise ValueError(f"image counts must be >= 1, size >= 32 and seed >= 0, got {counts}, size={size}, "
+                         f"seed={seed}")
     if root is None:
-        home = shapes.data_home()
         sizes = "x".join(str(v) for v in counts.values())
-        root = home / f"{source.name}-detection-v{EMBEDDED_VERSION}-{sizes}-scale{scale}"
+        root = shapes.data_home() / f"scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{sizes}"
     root = Path(root)
-    stamp = json.dumps({"version": EMBEDDED_VERSION, "shapes": str(source.resolve()), "scale": scale, **counts},
-                       sort_keys=True) + "\n"
+    stamp = json.dumps({"version": EMBEDDED_VERSION, "seed": seed, "size": size, **counts}, sort_keys=True) + "\n"
     target = root / name
     if _read(target / "DONE") == stamp:
         return root
     try:
-        return _write_into(root, name, write, source, counts, scale, stamp)
+        return _write_into(root, name, write, counts, size, seed, stamp)
     except OSError as err:
         raise DatasetError(f"cannot write the embedded {name} dataset in {root}: {err.strerror or err} (set "
                            f"MOCO_DATA_HOME to a writable folder)") from None
 
 
-def _write_into(root: Path, name: str, write: Callable[[Path, Path, dict[str, int], int], None], source: Path,
-                counts: dict[str, int], scale: int, stamp: str) -> Path:
+def _write_into(root: Path, name: str, write: Callable[[Path, dict[str, int], int, int], None],
+                counts: dict[str, int], size: int, seed: int, stamp: str) -> Path:
     target = root / name
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
     try:
-        write(tmp, source, counts, scale)
+        write(tmp, counts, size, seed)
         (tmp / name / "DONE").write_text(stamp, encoding="utf-8")
         if _read(target / "DONE") == stamp:  # another process finished first
             return root
@@ -189,16 +266,15 @@ def _read(path: Path) -> str | None:
 
 
 def ensure_voc(root: Path | None = None, *, trainval: int = DEFAULT_TRAIN, test: int = DEFAULT_TEST,
-               scale: int = DEFAULT_SCALE, shapes_root: Path | None = None) -> Path:
-    """A directory holding ``VOC2007/`` made from shapes (``shapes_root``, or ``ensure_shapes()``'s default).
+               size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
+    """A directory holding ``VOC2007/`` of generated scenes.
 
-    Without ``root``: ``$MOCO_DATA_HOME/<shapes dir>-detection-v{EMBEDDED_VERSION}-{trainval}x{test}-scale{scale}``.
-    Counts above the shapes split's size are capped at it.
+    Without ``root``: ``$MOCO_DATA_HOME/scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{trainval}x{test}``.
     """
-    return _ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, scale, shapes_root)
+    return _ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, size, seed)
 
 
 def ensure_coco(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
-                scale: int = DEFAULT_SCALE, shapes_root: Path | None = None) -> Path:
-    """A directory holding ``coco/`` made from shapes; as :func:`ensure_voc` (same default root)."""
-    return _ensure("coco", _write_coco, root, {"train2017": train, "val2017": val}, scale, shapes_root)
+                size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
+    """A directory holding ``coco/`` of the same scenes; as :func:`ensure_voc` (same default root)."""
+    return _ensure("coco", _write_coco, root, {"train2017": train, "val2017": val}, size, seed)
