@@ -249,7 +249,7 @@ def parse_record(data: Any, shown: str) -> Record:
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
         dataset_path=dataset_path, pretraining=_pretraining(_required(data, "backbone", dict)), metrics=metrics,
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
-        sweep=_sweep(data.get("sweep")), eval_recipe=recipe_digest(config) if config else None,
+        sweep=_sweep(data.get("sweep")), eval_recipe=_eval_recipe(config, dataset.get("version")),
     )
 
 
@@ -366,6 +366,14 @@ def recipe_digest(config: dict[str, Any]) -> str:
         if key and isinstance(kept.get(section), dict):
             kept[section].pop(key, None)
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _eval_recipe(config: dict[str, Any], data_version: Any) -> str | None:
+    """The evaluation's recipe: its config's digest, with the version of generated data the record names (the
+    embedded detection scenes': the same config on other scenes is another recipe)."""
+    if not config:
+        return None
+    return recipe_digest({**config, "dataset_version": data_version} if isinstance(data_version, str) else config)
 
 
 def _sweep(raw: Any) -> Sweep | None:

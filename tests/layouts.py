@@ -57,11 +57,11 @@ def imagenet_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2
     return root
 
 
-def detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int = 6) -> Path:
-    """VOC2007, VOC2012 and coco under ``root`` (detectron2's datasets/ layout), from the shapes dataset at
-    ``shapes_root``; the VOC objects carry VOC class names (shape class k becomes VOC class k)."""
-    ensure_voc(root, trainval=train, test=test, scale=1, shapes_root=shapes_root)
-    ensure_coco(root, train=train, val=test, scale=1, shapes_root=shapes_root)
+def detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
+    """VOC2007, VOC2012 and coco under ``root`` (detectron2's datasets/ layout), of 64-px embedded scenes; the
+    VOC objects carry VOC class names (shape class k becomes VOC class k)."""
+    ensure_voc(root, trainval=train, test=test, size=64)
+    ensure_coco(root, train=train, val=test, size=64)
     voc = root / "VOC2007"
     names = sorted({m for xml in (voc / "Annotations").glob("*.xml")
                     for m in re.findall(r"<name>([^<]+)</name>", xml.read_text())})
@@ -74,14 +74,14 @@ def detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int =
     return root
 
 
-def custom_detection_layout(root: Path, shapes_root: Path, train: int = 12, test: int = 6) -> Path:
+def custom_detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
     """Detection data of one's own under ``root``, as README's custom-dataset commands name it: a VOC-style devkit
     ``MyDevkit/`` whose objects keep the shapes' class names, with splits ``train`` and ``val``; and COCO-format
     ``annotations/{train,val}.json`` whose ``file_name`` entries are ``train/<name>``, ``val/<name>`` under
     ``images/``."""
     made = root / "made"
-    ensure_voc(made, trainval=train, test=test, scale=1, shapes_root=shapes_root)
-    ensure_coco(made, train=train, val=test, scale=1, shapes_root=shapes_root)
+    ensure_voc(made, trainval=train, test=test, size=64)
+    ensure_coco(made, train=train, val=test, size=64)
     devkit = root / "MyDevkit"
     shutil.copytree(made / "VOC2007", devkit)
     splits = devkit / "ImageSets" / "Main"

@@ -146,8 +146,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path) -> di
     official_checkpoint(work / "CKPT")
     torchvision_weights(work / "resnet50-weights.pth")
     paths = {"work": work, "imagenet": imagenet_layout(base / "imagenet"),
-             "datasets": detection_layout(base / "datasets", shapes_root), "shapes": shapes_root,
-             "mine": custom_detection_layout(base / "mine", shapes_root)}
+             "datasets": detection_layout(base / "datasets"), "shapes": shapes_root,
+             "mine": custom_detection_layout(base / "mine")}
     result = _invoke(["pretrain", "-c", "supervised_embedded", *_sets([*EMBEDDED, "optim.batch_size=32"])], work)
     assert result.exit_code == 0, result.output
     return paths

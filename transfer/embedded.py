@@ -122,7 +122,8 @@ def _objects(rng: np.random.Generator, size: int) -> list[tuple[int, np.ndarray]
 
 
 def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[str, Any]]]:
-    """One scene and its objects: ``category_id``, visible ``mask`` (bool), visible ``bbox`` [x0, y0, x1, y1]."""
+    """One scene and its objects: ``category_id``, whole ``outline`` ((k, 2) polygon), visible ``mask`` (bool) and
+    its ``bbox`` [x0, y0, x1, y1]."""
     background, grey = _background(rng, size)
     image = Image.fromarray(np.clip(np.round(background), 0, 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(image)
@@ -134,11 +135,11 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[
         label[_polygon_mask(points, size)] = k + 1
     noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
     records = []
-    for k, (class_id, _) in enumerate(objects):
+    for k, (class_id, points) in enumerate(objects):
         mask = label == k + 1
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
         bbox = [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
-        records.append({"category_id": class_id, "mask": mask, "bbox": bbox})
+        records.append({"category_id": class_id, "outline": points, "mask": mask, "bbox": bbox})
     return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), records
 
 

@@ -14,6 +14,12 @@ from moco_core.progress import format_duration
 from moco_core.records import write_record
 from transfer.config import TransferConfig, model_name
 from transfer.datasets import DetectionData
+from transfer.embedded import EMBEDDED_VERSION
+
+
+def embedded_version(cfg: TransferConfig) -> dict[str, str]:
+    """``{"version": "scenes v2"}`` for the embedded data (part of the evaluation's recipe), else nothing."""
+    return {"version": f"scenes v{EMBEDDED_VERSION}"} if cfg.data.path == "embedded" else {}
 
 
 def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionData, info: BackboneInfo,
@@ -32,7 +38,7 @@ def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionDat
         dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
                  "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
                  "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names),
-                 "class_names": list(data.class_names)},
+                 "class_names": list(data.class_names), **embedded_version(cfg)},
         config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
                 "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
         history=history,

@@ -108,8 +108,8 @@ def test_exit_code_through_a_real_process(tmp_path: Path) -> None:
     assert "absent.pth" in error_line(done.stderr)
 
 
-def test_coco_run_through_the_cli_into_the_report(shapes_root: Path, tmp_path: Path) -> None:
-    data = ensure_coco(tmp_path / "data", train=8, val=4, scale=1, shapes_root=shapes_root)
+def test_coco_run_through_the_cli_into_the_report(tmp_path: Path) -> None:
+    data = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
     out = tmp_path / "runs" / "coco_random"
     result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data", str(data),
                                  "--output-dir", str(out), "--engine", "torchvision", "--workers", "0", "--quiet",

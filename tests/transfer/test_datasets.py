@@ -48,8 +48,8 @@ def test_other_names_are_one_line_errors_naming_the_accepted_forms(name: str, ta
 
 
 @pytest.fixture(scope="module")
-def mine(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path) -> Path:
-    return custom_detection_layout(tmp_path_factory.mktemp("mine"), shapes_root)
+def mine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return custom_detection_layout(tmp_path_factory.mktemp("mine"))
 
 
 def _xml_names(root: Path) -> list[str]:

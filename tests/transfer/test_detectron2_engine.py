@@ -273,10 +273,10 @@ def one_thread() -> Any:
     torch.set_num_threads(before)
 
 
-def test_missing_datasets_are_named_before_anything_trains(d2: Any, shapes_root: Path, tmp_path: Path) -> None:
+def test_missing_datasets_are_named_before_anything_trains(d2: Any, tmp_path: Path) -> None:
     from transfer.embedded import ensure_voc
 
-    root = ensure_voc(tmp_path / "data", trainval=4, test=2, scale=1, shapes_root=shapes_root)  # VOC2007 only
+    root = ensure_voc(tmp_path / "data", trainval=4, test=2, size=64)  # VOC2007 only
     cfg = load_transfer_config("voc", None, TINY, {"engine": "detectron2", "data": {"path": str(root)},
                                                    "run": {"output_dir": str(tmp_path / "run")}})
     with pytest.raises(DatasetError, match="VOC2012"):
@@ -285,11 +285,11 @@ def test_missing_datasets_are_named_before_anything_trains(d2: Any, shapes_root:
 
 
 @pytest.fixture(scope="module")
-def tiny_voc(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """24 trainval and 8 test images of 48 px in the VOC layout."""
+def tiny_voc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 trainval and 8 test embedded scenes of 64 px in the VOC layout."""
     from transfer.embedded import ensure_voc
 
-    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, scale=1, shapes_root=shapes_root)
+    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, size=64)
 
 
 def tiny_voc_config(root: Path, output_dir: Path, *overrides: str) -> TransferConfig:
@@ -325,11 +325,11 @@ def test_short_voc_run_learns_and_writes_a_detectron2_record(d2: Any, tiny_voc: 
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_short_coco_run_scores_boxes_and_masks(d2: Any, shapes_root: Path, tmp_path: Path) -> None:
+def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
     from transfer.embedded import ensure_coco
     from transfer.run import evaluate
 
-    root = ensure_coco(tmp_path / "data", train=8, val=4, scale=1, shapes_root=shapes_root)
+    root = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
     cfg = load_transfer_config("coco", "coco_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]"],
                                {"engine": "detectron2", "data": {"path": str(root)},
                                 "run": {"output_dir": str(tmp_path / "run")}})

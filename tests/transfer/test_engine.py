@@ -100,9 +100,9 @@ def test_precise_bn_is_the_plain_average_of_batch_statistics() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_voc(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """24 trainval and 8 test images of 48 px in the VOC layout, from the session's shapes dataset."""
-    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, scale=1, shapes_root=shapes_root)
+def tiny_voc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 trainval and 8 test embedded scenes of 64 px in the VOC layout."""
+    return ensure_voc(tmp_path_factory.mktemp("voc"), trainval=24, test=8, size=64)
 
 
 def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_path: Path) -> None:
