@@ -35,6 +35,7 @@ from tests.layouts import (
     official_checkpoint,
     torchvision_weights,
 )
+from transfer.embedded import EMBEDDED_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -268,6 +269,10 @@ def _check(command: str, work: Path, output: str) -> None:
     elif command.startswith("moco eval"):
         record = json.loads((work / (out_dir or "runs/voc_random") / "result.json").read_text())
         assert record["metrics"], record
+        if "_embedded" in command:  # generated scenes, their version part of the recipe
+            assert record["dataset"]["version"] == f"scenes v{EMBEDDED_VERSION}", record["dataset"]
+        else:
+            assert "version" not in record["dataset"], record["dataset"]
         if "/data/mine" in command:  # one's own sets: named as such, their classes the names the files use
             assert record["dataset"]["name"].startswith("custom: ") and record["dataset"]["classes"] == 8
     elif command.startswith("moco sweep"):

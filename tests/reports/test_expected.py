@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.expected import EXPECTED_CSV, FLOOR, Expected, load_expected
+from reports.records import parse_record
 from reports.render import to_markdown
 from reports.report import build_report
 from tests.reports.conftest import WriteRecord, base_record
@@ -99,3 +100,14 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     for row in linear_rows:
         assert (row["pretrain_recipe"], row["eval_recipe"]) == recipes[row["backbone"]], row["backbone"]
         assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
+
+
+def test_the_version_of_generated_data_is_part_of_the_evaluation_recipe() -> None:
+    """The embedded detection scenes changed (v1: one shape, v2: scenes) under the same configs: a record names
+    its version, and expected values measured on one never judge a run on the other."""
+    def recipe(version: str | None) -> str | None:
+        dataset = {"path": "embedded", "classes": 8, **({"version": version} if version else {})}
+        return parse_record(base_record(config=LINEAR, dataset=dataset), "r").eval_recipe
+
+    assert len({recipe(None), recipe("scenes v1"), recipe("scenes v2")}) == 3
+    assert recipe("scenes v2") == recipe("scenes v2") and recipe(None) is not None
