@@ -176,3 +176,37 @@ def delta(entry: Entry, reference: Entry | None, metric: str) -> float | None:
         return None
     value = entry.metrics[metric].mean - reference.metrics[metric].mean
     return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far a row's mean lies above random init's, against the noise of the two means."""
+
+    entry: Entry
+    metric: str
+    difference: float  # mean(entry) - mean(random init)
+    standard_error: float  # of that difference: sqrt(s1^2 / n1 + s2^2 / n2), the trials' sample variances
+
+    @property
+    def ratio(self) -> float:
+        """The difference in standard errors (inf where both rows' trials agreed exactly)."""
+        return self.difference / self.standard_error if self.standard_error > 0 else math.copysign(math.inf,
+                                                                                                   self.difference)
+
+
+def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
+    """Each row's margin over the setting's one random-init row on ``metric``, for rows of 2+ trials where random
+    init has 2+ trials too; none when the setting has no such random-init row (or several)."""
+    randoms = [e for e in entries if e.pretraining.kind == "random" and e.n > 0]
+    if len(randoms) != 1 or metric not in randoms[0].metrics or randoms[0].metrics[metric].n < 2:
+        return []
+    base = randoms[0].metrics[metric]
+    out = []
+    for entry in entries:
+        stat = entry.metrics.get(metric)
+        if entry is randoms[0] or stat is None or stat.n < 2:
+            continue
+        se = math.sqrt(stat.std ** 2 / stat.n + base.std ** 2 / base.n)
+        out.append(Margin(entry, metric, stat.mean - base.mean, se))
+    return out
+

@@ -17,7 +17,7 @@ from itertools import groupby
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.published import PublishedRow, matching, matching_momentum
 from reports.records import TASK_METRICS, method_name, short_arch
-from reports.summary import Entry, Setting, Stat, delta, supervised_reference
+from reports.summary import Entry, Setting, Stat, delta, margins_over_random, supervised_reference
 
 MISSING = "–"
 METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", "AP75": "AP75",
@@ -225,6 +225,13 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
+    margins = margins_over_random(entries, metrics[0])
+    if margins:
+        header = METRIC_HEADERS.get(metrics[0], metrics[0])
+        notes.append(f"Above random init ({header}; SE, the standard error of the difference of the two means, "
+                     "from each row's trials): " + "; ".join(
+                         f"{m.entry.pretraining.label} {fmt_delta(m.difference)[0]} ({m.ratio:.1f} SE)"
+                         for m in margins) + ".")
     if checked:
         notes.append(f"Expected ranges of these presets (reports/expected.csv, measured with several trials): a mean "
                      f"more than max({WIDTH:g} std, {FLOOR:g}) from the expected one is flagged in its note.")

@@ -9,8 +9,9 @@ import pytest
 
 from reports.published import load_published
 from reports.records import load_records
+from reports.render import to_markdown
 from reports.report import build_report
-from reports.summary import delta, group, supervised_reference
+from reports.summary import delta, group, margins_over_random, supervised_reference
 from reports.tables import fmt, fmt_delta
 
 from .conftest import WriteRecord, base_record
@@ -118,3 +119,35 @@ def test_published_differences_to_published_supervised() -> None:
     coco = rows[("coco_det_seg", "R50-FPN", "2x", "MoCo v1")]
     assert coco.values == {"bbox_AP": 40.8, "segm_AP": 36.9}
     assert coco.deltas == pytest.approx({"bbox_AP": 0.2, "segm_AP": 0.1})
+
+
+RANDOM = {"source": "random", "format": "random", "arch": "resnet18"}
+
+
+def test_margin_over_random_init_in_standard_errors(write_record: WriteRecord, runs: Path) -> None:
+    for i, (moco, rand) in enumerate([(40.0, 30.0), (41.0, 32.0), (42.0, 34.0)]):
+        write_record(f"moco{i}/result.json", metrics={"top1": moco, "top5": 90.0})
+        write_record(f"rand{i}/result.json", metrics={"top1": rand, "top5": 80.0}, backbone=RANDOM)
+    main, _ = group(load_records([str(runs)])[0])
+    (margin,) = margins_over_random(main, "top1")
+    # MoCo: mean 41, s = 1; random init: mean 32, s = 2; SE = sqrt(1/3 + 4/3) = sqrt(5/3) = 1.2910
+    assert margin.difference == pytest.approx(9.0)
+    assert margin.standard_error == pytest.approx(math.sqrt(5 / 3))
+    assert margin.ratio == pytest.approx(6.971, abs=1e-3)
+    note = ("Above random init (top-1; SE, the standard error of the difference of the two means, from each "
+            f"row's trials): {margin.entry.pretraining.label} +9.0 (7.0 SE).")
+    assert note in to_markdown(build_report([str(runs)], published=[], expected={}))
+
+
+def test_no_margin_without_two_trials_on_both_sides(write_record: WriteRecord, runs: Path) -> None:
+    write_record("moco0/result.json", metrics={"top1": 40.0, "top5": 90.0})
+    write_record("moco1/result.json", metrics={"top1": 41.0, "top5": 90.0})
+    write_record("rand0/result.json", metrics={"top1": 30.0, "top5": 80.0}, backbone=RANDOM)
+    main, _ = group(load_records([str(runs)])[0])
+    assert margins_over_random(main, "top1") == []  # one random-init trial: its noise is unknown
+    write_record("rand1/result.json", metrics={"top1": 30.0, "top5": 80.0}, backbone=RANDOM)
+    write_record("rand2/result.json", metrics={"top1": 30.0, "top5": 80.0}, backbone=RANDOM)
+    write_record("lone/result.json", metrics={"top1": 60.0, "top5": 95.0}, backbone=tv_backbone())
+    main, _ = group(load_records([str(runs)])[0])
+    (margin,) = margins_over_random(main, "top1")  # the single supervised trial is left out
+    assert margin.entry.pretraining.kind == "ours" and margin.standard_error == pytest.approx(math.sqrt(0.5 / 2))
