@@ -99,11 +99,12 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarr
             draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
 
 
-def _objects(rng: np.random.Generator, size: int) -> list[tuple[int, np.ndarray]]:
-    """(class id, polygon) of each object, in drawing order, every one at least half visible at the end."""
+def _objects(rng: np.random.Generator, size: int) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """(class id, polygon) of each object, in drawing order, every one at least half visible at the end; and the
+    label map: 1 + the index of the object seen at each pixel, 0 where none is."""
     placed: list[tuple[int, np.ndarray]] = []
     full: list[np.ndarray] = []  # each placed object's whole mask
-    label = np.zeros((size, size), dtype=np.int16)  # 1 + index of the object seen at each pixel, 0 for none
+    label = np.zeros((size, size), dtype=np.int16)
     for _ in range(rng.integers(_OBJECTS[0], _OBJECTS[1] + 1)):
         for _ in range(_PLACEMENT_TRIES):
             class_id = int(rng.integers(len(shapes.CLASSES)))
@@ -118,7 +119,7 @@ def _objects(rng: np.random.Generator, size: int) -> list[tuple[int, np.ndarray]
                 placed.append((class_id, points))
                 full.append(mask)
                 break
-    return placed
+    return placed, label
 
 
 def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[str, Any]]]:
@@ -128,11 +129,9 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[
     image = Image.fromarray(np.clip(np.round(background), 0, 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(image)
     _clutter(rng, draw, grey, size)
-    objects = _objects(rng, size)
-    label = np.zeros((size, size), dtype=np.int16)
-    for k, (_, points) in enumerate(objects):
+    objects, label = _objects(rng, size)
+    for _, points in objects:  # in placement order: each on top of the earlier ones, as the label map has them
         draw.polygon([float(v) for v in points.reshape(-1)], fill=shapes.object_colour(rng, grey))
-        label[_polygon_mask(points, size)] = k + 1
     noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
     records = []
     for k, (class_id, points) in enumerate(objects):
