@@ -249,7 +249,7 @@ def parse_record(data: Any, shown: str) -> Record:
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
         dataset_path=dataset_path, pretraining=_pretraining(_required(data, "backbone", dict)), metrics=metrics,
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
-        sweep=_sweep(data.get("sweep")), eval_recipe=_eval_recipe(config, dataset.get("version")),
+        sweep=_sweep(data.get("sweep")), eval_recipe=eval_recipe(config, dataset.get("version")),
     )
 
 
@@ -368,7 +368,7 @@ def recipe_digest(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _eval_recipe(config: dict[str, Any], data_version: Any) -> str | None:
+def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:
     """The evaluation's recipe: its config's digest, with the version of generated data the record names (the
     embedded detection scenes': the same config on other scenes is another recipe)."""
     if not config:

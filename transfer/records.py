@@ -22,6 +22,13 @@ def embedded_version(cfg: TransferConfig) -> dict[str, str]:
     return {"version": f"scenes v{EMBEDDED_VERSION}"} if cfg.data.path == "embedded" else {}
 
 
+def record_config(cfg: TransferConfig, arch: str) -> dict[str, Any]:
+    """The record's ``config``: the detector's name, schedule, iterations, batch and lr, then the whole config."""
+    s = cfg.solver
+    return {"model": model_name(cfg, arch), "schedule": cfg.schedule, "iterations": s.iterations,
+            "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)}
+
+
 def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionData, info: BackboneInfo,
                           results: dict[str, Any], history: list[dict[str, float]], *, engine: str,
                           details: dict[str, Any], started: float, train_time: float,
@@ -32,15 +39,13 @@ def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionDat
     """
     # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
     results = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in results.items()}
-    s = cfg.solver
     record = write_record(
         run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
         dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),
                  "train_split": "+".join(cfg.data.train), "test_split": cfg.data.test,
                  "train_images": len(data.train), "test_images": len(data.test), "classes": len(data.class_names),
                  "class_names": list(data.class_names), **embedded_version(cfg)},
-        config={"model": model_name(cfg, info.arch), "schedule": cfg.schedule, "iterations": s.iterations,
-                "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)},
+        config=record_config(cfg, info.arch),
         history=history,
         extra={"engine": engine, **details, "wall_time_s": time.perf_counter() - started, "train_time_s": train_time,
                **extra})
