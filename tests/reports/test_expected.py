@@ -85,7 +85,9 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     from lincls.linear import load_linear_config
     from moco_core.config import PretrainConfig, load_config, replace, to_dict
     from moco_demo.run import RANDOM_ARCH
-    from reports.records import recipe_digest
+    from reports.records import eval_recipe, recipe_digest
+    from transfer.config import load_transfer_config
+    from transfer.records import embedded_version, record_config
 
     rows = list(csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")))
     linear = load_linear_config("lincls_embedded", [])
@@ -100,6 +102,14 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     for row in linear_rows:
         assert (row["pretrain_recipe"], row["eval_recipe"]) == recipes[row["backbone"]], row["backbone"]
         assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
+    for task in ("voc", "coco"):  # as moco demo runs them where detectron2 is missing (auto: torchvision)
+        detection = load_transfer_config(task, f"{task}_embedded", [], {"engine": "torchvision"})
+        digest = eval_recipe(record_config(detection, RANDOM_ARCH), embedded_version(detection)["version"])
+        task_rows = [r for r in rows if r["task"] == task]
+        assert {r["backbone"] for r in task_rows} == set(recipes), task
+        for row in task_rows:
+            assert (row["pretrain_recipe"], row["eval_recipe"]) == (recipes[row["backbone"]][0], digest), row
+            assert int(row["n"]) >= 3 and (row["engine"], row["schedule"]) == ("torchvision", "embedded")
 
 
 def test_the_version_of_generated_data_is_part_of_the_evaluation_recipe() -> None:
