@@ -189,9 +189,10 @@ class Margin:
 
     @property
     def ratio(self) -> float:
-        """The difference in standard errors (inf where both rows' trials agreed exactly)."""
-        return self.difference / self.standard_error if self.standard_error > 0 else math.copysign(math.inf,
-                                                                                                   self.difference)
+        """The difference in standard errors (infinite where both rows' trials agreed exactly, 0 for no difference)."""
+        if self.standard_error > 0:
+            return self.difference / self.standard_error
+        return math.copysign(math.inf, self.difference) if self.difference else 0.0
 
 
 def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
@@ -209,4 +210,3 @@ def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
         se = math.sqrt(stat.std ** 2 / stat.n + base.std ** 2 / base.n)
         out.append(Margin(entry, metric, stat.mean - base.mean, se))
     return out
-

@@ -151,3 +151,10 @@ def test_no_margin_without_two_trials_on_both_sides(write_record: WriteRecord, r
     main, _ = group(load_records([str(runs)])[0])
     (margin,) = margins_over_random(main, "top1")  # the single supervised trial is left out
     assert margin.entry.pretraining.kind == "ours" and margin.standard_error == pytest.approx(math.sqrt(0.5 / 2))
+
+
+def test_a_margin_without_spread_is_infinite_or_zero() -> None:
+    from reports.summary import Margin
+
+    assert Margin(None, "top1", 2.0, 0.0).ratio == math.inf and Margin(None, "top1", -2.0, 0.0).ratio == -math.inf
+    assert Margin(None, "top1", 0.0, 0.0).ratio == 0.0 and Margin(None, "top1", 3.0, 1.5).ratio == 2.0
