@@ -1,7 +1,7 @@
 """``moco trials N -- COMMAND``: one command run with N seeds, each trial in a run directory of its own.
 
-Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, knn, voc and coco; ``--set run.seed``
-for linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the trial's seed, so an evaluation
+Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, voc and coco; ``--set run.seed`` for
+linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the trial's seed, so an evaluation
 can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running it again
 continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does). ``moco
 report`` shows the trials as one row, mean ± std over n (pretrainings are grouped by recipe, not by weights).
@@ -14,8 +14,8 @@ import sys
 
 from cluster.job import Command, LaunchError, run_moco
 
-SEED_FLAGS = {"pretrain": ["--seed"], "eval linear": ["--set", "run.seed="], "eval voc": ["--seed"],
-              "eval coco": ["--seed"]}
+SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
+             "eval coco": ("--seed", "{}")}  # the two words that give a command its seed
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
@@ -23,16 +23,16 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
     if trials < 1:
         raise LaunchError(f"N: the number of trials must be >= 1, got {trials}")
     command = Command.parse(argv, runner="moco trials")
-    if command.name not in SEED_FLAGS:
-        raise LaunchError(f"moco trials runs one of: {', '.join(SEED_FLAGS)}; got {command.name!r}")
+    if command.name not in SEED_ARGS:
+        raise LaunchError(f"moco trials runs one of: {', '.join(SEED_ARGS)}; got {command.name!r}")
     if any(a == "--seed" or a.startswith(("--seed=", "run.seed=")) for a in command.args):
         raise LaunchError("--seed: not with moco trials: each trial gets its own (--seed of moco trials, + 1, ...)")
     out = []
     for s in range(seed, seed + trials):
         run_dir = command.run_dir / f"seed_{s}"
         args = [a.replace("{seed}", str(s)) for a in command.args[:-2]]  # the last two: --output-dir DIR
-        flag = SEED_FLAGS[command.name]
-        seeded = [flag[0], f"{flag[1]}{s}"] if len(flag) == 2 else [flag[0], str(s)]
+        option, value = SEED_ARGS[command.name]
+        seeded = [option, value.format(s)]
         out.append(dataclasses.replace(command, args=(*args, *seeded, "--output-dir", str(run_dir)), run_dir=run_dir))
     return out
 

@@ -70,6 +70,11 @@ def _polygon_mask(points: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(canvas, dtype=bool)
 
 
+def _rgb(values: np.ndarray) -> Image.Image:
+    """A (size, size, 3) float array in [0, 255], rounded and clipped, as an RGB image."""
+    return Image.fromarray(np.clip(np.round(values), 0, 255).astype(np.uint8), "RGB")
+
+
 def _background(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
     """A grey with a linear gradient in a random direction: the (size, size, 3) image and its mean colour."""
     grey = shapes.background_colour(rng)
@@ -86,7 +91,8 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarr
         if rng.random() < 0.5:
             colour = shapes.object_colour(rng, grey)
         else:
-            colour = tuple(int(v) for v in np.full(3, round(255 * rng.uniform(0.1, 0.9))))
+            grey_level = int(round(255 * rng.uniform(0.1, 0.9)))
+            colour = (grey_level, grey_level, grey_level)
         if rng.random() < 0.5:
             ends = rng.uniform(0, size, (2, 2))
             draw.line([float(v) for v in ends.reshape(-1)], fill=colour, width=int(rng.integers(1, 4)))
@@ -103,7 +109,7 @@ def _objects(rng: np.random.Generator, size: int) -> tuple[list[tuple[int, np.nd
     """(class id, polygon) of each object, in drawing order, every one at least half visible at the end; and the
     label map: 1 + the index of the object seen at each pixel, 0 where none is."""
     placed: list[tuple[int, np.ndarray]] = []
-    full: list[np.ndarray] = []  # each placed object's whole mask
+    areas: list[int] = []  # each placed object's whole area, in pixels
     label = np.zeros((size, size), dtype=np.int16)
     for _ in range(rng.integers(_OBJECTS[0], _OBJECTS[1] + 1)):
         for _ in range(_PLACEMENT_TRIES):
@@ -114,10 +120,10 @@ def _objects(rng: np.random.Generator, size: int) -> tuple[list[tuple[int, np.nd
             points = np.round(points + rng.uniform(0.0, [size - 1 - w, size - 1 - h]), 2)
             mask = _polygon_mask(points, size)
             covered = label * ~mask
-            if all((covered == k + 1).sum() >= _MIN_VISIBLE * m.sum() for k, m in enumerate(full)):
-                label = np.where(mask, len(full) + 1, label).astype(np.int16)
+            if all((covered == k + 1).sum() >= _MIN_VISIBLE * area for k, area in enumerate(areas)):
+                label = np.where(mask, len(areas) + 1, label).astype(np.int16)
                 placed.append((class_id, points))
-                full.append(mask)
+                areas.append(int(mask.sum()))
                 break
     return placed, label
 
@@ -126,7 +132,7 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[
     """One scene and its objects: ``category_id``, whole ``outline`` ((k, 2) polygon), visible ``mask`` (bool) and
     its ``bbox`` [x0, y0, x1, y1]."""
     background, grey = _background(rng, size)
-    image = Image.fromarray(np.clip(np.round(background), 0, 255).astype(np.uint8), "RGB")
+    image = _rgb(background)
     draw = ImageDraw.Draw(image)
     _clutter(rng, draw, grey, size)
     objects, label = _objects(rng, size)
@@ -139,7 +145,7 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict[
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
         bbox = [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
         records.append({"category_id": class_id, "outline": points, "mask": mask, "bbox": bbox})
-    return Image.fromarray(np.clip(np.round(noisy), 0, 255).astype(np.uint8), "RGB"), records
+    return _rgb(noisy), records
 
 
 def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0
