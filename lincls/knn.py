@@ -13,6 +13,7 @@ from moco_core.backbone import load_backbone
 from moco_core.knn import KnnMonitor
 from moco_core.records import write_record
 from moco_core.runtime import resolve_device
+from moco_core.shapes import shapes_version
 
 
 def knn_eval(
@@ -35,7 +36,7 @@ def knn_eval(
     record = output_dir / "result.json"
     record = write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
                  dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),
-                          "val_images": len(splits.val)},
+                          "val_images": len(splits.val), **shapes_version(data.path)},
                  config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize,
                          "seed": seed},
                  extra=extra)

@@ -31,6 +31,7 @@ from moco_core.progress import MetricsWriter, Progress, format_duration
 from moco_core.records import write_record
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import autocast, resolve_data, resolve_device
+from moco_core.shapes import shapes_version
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,8 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
     record = write_record(run_dir / "result.json", task="linear", protocol=protocol, metrics=result,
                           backbone=run.info, dataset={"path": cfg.data.path, "classes": len(splits.classes),
                                                       "train_images": len(splits.train),
-                                                      "val_images": len(splits.val)},
+                                                      "val_images": len(splits.val),
+                                                      **shapes_version(cfg.data.path)},
                           config=to_dict(cfg), history=history,
                           extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
                                  "note": "not the paper's protocol: fc trained on cached center-crop features"

@@ -197,6 +197,12 @@ def _is_complete(root: Path) -> bool:
         return False
 
 
+def shapes_version(path: str) -> dict[str, str]:
+    """``{"version": "shapes v3"}`` for the embedded data (``path`` "embedded"; part of an evaluation's recipe in
+    its record, so that values measured on one version never judge a run on another), else nothing."""
+    return {"version": f"shapes v{SHAPES_VERSION}"} if path == "embedded" else {}
+
+
 def data_home() -> Path:
     """Where generated datasets live: ``$MOCO_DATA_HOME``, by default ``~/.cache/moco``."""
     return Path(os.path.expanduser(os.environ.get("MOCO_DATA_HOME") or Path.home() / ".cache" / "moco"))

@@ -59,6 +59,7 @@ def test_knn_options_reach_the_evaluation(shapes_root: Path, tmp_path: Path) -> 
     assert many["config"]["k"] == 16 and many["metrics"] == knn("--k", "16", "--batch-size", "64")["metrics"]
     other = [knn("--k", "1", "--seed", str(seed))["metrics"] for seed in range(1, 4)]
     assert sharp["config"]["seed"] == 0 and any(m != sharp["metrics"] for m in other)
+    assert "version" not in sharp["dataset"]  # a folder given by path: only "embedded" names the shapes' version
 
 
 def test_sweep_evaluates_with_the_given_linear_config_and_data(shapes_root: Path, tmp_path: Path) -> None:

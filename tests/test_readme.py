@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core import checkpoint
+from moco_core.shapes import SHAPES_VERSION
 from tests.layouts import (
     WNIDS,
     custom_detection_layout,
@@ -253,6 +254,10 @@ def _check(command: str, work: Path, output: str) -> None:
     elif command.startswith("moco eval linear"):
         record = _record(output, work)
         assert record["sanity_check"] == "passed" and 0 <= record["metrics"]["top1"] <= 100
+        if "_embedded" in command:  # generated shapes, their version part of the recipe
+            assert record["dataset"]["version"] == f"shapes v{SHAPES_VERSION}", record["dataset"]
+        else:
+            assert "version" not in record["dataset"], record["dataset"]
     elif command.startswith("moco trials"):  # one directory and record (or checkpoint) per seed
         out = work / command.split("--output-dir ")[1].split()[0]
         assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["seed_0", "seed_1"]
