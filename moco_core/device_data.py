@@ -218,9 +218,14 @@ class DeviceAugmentLoader:
 
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
         if self.ahead:
-            yield from self._ahead()
-            return
-        for datas, labels, index, components in self.loader:
+            return self._ahead()
+        # The DataLoader's iterator is made now, not at the first batch: making it draws the workers' seed from
+        # torch's RNG, and a resumed epoch restores the RNG state between iter() and its first batch
+        # (engine.train_one_epoch), so the views after a resume are those the run would have drawn unstopped.
+        return self._inline(iter(self.loader))
+
+    def _inline(self, batches: Iterator[Batch]) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
+        for datas, labels, index, components in batches:
             yield self._augment(decode_batch(datas, self.device, components), index, None), labels, index
 
     def _ahead(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
