@@ -5,7 +5,7 @@ pretrainings, on the embedded presets) becomes one line per metric: its mean, it
 the trials, n, and where it was measured. ``moco report`` then flags runs of the same presets outside
 ``mean ± max(3 std, 1)``.
 
-    .venv/bin/moco demo --trials 3 --output-dir runs/demo3          # about 3 x 35 minutes on 2 CPU cores
+    .venv/bin/moco demo --trials 3 --output-dir runs/demo3          # about 3 x 30 minutes on 2 CPU cores
     .venv/bin/python benchmarks/expected_ranges.py runs/demo3 --measured "3 trials, moco demo, 2 CPU cores"
 """
 

@@ -140,7 +140,8 @@ def test_supervised_baseline_learns_a_separable_set(tmp_path: Path) -> None:
             Image.new("RGB", (40, 40), (value + i, value, value - i)).save(folder / f"{i}.png")
     cfg = tiny_config(tmp_path / "data", tmp_path / "sup", optim={"epochs": 8, "lr": 2.0, "schedule": "step",
                                                                    "milestones": ()})
-    run_dir = pretrain(replace(cfg, method="supervised"), show_progress=False)
+    # supervised_embedded sets the pipeline back to auto (PIL): the tensor one has the MoCo augmentation only
+    run_dir = pretrain(replace(cfg, method="supervised", data={"pipeline": "auto"}), show_progress=False)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["epoch_accuracy"] >= 90.0
     ckpt = checkpoint.load(run_dir / checkpoint.LAST)
