@@ -159,7 +159,9 @@ class _LogWindow:
         self.sums = torch.zeros(2, dtype=torch.float64, device=device)
         self.metrics, self.lr = metrics, lr
         self.steps, self.images, self.start = 0, 0, time.perf_counter()
-        self.shown = {"loss": math.nan, "acc": math.nan, "img/s": math.nan}  # what the progress line shows
+        # What the progress line shows: None ("-") until the first window is logged, so that a run's first
+        # log_every steps (or a whole short epoch) do not read "loss nan"; a real NaN stops the run at its log.
+        self.shown: dict[str, float | None] = {"loss": None, "acc": None, "img/s": None}
 
     def add(self, values: torch.Tensor, images: int) -> None:
         self.sums += values

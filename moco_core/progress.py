@@ -39,13 +39,14 @@ class Progress:
         self.interactive = enabled and self.stream.isatty()
         self.started = time.perf_counter()
 
-    def update(self, done_steps: int, epoch: int, epochs: int, **metrics: float) -> None:
+    def update(self, done_steps: int, epoch: int, epochs: int, **metrics: float | None) -> None:
+        """Show the line at ``done_steps``; a metric given as None has no value yet and shows as ``-``."""
         if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
             return
         elapsed = time.perf_counter() - self.started
         rate = (done_steps - self.start_done) / elapsed if elapsed > 0 else 0.0
         eta = (self.total - done_steps) / rate if rate > 0 else math.inf
-        fields = " ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        fields = " ".join(f"{k} {'-' if v is None else format(v, '.4g')}" for k, v in metrics.items())
         line = f"epoch {epoch + 1}/{epochs} step {done_steps}/{self.total} {fields} eta {format_duration(eta)}"
         if self.interactive:
             self.stream.write("\r\033[K" + line)

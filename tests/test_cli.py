@@ -133,6 +133,9 @@ def test_progress_lines_when_not_a_terminal(shapes_root: Path, tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
     assert any(line.startswith("epoch 1/1 step 2/2 loss") and "img/s" in line and "eta" in line for line in lines)
+    # The epoch (2 steps) ends before the first metrics window (run.log_every 5): no value yet reads "-", not "nan".
+    assert any(line.startswith("epoch 1/1 step 2/2 loss - acc - img/s - eta") for line in lines), lines
+    assert "nan" not in res.stderr.lower()
     assert any(line.startswith("epoch 1/1: loss") and "data-wait" in line for line in lines)
     assert "\r" not in res.stderr
 
