@@ -7,6 +7,9 @@
 # $OUT/report.json), and the logs end in $OUT/logs.tgz.
 # Needs torch, torchvision, pyyaml, typer, pandas, pytest; nothing is downloaded. The JPEGs are generated here
 # (benchmarks/make_jpegs.py: $N files, default 25600, in $DATA).
+# $STEP_ARGS (the step's shape: R50, 224 px, batch 256, v2 head) and $REAL_ARGS (appended to the real command) are
+# there to shrink a run; tests/benchmarks/test_gpu_report.py runs this script on the CPU that way, so that its
+# command lines stay in step with the benchmarks and the CLI between GPU sessions.
 set -u
 OUT=${OUT:-/tmp/gpu_report}
 DATA=${DATA:-/tmp/moco_jpegs}
@@ -40,7 +43,9 @@ stage() {
   tail -n 4 "$OUT/$name.log" | sed 's/^/   /' | cut -c1-400
 }
 
-STEP=(benchmarks/pretrain_step.py --arch resnet50 --image-size 224 --batch 256 --mlp --steps 30 --json)
+read -r -a step_args <<<"${STEP_ARGS:---arch resnet50 --image-size 224 --batch 256 --mlp --steps 30}"
+read -r -a real_args <<<"${REAL_ARGS:-}"
+STEP=(benchmarks/pretrain_step.py "${step_args[@]}" --json)
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
   "$PY" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
@@ -59,7 +64,7 @@ stage data_switch 40 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers 
 RUN=${RUN:-/tmp/moco_real_run}
 rm -rf "$RUN"
 stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=20 \
-  --workers "$WORKERS" --output-dir "$RUN"
+  --workers "$WORKERS" --output-dir "$RUN" "${real_args[@]}"
 [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/real_metrics.jsonl"
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
 stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none

@@ -1,0 +1,61 @@
+"""benchmarks/gpu_report.sh, run on the CPU: every stage that does not need CUDA runs its real command line.
+
+A GPU is lent to few sessions, and the script has one device call to do its work in: a stage whose arguments no
+longer match the benchmark or the CLI would cost that call. Shrunk through $STEP_ARGS and $REAL_ARGS (resnet18,
+32 px, a few steps) and with compilation turned off (TORCH_COMPILE_DISABLE: the stages still pass --compile), it
+runs here in about a minute. The two data stages measure nvJPEG and need CUDA, so they are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ["jpegs", "tests", "step_compiled", "real", "step_eager", "step_plain_compiled", "step_eager_nchw"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash, timeout")
+def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
+    out, run = tmp_path / "out", tmp_path / "run"
+    env = {
+        **os.environ, "OUT": str(out), "DATA": str(tmp_path / "jpegs"), "RUN": str(run), "N": "48",
+        "BUDGET": "600", "PYTHON": sys.executable, "WORKERS": "0", "STAGES": " ".join(STAGES),
+        "STEP_ARGS": "--arch resnet18 --image-size 32 --batch 16 --queue-size 64 --steps 2 --device cpu",
+        "REAL_ARGS": "--set model.arch=resnet18 --set optim.batch_size=16 --set model.bn_groups=2 "
+                     "--set model.queue_size=32 --set augment.crop_size=32 --set run.log_every=1",
+        "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
+    }
+    res = subprocess.run(["bash", "benchmarks/gpu_report.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    # Each stage prints "== NAME (...)" and then "   rc N, Ts"; every one ran (none skipped) and exited 0.
+    ran = dict(re.findall(r"^== (\w+) \(.*\n   rc (\d+),", res.stdout, flags=re.M))
+    assert ran == {stage: "0" for stage in STAGES}, res.stdout[-4000:]
+
+    report = json.loads((out / "report.json").read_text())
+    assert report, "gpu_table.py wrote no figures"
+    table = (out / "table.md").read_text()
+    # The real command's own metrics came back (the tensor pipeline is only the default under CUDA: PIL here).
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("images_per_s", 0) > 0 for m in metrics)
+    real_row = next(line for line in table.splitlines() if line.startswith("| `moco pretrain -c moco_v2_200ep"))
+    assert re.search(r"\| [\d,.]+ / [\d,.]+, data wait", real_row), real_row
+    # The step rows have figures for this tree, and the compiled ones ran through the same command lines.
+    for row in ("eager NCHW", "official recipe", "channels_last + torch.compile (the CUDA default now)",
+                "plain BN, channels_last + torch.compile", "end to end from JPEGs, tensor pipeline, compiled",
+                "end to end from JPEGs, PIL pipeline"):
+        line = next(line for line in table.splitlines() if row in line)
+        assert re.search(r"\| [\d,.]+(, data wait [\d.]+%)? \|$", line), line
+    with tarfile.open(out / "logs.tgz") as logs:
+        names = {Path(name).name for name in logs.getnames()}
+    assert {f"{stage}.log" for stage in STAGES} <= names
