@@ -171,7 +171,7 @@ def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.
                            f"during linear training; the evaluation is invalid")
 
 
-def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool = True,
+def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool | str = True,
                 extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path.
 
@@ -200,7 +200,7 @@ class _Setup:
     splits: Splits
 
 
-def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool,
+def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool | str,
                  extra: dict[str, Any], resume: bool) -> Path:
     main = distributed.is_main()
     run_dir = Path(cfg.run.output_dir)

@@ -22,26 +22,38 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+LINE = "line"
+"""``enabled`` (and the ``show_progress`` of the long commands) set to this: on a terminal, the redrawn step line
+alone, cleared when the work ends; no summaries, and nothing at all in a log. ``moco demo`` runs its steps so
+unless given ``--progress``, so its output stays one line a step but a 10-minute step still shows it moves."""
+
+
 class Progress:
     """Shows step counts, the given metrics, images/s and the ETA of the whole run.
 
     On a terminal the line is redrawn in place; elsewhere (a log file, CI) one line is printed every
-    ``every`` steps, so logs stay readable.
+    ``every`` steps, so logs stay readable. ``enabled``: True, False, or :data:`LINE`.
     """
 
     def __init__(self, total_steps: int, *, done_steps: int = 0, every: int = 10, stream: TextIO | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool | str = True) -> None:
         self.total = total_steps
         self.start_done = done_steps
         self.every = every
         self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.interactive = enabled and self.stream.isatty()
+        tty = self.stream.isatty()
+        self.line_only = enabled == LINE
+        self.enabled = bool(enabled) and (tty or not self.line_only)
+        self.interactive = self.enabled and tty
         self.started = time.perf_counter()
 
     def update(self, done_steps: int, epoch: int, epochs: int, **metrics: float | None) -> None:
         """Show the line at ``done_steps``; a metric given as None has no value yet and shows as ``-``."""
         if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
+            return
+        if self.line_only and done_steps >= self.total:  # the work is done: leave the terminal's line clean
+            self.stream.write("\r\033[K")
+            self.stream.flush()
             return
         elapsed = time.perf_counter() - self.started
         rate = (done_steps - self.start_done) / elapsed if elapsed > 0 else 0.0
@@ -55,8 +67,8 @@ class Progress:
         self.stream.flush()
 
     def message(self, text: str) -> None:
-        """A line that stays (an epoch summary, a warning), printed above the bar."""
-        if not self.enabled:
+        """A line that stays (an epoch summary, a warning), printed above the bar (not with :data:`LINE`)."""
+        if not self.enabled or self.line_only:
             return
         self.stream.write(("\r\033[K" if self.interactive else "") + text + "\n")
         self.stream.flush()

@@ -189,14 +189,14 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
     }
 
 
-def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool = True) -> Path:
+def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool | str = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device, cfg.run.dist_timeout_s), run_dir_lock(Path(cfg.run.output_dir), device):
         return _pretrain(cfg, device, resume, show_progress)
 
 
-def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | None, show_progress: bool) -> Path:
+def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | None, show_progress: bool | str) -> Path:
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
@@ -286,7 +286,8 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
                 len(images.samples), len(images.skipped))
 
 
-def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: MetricsWriter, show_progress: bool) -> None:
+def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: MetricsWriter,
+           show_progress: bool | str) -> None:
     """The epochs from ``run.start`` on, until the last or a stop signal (then with a checkpoint)."""
     main, rank, run_dir = distributed.is_main(), distributed.rank(), Path(cfg.run.output_dir)
     monitor = None

@@ -20,7 +20,8 @@ def demo_cli(
         help="Detection engine: auto (detectron2 when installed, else torchvision), detectron2 or torchvision.")] =
         "auto",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    progress: Annotated[bool, typer.Option("--progress", help="Show each step's progress bar.")] = False,
+    progress: Annotated[bool, typer.Option("--progress", help="Show each step's progress and epoch summaries, on "
+                                           "a terminal and in a log (without it: a terminal's line alone).")] = False,
     trials: Annotated[int, typer.Option(help="Run the protocol this many times, with seeds --seed, --seed + 1, ...; "
                                         "the report shows each row's mean ± std.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the (first) trial: pretrainings, evaluations, random init.")] = 0,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
+from moco_core.progress import LINE
 from moco_core.rundir import write_text_atomic
 
 TASKS = ("linear", "voc", "coco")
@@ -59,7 +60,8 @@ class Demo:
         start = time.perf_counter()
         run()
         took = time.perf_counter() - start
-        print(f"{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
+        clear = "\r\033[K" if sys.stderr.isatty() else ""  # a step's progress line (LINE) may still be there
+        print(f"{clear}{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
         self.times.append(StepTime(name, took, False))
         self._save_times()
 
@@ -90,16 +92,17 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     output_dir.mkdir(parents=True, exist_ok=True)
     demo = Demo(output_dir, total=trials * (2 + len(tasks) * len(BACKBONES)) + 1)
     roots = [output_dir] if trials == 1 else [output_dir / f"seed_{seed + t}" for t in range(trials)]
+    shown = True if show_progress else LINE  # without --progress, a terminal still sees each step's line move
     for t, root in enumerate(roots):
         seeded = {role: [*overrides.get(role, []), f"run.seed={seed + t}"] for role in ("moco", "supervised", *TASKS)}
-        _protocol(demo, root, device, engine, tasks, show_progress, seeded, f"seed {seed + t}: " if trials > 1 else "")
+        _protocol(demo, root, device, engine, tasks, shown, seeded, f"seed {seed + t}: " if trials > 1 else "")
     report_dir = output_dir / "report"
     demo.step("report", lambda: write_report(build_report([str(root / task) for root in roots for task in tasks]),
                                              report_dir, FORMATS))
     return report_dir
 
 
-def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str, ...], show_progress: bool,
+def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str, ...], show_progress: bool | str,
               overrides: dict[str, list[str]], label: str) -> None:
     """One trial's steps into ``root``: the two pretrainings, then every task on every backbone."""
     from moco_core.config import PretrainConfig, load_config, replace, validated
@@ -127,7 +130,7 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
             demo.step(f"{label}{task} {name}", call, done=(out / "result.json").is_file())
 
 
-def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, show_progress: bool,
+def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, show_progress: bool | str,
                 changes: list[str]) -> Callable[[], Path]:
     """The call that evaluates ``weights`` on ``task`` with the embedded preset into ``out``."""
     from moco_core.config import replace

@@ -219,8 +219,8 @@ def _device(name: str) -> torch.device:
     return resolve_device(name)
 
 
-def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True, extra: dict[str, Any] | None = None,
-             resume: bool = False) -> Path:
+def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
+             extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """The protocol for ``cfg.task`` on detectron2; returns the result record's path.
 
     ``weights``: a checkpoint path (any format :func:`transfer.models.load_resnet` reads) or "random".
@@ -234,7 +234,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True, e
                     resume)
 
 
-def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool, extra: dict[str, Any],
+def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool | str, extra: dict[str, Any],
          resume: bool) -> Path:
     started, s = time.perf_counter(), cfg.solver
     run_dir = transfer_run_dir(cfg)
@@ -258,7 +258,7 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
         raise NonFiniteLossError(f"{str(err).splitlines()[0]} ({cfg.task}, detectron2); lower solver.lr or "
                                  f"lengthen solver.warmup_iters") from None
     train_time = time.perf_counter() - started
-    results = _test(cfg, d2cfg, model, data, show_progress and distributed.is_main())
+    results = _test(cfg, d2cfg, model, data, distributed.is_main() and show_progress)  # (LINE stays LINE)
     if not distributed.is_main():
         return run_dir / "result.json"
     return write_transfer_record(run_dir, cfg, data, info, results, history, engine="detectron2",
@@ -297,7 +297,7 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
 
 
 def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torch.device, run_dir: Path,
-             history: list[dict[str, float]], show_progress: bool,
+             history: list[dict[str, float]], show_progress: bool | str,
              epoch_size: int) -> tuple[SimpleTrainer, DetectionCheckpointer]:
     """detectron2's trainer over ``model`` with the hooks of its DefaultTrainer that the protocol needs."""
     main = distributed.is_main()
@@ -332,7 +332,7 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
 
 @torch.no_grad()
 def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: DetectionData,
-          show_progress: bool) -> dict[str, Any]:
+          show_progress: bool | str) -> dict[str, Any]:
     """Predict the test split (each process a shard) and score it on the main process with our metrics."""
     mapper = DatasetMapper(d2cfg, is_train=False, augmentations=_augmentations(cfg, train=False))
     loader = test_loader(DatasetCatalog.get(dataset_name(cfg.data.test)), mapper=mapper,
@@ -372,12 +372,12 @@ def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances:
     return results
 
 
-def _launched(cfg: TransferConfig, weights: str, show_progress: bool, resume: bool) -> None:
+def _launched(cfg: TransferConfig, weights: str, show_progress: bool | str, resume: bool) -> None:
     evaluate(cfg, weights, show_progress=show_progress, resume=resume)
 
 
 def launch(cfg: TransferConfig, weights: str, *, num_processes: int, num_machines: int = 1, machine_rank: int = 0,
-           dist_url: str = "auto", show_progress: bool = True, resume: bool = False) -> None:
+           dist_url: str = "auto", show_progress: bool | str = True, resume: bool = False) -> None:
     """:func:`evaluate` in ``num_processes`` processes per machine started by detectron2's ``launch`` (one per
     GPU; gloo on CPU). Every machine calls it with the same ``dist_url`` (``tcp://host:port``) and its rank."""
     detectron2_launch(_launched, num_processes, num_machines=num_machines, machine_rank=machine_rank,

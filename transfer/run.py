@@ -45,7 +45,7 @@ def resolve_engine(name: str) -> str:
     return name
 
 
-def eval_voc(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
+def eval_voc(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
              extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Faster R-CNN on VOC fine-tuned from ``weights`` (a checkpoint path or "random"); the record's path."""
     if cfg.task != "voc":
@@ -53,7 +53,7 @@ def eval_voc(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
     return evaluate(cfg, weights, show_progress=show_progress, extra=extra, resume=resume)
 
 
-def eval_coco(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
+def eval_coco(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
               extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Mask R-CNN on COCO fine-tuned from ``weights`` (a checkpoint path or "random"); the record's path."""
     if cfg.task != "coco":
@@ -61,7 +61,7 @@ def eval_coco(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
     return evaluate(cfg, weights, show_progress=show_progress, extra=extra, resume=resume)
 
 
-def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool = True,
+def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
              extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """The protocol for ``cfg.task`` on the engine ``cfg.engine`` resolves to; returns the result record's path.
 
@@ -92,7 +92,7 @@ def build_model(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_clas
     return model
 
 
-def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool,
+def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool | str,
                      extra: dict[str, Any], resume: bool) -> Path:
     main, world, started = distributed.is_main(), distributed.world_size(), time.perf_counter()
     s = cfg.solver

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,13 +24,28 @@ def tiny(shapes_root: Path) -> dict[str, list[str]]:
             "linear": ["optim.epochs=1", "optim.batch_size=16", "data.workers=0", data]}
 
 
-def test_demo_runs_every_step_then_skips_them(shapes_root: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_demo_runs_every_step_then_skips_them(shapes_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     overrides = tiny(shapes_root)
     out = tmp_path / "demo"
-    report = run_demo(out, device="cpu", tasks=("linear",), overrides=overrides)
-    err = capsys.readouterr().err
+    terminal = Terminal()
+    with monkeypatch.context() as patch:  # run on a terminal, without --progress
+        patch.setattr(sys, "stderr", terminal)
+        report = run_demo(out, device="cpu", tasks=("linear",), overrides=overrides)
+    err = terminal.getvalue()
     assert "demo [6/6] report" in err and "done before" not in err
+    # Each long step shows its progress line in place (LINE), never an epoch summary, and the step's closing line
+    # clears it; what stays on the screen is the demo's own lines.
+    clear = "\r\033[K"
+    assert clear + "epoch 1/1 step 1/" in err and "epoch 1/1: loss" not in err
+    assert len(re.findall(re.escape(clear) + r"demo \[\d/6\] [^\r\n]+: \d+ s\n", err)) == 6
+    visible = [line.rsplit(clear, 1)[-1] for line in err.split("\n")[:-1]]  # what a terminal leaves on screen
+    assert all(line.startswith(("demo [", "linear: top1")) for line in visible), visible
     records = {name: json.loads((out / "linear" / name / "result.json").read_text())
                for name in ("moco", "supervised", "random")}
     assert records["moco"]["backbone"]["pretrain"]["method"] == "moco"
@@ -56,7 +74,9 @@ def test_trials_run_the_protocol_per_seed_and_the_report_gathers_them(shapes_roo
     overrides = tiny(shapes_root)
     out = tmp_path / "demo"
     run_demo(out, device="cpu", tasks=("linear",), overrides=overrides, trials=2, seed=5)
-    assert "demo [11/11] report" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "demo [11/11] report" in err
+    assert " eta " not in err and "\r" not in err  # not a terminal, no --progress: no step lines in the log
     for seed in (5, 6):  # each trial its own directories, its seed in every step
         moco = json.loads((out / f"seed_{seed}" / "linear" / "moco" / "result.json").read_text())
         assert moco["backbone"]["pretrain"]["config"]["run"]["seed"] == seed and moco["config"]["run"]["seed"] == seed
