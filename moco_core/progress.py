@@ -22,6 +22,8 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+CLEAR_LINE = "\r\033[K"  # back to the start of a terminal's line, and erase it
+
 LINE = "line"
 """``enabled`` (and the ``show_progress`` of the long commands) set to this: on a terminal, the redrawn step line
 alone, cleared when the work ends; no summaries, and nothing at all in a log. ``moco demo`` runs its steps so
@@ -52,7 +54,7 @@ class Progress:
         if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
             return
         if self.line_only and done_steps >= self.total:  # the work is done: leave the terminal's line clean
-            self.stream.write("\r\033[K")
+            self.stream.write(CLEAR_LINE)
             self.stream.flush()
             return
         elapsed = time.perf_counter() - self.started
@@ -61,7 +63,7 @@ class Progress:
         fields = " ".join(f"{k} {'-' if v is None else format(v, '.4g')}" for k, v in metrics.items())
         line = f"epoch {epoch + 1}/{epochs} step {done_steps}/{self.total} {fields} eta {format_duration(eta)}"
         if self.interactive:
-            self.stream.write("\r\033[K" + line)
+            self.stream.write(CLEAR_LINE + line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -70,7 +72,7 @@ class Progress:
         """A line that stays (an epoch summary, a warning), printed above the bar (not with :data:`LINE`)."""
         if not self.enabled or self.line_only:
             return
-        self.stream.write(("\r\033[K" if self.interactive else "") + text + "\n")
+        self.stream.write((CLEAR_LINE if self.interactive else "") + text + "\n")
         self.stream.flush()
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
-from moco_core.progress import LINE
+from moco_core.progress import CLEAR_LINE, LINE
 from moco_core.rundir import write_text_atomic
 
 TASKS = ("linear", "voc", "coco")
@@ -60,7 +60,7 @@ class Demo:
         start = time.perf_counter()
         run()
         took = time.perf_counter() - start
-        clear = "\r\033[K" if sys.stderr.isatty() else ""  # a step's progress line (LINE) may still be there
+        clear = CLEAR_LINE if sys.stderr.isatty() else ""  # a step's progress line (LINE) may still be there
         print(f"{clear}{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
         self.times.append(StepTime(name, took, False))
         self._save_times()
