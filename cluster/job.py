@@ -114,6 +114,7 @@ class Job:
         preempt = preemption_signal()
         preemption.EXTRA_STOP_SIGNALS[:] = [preempt]
         os.register_at_fork(after_in_child=preemption.ignore_stop_signals)  # data workers never run the requeue handler
+        preemption.kill_workers_at_exit()  # so an error's exit does not wait for such workers
         argv = self.command.argv()
         sys.argv = ["moco", *argv]  # run.json records the command that ran
         code = run_moco(argv)

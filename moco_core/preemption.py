@@ -7,10 +7,13 @@ samples of that epoch not yet seen (:class:`ResumableSampler`).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing.util import Finalize
 from types import FrameType
 from typing import Any
 
@@ -55,8 +58,41 @@ def ignore_stop_signals() -> None:
 def ignore_sigterm(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: a scheduler signals every process of the job, and a worker killed by it
     would fail the step the main process is finishing; the workers stop when the main process lets them go.
-    The same holds for the other stop signals."""
+    The same holds for the other stop signals. The process that starts such workers calls
+    :func:`kill_workers_at_exit`."""
     ignore_stop_signals()
+
+
+_kill_registered_in: int | None = None  # the process that registered the exit hook (a forked child has none)
+
+
+def kill_workers_at_exit() -> None:
+    """In a process whose daemonic children (data workers) ignore the stop signals: make sure they die when it
+    exits, whatever way it exits. Call it before starting them; once per process is enough.
+
+    multiprocessing ends a process by sending its daemonic children SIGTERM and then joining every child with no
+    time limit. Workers that ignore SIGTERM are normally let go by the DataLoader's iterator before that; but a
+    process that ends on an uncaught exception (a CUDA out-of-memory, a bug), or a rank spawned by ``--nproc``
+    that ends on any error, still holds the iterator through the exception's traceback, and would wait for its
+    workers forever: a failed run that never exits and keeps its GPUs. The hook runs first and kills them.
+    """
+    global _kill_registered_in
+    if _kill_registered_in != os.getpid():
+        Finalize(None, _kill_daemonic_children, exitpriority=0)  # a hook of multiprocessing's exit, before its join
+        _kill_registered_in = os.getpid()
+
+
+def _kill_daemonic_children() -> None:
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if not children:  # the normal case: the iterators have let their workers go
+        return
+    if threading.current_thread() is threading.main_thread():
+        # the DataLoader's SIGCHLD handler would report each as a worker that failed, over the real error
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
+    for child in children:
+        child.join(timeout=10)
 
 
 class StopSignal:

@@ -23,7 +23,7 @@ from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_en
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method
-from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm
+from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import resolve_data, resolve_device
@@ -268,6 +268,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
         dataset, collate = ImageDataset(images.samples, transform, failures), None
     sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed,
                                drop_last=True)
+    kill_workers_at_exit()  # its workers ignore SIGTERM: an exit on an error must not wait for them
     loader: Any = DataLoader(dataset, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                              pin_memory=device.type == "cuda", drop_last=True,
                              collate_fn=collate, worker_init_fn=ignore_sigterm)

@@ -3,6 +3,7 @@ scheduler, and a rank of a two-process run dying or hanging. Each run is ``pytho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -34,6 +35,21 @@ def save(obj, f, *a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(obj, f, *a, **k)
 torch.save = save
+from cli import main
+sys.argv = ["moco", *sys.argv[1:]]
+main()
+"""
+
+FAIL_STEP = """
+import os, sys
+import moco_core.engine as engine
+real, calls = engine.train_step, []
+def train_step(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == int(os.environ["FAIL_AT_STEP"]):
+        raise RuntimeError("CUDA out of memory (injected)")  # what no handler expects: the traceback is shown
+    return real(*args, **kwargs)
+engine.train_step = train_step
 from cli import main
 sys.argv = ["moco", *sys.argv[1:]]
 main()
@@ -161,6 +177,46 @@ def test_sigterm_to_the_whole_process_group_with_loader_workers(shapes_root: Pat
     assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     saved = checkpoint.load(out / checkpoint.LAST)
     assert saved["global_step"] >= 3 and saved["epoch"] < 20
+
+
+def ended_with_its_workers(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
+    """Wait for ``proc`` (the leader of its own session); its exit code and stderr once every process of the
+    session (the loader workers, the ranks) has gone. A process still there after ``timeout`` fails the test."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            os.killpg(proc.pid, 0)  # raises ProcessLookupError once the group is empty
+            time.sleep(0.1)
+        raise AssertionError("the command exited, but processes it started are still running")
+    except ProcessLookupError:
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the command did not exit within {timeout} s") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_an_unexpected_error_ends_the_run_with_its_loader_workers(shapes_root: Path, tmp_path: Path) -> None:
+    """The workers ignore SIGTERM (a scheduler's stop); on an uncaught exception, which keeps the loader alive
+    through the traceback, multiprocessing's exit stops them with SIGTERM and waits: the run never exited."""
+    args = [sys.executable, "-c", FAIL_STEP, *command(shapes_root, tmp_path / "run", workers=2)[3:]]
+    code, err = ended_with_its_workers(start(args, env={"FAIL_AT_STEP": "3"}, start_new_session=True), 60)
+    assert code == 1
+    assert err.strip().splitlines()[-1] == "RuntimeError: CUDA out of memory (injected)"
+    assert "exited unexpectedly" not in err  # the workers' end is not reported as a second failure
+    assert checkpoint.load(tmp_path / "run" / checkpoint.LAST)["global_step"] == 2
+
+
+def test_a_nan_loss_ends_a_two_process_run_with_its_loader_workers(shapes_root: Path, tmp_path: Path) -> None:
+    """A rank spawned by --nproc ends on its error with the loader still referenced by the exception: it waited
+    for its workers forever, and the launcher for it."""
+    args = command(shapes_root, tmp_path / "run", "--nproc", "2", "--set", "optim.lr=1000000000000.0", workers=1)
+    code, err = ended_with_its_workers(start(args, env={"OMP_NUM_THREADS": "1"}, start_new_session=True), 120)
+    assert code == 1
+    assert "error: loss became nan at epoch " in err
 
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])

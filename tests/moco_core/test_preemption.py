@@ -130,3 +130,47 @@ def test_partial_writes_and_torn_log_lines_are_cleaned_on_resume(tiny_cfg: Pretr
     assert not stale.exists()
     lines = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if "loss" in r] == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+
+HOLD_A_WORKER_THEN_FAIL = """
+import multiprocessing, sys, time
+from moco_core import preemption
+def worker():
+    preemption.ignore_stop_signals()  # as the data workers do
+    time.sleep(300)
+if sys.argv[1] == "hook":
+    preemption.kill_workers_at_exit()
+    preemption.kill_workers_at_exit()  # once is enough; twice must not fail
+held = multiprocessing.get_context("fork").Process(target=worker, daemon=True)  # as a DataLoader starts them
+held.start()
+raise RuntimeError("failed with a worker running")
+"""
+
+
+@pytest.mark.parametrize("hook", [True, False])
+def test_an_exit_on_an_error_does_not_wait_for_workers_that_ignore_sigterm(hook: bool) -> None:
+    """multiprocessing ends daemonic children with SIGTERM and then joins them without a limit; the hook
+    (what moco pretrain and a cluster job register) kills them first. Without it the process hangs: the case
+    with no hook shows this test can tell."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_A_WORKER_THEN_FAIL, "hook" if hook else "no hook"],
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60 if hook else 8)
+        assert hook, "exited without the hook: the hazard this test relies on is gone"
+        assert proc.returncode == 1
+        assert err.strip().splitlines()[-1] == "RuntimeError: failed with a worker running"
+    except subprocess.TimeoutExpired:
+        assert not hook, "the process waited for its worker at exit"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker too, if it is still there
+        except ProcessLookupError:
+            pass
+        proc.wait()
