@@ -143,6 +143,9 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(cfg))
 
 
+_EXPONENT_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
     """Check ``value`` against a field's type and convert lists to tuples; raise ConfigError naming ``key``."""
     origin = typing.get_origin(annotation)
@@ -182,6 +185,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return value
     if annotation is float:
+        if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):
+            return float(value)  # YAML 1.1 (PyYAML) reads 1e-4 and 3E2 as strings: it wants a dot in the mantissa
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)

@@ -41,6 +41,22 @@ def test_precedence_file_then_overrides(tmp_path: Path) -> None:
     assert parse_override("optim.milestones=[10, 20]") == {"optim": {"milestones": [10, 20]}}
 
 
+def test_numbers_in_exponent_notation(tmp_path: Path) -> None:
+    """How researchers write learning rates and decays; PyYAML (YAML 1.1) reads 1e-4 as the string '1e-4'."""
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  weight_decay: 1e-4\n  lr: 3E-2\naugment:\n  crop_scale: [2e-1, 1]\n")
+    cfg = load_config(PretrainConfig, str(path), ["model.temperature=7e-2", "model.momentum=+9.99e-1",
+                                                  "augment.blur_sigma=[.1e0, 2.e0]", "data.path=1e3"])
+    assert (cfg.optim.weight_decay, cfg.optim.lr, cfg.augment.crop_scale) == (1e-4, 0.03, (0.2, 1.0))
+    assert (cfg.model.temperature, cfg.model.momentum, cfg.augment.blur_sigma) == (0.07, 0.999, (0.1, 2.0))
+    assert cfg.data.path == "1e3"  # a string field keeps the text
+    for text in ("1e", "e3", "1e-3x", "1e-3e3", "0x1p3"):
+        with pytest.raises(ConfigError, match=f"optim.lr: expected a number, got '{text}'"):
+            load_config(PretrainConfig, "embedded", [f"optim.lr={text}"])
+    with pytest.raises(ConfigError, match="model.dim: expected an integer, got '1e2'"):  # no silent rounding
+        load_config(PretrainConfig, "embedded", ["model.dim=1e2"])
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("model.foo=1", "model.foo: unknown key"),
     ("modle.dim=1", "modle: unknown key"),
