@@ -58,6 +58,15 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     local = batch // world_size
     if cfg.model.shuffle_bn == "shuffle" and world_size == 1 and local % cfg.model.bn_groups:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
+    split = cfg.model.shuffle_bn == "shuffle" and world_size == 1 and cfg.model.bn_groups > 1
+    per_bn = local // cfg.model.bn_groups if split else local  # the images each BN layer's statistics come from
+    if per_bn == 1 and cfg.augment.crop_size <= 32:  # a ResNet's last stage is then 1x1: one value per channel
+        where = (f"{batch} images over model.bn_groups={cfg.model.bn_groups}" if split else
+                 f"{batch} images over {world_size} processes" if world_size > 1 else f"a batch of {batch}")
+        raise ConfigError(f"optim.batch_size: {where} leaves each BN layer 1 image, and at augment.crop_size "
+                          f"{cfg.augment.crop_size} a ResNet's last stage is 1x1: batch norm would see one value "
+                          f"per channel; give it 2 images or more (a larger batch{', fewer groups' if split else ''})"
+                          f" or a crop over 32")
     if dataset_size is not None and batch > dataset_size:
         raise ConfigError(f"optim.batch_size: {batch} is larger than the dataset ({dataset_size} images)")
     return local

@@ -147,6 +147,8 @@ SMALL = ["--set", "model.arch=resnet18", "--set", "optim.batch_size=8", "--set",
     (["--set", f"model.arch={'x' * 5000}"], "model.arch: expected one of"),
     (["--output-dir", "{text}"], "run.output_dir: cannot create"),
     (["--output-dir", "{text}/sub"], "run.output_dir: cannot create"),
+    (["--set", "model.bn_groups=8"], "optim.batch_size: 8 images over model.bn_groups=8 leaves each BN layer 1 "
+                                     "image, and at augment.crop_size 32 a ResNet's last stage is 1x1"),
 ])
 def test_the_issues_inputs_fail_in_one_line(extra: list[str], message: str, hostile: dict[str, str],
                                             tmp_path: Path) -> None:

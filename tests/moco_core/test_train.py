@@ -114,6 +114,34 @@ def test_run_checks_for_several_processes(tiny_cfg: PretrainConfig) -> None:
     assert check_run(replace(tiny_cfg, model={"shuffle_bn": "sync"}), 1, cpu, 32) == 16
 
 
+
+@pytest.mark.parametrize(("groups", "world", "crop", "refused"), [
+    (8, 1, 32, True), (8, 2, 32, False), (4, 1, 32, False), (8, 1, 33, False), (1, 8, 32, True), (1, 4, 32, False),
+])
+def test_one_image_a_bn_batch_at_a_1x1_last_stage_is_refused_up_front(tiny_cfg: PretrainConfig, groups: int,
+                                                                       world: int, crop: int, refused: bool) -> None:
+    """PyTorch's BN refuses one value per channel in training, deep in the first step (a traceback). Batch 8 in
+    8 groups (the v2 preset's) or over 8 processes leaves BN 1 image; with crops of 32 px or less, a ResNet's
+    last stage is 1x1. What the check refuses, a real forward fails on; what it lets through, trains."""
+    cfg = replace(tiny_cfg, optim={"batch_size": 8}, model={"bn_groups": groups}, augment={"crop_size": crop})
+    if refused:
+        with pytest.raises(ConfigError, match=r"optim.batch_size: 8 images over .* leaves each BN layer 1 image"):
+            check_run(cfg, world, torch.device("cpu"), 32)
+    else:
+        assert check_run(cfg, world, torch.device("cpu"), 32) == 8 // world
+    # The reference: the encoder of that run, on its share of the batch, in training mode.
+    from moco_core.methods import build_moco
+
+    method = build_moco(replace(cfg.model, queue_size=8), world_size=world)  # a MoCo module
+    encoder = method.encoder.train()
+    images = torch.randn(8 // world, 3, crop, crop)
+    if refused:
+        with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+            encoder(images)
+    else:
+        assert encoder(images).shape == (8 // world, cfg.model.dim)
+
+
 def test_knn_monitor_is_logged(tiny_cfg: PretrainConfig, shapes_root: Path) -> None:
     cfg = replace(tiny_cfg, run={"knn_every": 1}, data={"knn_path": str(shapes_root)})
     run_dir = pretrain(cfg, show_progress=False)
