@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import os
 import socket
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -140,6 +141,16 @@ def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[No
         yield
     finally:
         shutdown()
+
+
+@contextlib.contextmanager
+def unsynced_buffers_accepted() -> Iterator[None]:
+    """Around building a DDP model with ``broadcast_buffers=False`` (each rank keeps its own BN statistics and
+    queue): PyTorch 2.14 calls the argument deprecated and itself advises keeping it until its replacement can
+    skip the sync at initialisation; its warning, printed by every rank of every run, is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+        yield
 
 
 def free_port() -> int:

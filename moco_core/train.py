@@ -290,8 +290,9 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
         use_fused_kernels(optimizer, device)  # the checkpoint's choice was for the device that wrote it
     model: nn.Module = module
     if world > 1:
-        model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
-                                        broadcast_buffers=False)
+        with distributed.unsynced_buffers_accepted():
+            model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
+                                            broadcast_buffers=False)
     return _Run(method, model, optimizer, sampler, loader, local_batch, speed, failures, start, data_root, pipeline,
                 len(images.samples), len(images.skipped))
 

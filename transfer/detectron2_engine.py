@@ -307,8 +307,9 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
         mapper = DatasetMapper(d2cfg, is_train=True, augmentations=_augmentations(cfg, train=True))
         return train_loader(d2cfg, mapper=mapper)
 
-    trained = create_ddp_model(model, broadcast_buffers=False,
-                               device_ids=[device.index] if device.type == "cuda" else None)
+    with distributed.unsynced_buffers_accepted():
+        trained = create_ddp_model(model, broadcast_buffers=False,
+                                   device_ids=[device.index] if device.type == "cuda" else None)
     amp = cfg.run.amp and device.type == "cuda"
     trainer = (AMPTrainer(trained, loader(), optimizer, precision=torch.bfloat16) if amp
                else SimpleTrainer(trained, loader(), optimizer))
