@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from multiprocessing.util import Finalize
 from types import FrameType
@@ -74,7 +75,8 @@ def kill_workers_at_exit() -> None:
     time limit. Workers that ignore SIGTERM are normally let go by the DataLoader's iterator before that; but a
     process that ends on an uncaught exception (a CUDA out-of-memory, a bug), or a rank spawned by ``--nproc``
     that ends on any error, still holds the iterator through the exception's traceback, and would wait for its
-    workers forever: a failed run that never exits and keeps its GPUs. The hook runs first and kills them.
+    workers forever: a failed run that never exits and keeps its GPUs. The hook runs first: SIGTERM, then, for
+    those still there a second later, SIGKILL.
     """
     global _kill_registered_in
     if _kill_registered_in != os.getpid():
@@ -90,9 +92,14 @@ def _kill_daemonic_children() -> None:
         # the DataLoader's SIGCHLD handler would report each as a worker that failed, over the real error
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for child in children:
-        child.kill()
+        child.terminate()  # what multiprocessing does next: enough for those that do not ignore it
+    deadline = time.monotonic() + 1.0
     for child in children:
-        child.join(timeout=10)
+        child.join(timeout=max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=10)
 
 
 class StopSignal:
