@@ -24,7 +24,7 @@ from moco_core.augment import build_eval_transform
 from moco_core.backbone import BackboneInfo, load_backbone, read_backbone_state
 from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import ConfigError, load_config, require, run_checks, to_dict
-from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
+from moco_core.data import DecodeFailures, ImageDataset, scan_images, unlabelled_splits, warn_revisited, warn_skipped
 from moco_core.errors import NonFiniteLossError
 from moco_core.knn import topk_accuracy
 from moco_core.progress import MetricsWriter, Progress, format_duration
@@ -123,11 +123,9 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
         raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
     train = scan_images(root, split="train", workers=max(cfg.workers, 1))
     val = scan_images(root, split="val", workers=max(cfg.workers, 1))
-    if not train.classes:
-        raise ConfigError(f"data.path: {root / 'train'} has no class folders; linear evaluation needs labels")
-    if train.classes != val.classes:
-        raise ConfigError(f"data.path: train/ and val/ have different classes ({len(train.classes)} vs "
-                          f"{len(val.classes)})")
+    problem = unlabelled_splits(root, train, val)
+    if problem:
+        raise ConfigError(f"data.path: {problem}")
     for note in (warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped),
                  warn_skipped(val.skipped)):
         if note and distributed.is_main():

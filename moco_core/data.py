@@ -195,6 +195,24 @@ def scan_images(
     return ImageList(samples=samples, classes=classes, skipped=skipped, revisited=revisited)
 
 
+def unlabelled_splits(root: Path, train: ImageList, val: ImageList) -> str | None:
+    """Why ``root``'s train/ and val/ do not make labelled splits (the same class folders in both), or None."""
+    if not train.classes:
+        return f"{root / 'train'} has no class folders; this evaluation needs labels (train/<class>/*.JPEG)"
+    if not val.classes:
+        return (f"{root / 'val'} holds its images directly, not in class folders (ImageNet's validation archive "
+                f"unpacks that way): move each into val/<class>/, named as in train/ (the ILSVRC2012 devkit's "
+                f"ground truth gives each image's class)")
+    if train.classes != val.classes:
+        only_train = sorted(set(train.classes) - set(val.classes))
+        only_val = sorted(set(val.classes) - set(train.classes))
+        example = (f"{_one_line(only_train[0], 80)} only in train/" if only_train else
+                   f"{_one_line(only_val[0], 80)} only in val/")
+        return (f"train/ and val/ have different class folders ({len(train.classes)} vs {len(val.classes)}; "
+                f"{example}{', and others' if len(only_train) + len(only_val) > 1 else ''})")
+    return None
+
+
 def warn_revisited(revisited: Sequence[tuple[str, str]], *, limit: int = 3) -> str | None:
     """One line naming the links not followed (their directory was already read), or None."""
     if not revisited:

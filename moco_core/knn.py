@@ -77,12 +77,13 @@ class KnnMonitor:
     def from_root(cls, root: Path, *, crop_size: int, device: torch.device, workers: int) -> KnnMonitor:
         """The pretraining monitor on a labelled train/val root, with center crops of ``crop_size``."""
         from moco_core.augment import build_eval_transform
-        from moco_core.data import ImageDataset, scan_images
+        from moco_core.data import ImageDataset, scan_images, unlabelled_splits
 
         transform = build_eval_transform(crop_size)
         splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", "val")]
-        if not splits[0].classes or splits[0].classes != splits[1].classes:
-            raise ConfigError(f"data.knn_path: {root} needs train/ and val/ with the same class folders")
+        problem = unlabelled_splits(root, *splits)
+        if problem:
+            raise ConfigError(f"data.knn_path: {problem}")
         train, val = (ImageDataset(s.samples, transform) for s in splits)
         return cls(train, val, len(splits[0].classes), device=device, workers=workers)
 

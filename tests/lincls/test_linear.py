@@ -183,3 +183,53 @@ def test_resume_after_a_crash_is_bit_identical(shapes_root: Path, tmp_path: Path
     other = torchvision_weights(tmp_path / "other.pth")
     with pytest.raises(ConfigError, match="evaluates 'random', not"):
         linear_eval(replace(longer, optim={"epochs": 5}), str(other), show_progress=False, resume=True)
+
+
+def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path) -> None:
+    """ImageNet's validation archive unpacks flat (val/*.JPEG): the message says so and what to do, for the
+    linear protocol, kNN and the pretraining's kNN monitor; differing class folders are named by an example."""
+    import shutil
+
+    from lincls.linear import LinearDataConfig, load_splits
+    from moco_core.knn import KnnMonitor
+    from tests.layouts import WNIDS, imagenet_layout
+
+    root = imagenet_layout(tmp_path / "imagenet")
+    flat = root / "val"
+    for image in list(flat.glob("*/*.JPEG")):
+        image.rename(flat / image.name)
+    for folder in flat.iterdir():
+        if folder.is_dir():
+            folder.rmdir()
+
+    def error(path: Path) -> str:
+        with pytest.raises(ConfigError) as err:
+            load_splits(LinearDataConfig(path=str(path), workers=0), augment=False)
+        with pytest.raises(ConfigError) as knn_err:
+            KnnMonitor.from_root(path, crop_size=32, device=torch.device("cpu"), workers=0)
+        assert str(knn_err.value) == str(err.value).replace("data.path:", "data.knn_path:", 1)
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    assert error(root) == (f"data.path: {flat} holds its images directly, not in class folders (ImageNet's "
+                           f"validation archive unpacks that way): move each into val/<class>/, named as in "
+                           f"train/ (the ILSVRC2012 devkit's ground truth gives each image's class)")
+    for image in list(flat.glob("*.JPEG")):
+        (flat / image.name[:9]).mkdir(exist_ok=True)
+        image.rename(flat / image.name[:9] / image.name)
+    shutil.rmtree(flat / WNIDS[2])
+    assert error(root) == (f"data.path: train/ and val/ have different class folders (4 vs 3; {WNIDS[2]} only "
+                           f"in train/)")
+    (flat / WNIDS[2]).mkdir()
+    (flat / "n99999999").mkdir()
+    shutil.copy(next((root / "train" / WNIDS[0]).glob("*_0.JPEG")), flat / "n99999999" / "x.JPEG")
+    shutil.copy(next((root / "train" / WNIDS[0]).glob("*_0.JPEG")), flat / WNIDS[2] / "y.JPEG")
+    assert error(root).endswith("(4 vs 5; n99999999 only in val/)")
+    (flat / "n99999998").mkdir()
+    shutil.copy(flat / "n99999999" / "x.JPEG", flat / "n99999998" / "x.JPEG")
+    assert error(root).endswith("(4 vs 6; n99999998 only in val/, and others)")
+    shutil.rmtree(root / "train")
+    (root / "train").mkdir()
+    shutil.copy(flat / "n99999999" / "x.JPEG", root / "train" / "x.JPEG")
+    assert error(root) == (f"data.path: {root / 'train'} has no class folders; this evaluation needs labels "
+                           f"(train/<class>/*.JPEG)")
