@@ -123,11 +123,31 @@ def _readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
     return "custom: " + "+".join(short(s) for s in specs[:-1]) + " -> " + short(specs[-1])
 
 
+def found_elsewhere(root: Path, spec: DatasetSpec, path: Path | None = None) -> str:
+    """A hint for a standard set's folder (or ``path`` in it) not found under ``root``, when it is one level off:
+    under VOCdevkit/ (as VOC's archives unpack), beside ``root`` (--data named the dataset's own folder), or
+    inside ``root`` without its first folder (the same, under another name); else ''."""
+    if not spec.year:  # one's own set: its paths are the user's
+        return ""
+    relative = str((path or root / spec.folder).relative_to(root))
+    for holder in (root / "VOCdevkit", root.parent):
+        if (holder / relative).exists():
+            return f"; it is under {holder}: pass --data {holder}"
+    first, _, rest = relative.partition("/")
+    if rest and (root / rest).exists():
+        return (f"; {root} looks like the {first}/ folder itself: --data takes the folder that holds it, as "
+                f"{first}/ (a symbolic link of that name will do)")
+    return ""
+
+
 def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     from transfer.voc import VOC_CLASSES, check_voc_layout, class_names_in, load_voc
 
     folders = [(root / s.folder).absolute() for s in specs]
     for folder, spec in zip(folders, specs, strict=True):
+        if not folder.is_dir():
+            raise DatasetError(f"{spec.name}: VOC directory not found: {folder} (expected a year directory such as "
+                               f"VOC2007/ under --data){found_elsewhere(root, spec)}")
         check_voc_layout(folder, [spec.split])
     if cfg.data.classes:
         class_names = list(cfg.data.classes)
@@ -159,7 +179,8 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
             if not path.exists():
                 layout = (f"expected detectron2's layout: {spec.annotations} and {spec.folder}/ under {root}"
                           if spec.year else "a COCO-format file and its image folder, ANNOTATIONS.json:IMAGE_DIR")
-                raise DatasetError(f"{spec.name}: {path} not found ({layout})")
+                raise DatasetError(f"{spec.name}: {path} not found ({layout})"
+                                   f"{found_elsewhere(root, spec, path)}")
         # the images it keeps are checked (present, readable, of the annotated size) by load_data
         loaded.append((spec.name, annotations, load_coco(annotations, images.absolute(), check_files=False)))
     class_names, mapping = loaded[-1][2][1], loaded[-1][2][2]

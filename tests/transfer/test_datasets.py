@@ -127,3 +127,31 @@ def test_published_rows_are_never_shown_beside_custom_datasets() -> None:
     assert matching(paper, {"resnet50"}, [row]) == [row]
     own = Setting("voc", "voc", "custom: MyDevkit/train -> MyDevkit/val", "/data/voc", "detectron2", "R50-C4", "24k")
     assert matching(own, {"resnet50"}, [row]) == []
+
+
+def test_a_dataset_one_folder_off_is_found_and_named(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """VOC's archives unpack to VOCdevkit/VOC2007; --data may name the dataset's own folder (VOC2007/, or COCO
+    under another name). The error says where it is and what --data to pass; a real miss says nothing more."""
+    from tests.layouts import detection_layout
+
+    top = tmp_path_factory.mktemp("datasets")
+    devkit = detection_layout(top / "VOCdevkit")
+    (devkit / "coco").rename(top / "COCO2017")
+
+    def error(task: str, path: Path) -> str:
+        with pytest.raises(DatasetError) as err:
+            load_data(load_transfer_config(task, f"{task}_embedded", [], {"data": {"path": str(path)}}))
+        return str(err.value)
+
+    assert error("voc", top).endswith(f"not found: {top / 'VOC2007'} (expected a year directory such as VOC2007/ "
+                                      f"under --data); it is under {devkit}: pass --data {devkit}")
+    assert error("voc", devkit / "VOC2007").endswith(f"; it is under {devkit}: pass --data {devkit}")
+    assert error("coco", top / "COCO2017").endswith(
+        f"; {top / 'COCO2017'} looks like the coco/ folder itself: --data takes the folder that holds it, as "
+        f"coco/ (a symbolic link of that name will do)")
+    assert error("coco", top).endswith(f"coco/train2017/ under {top})")  # nothing one level off: no hint
+    (top / "coco").symlink_to(top / "COCO2017")
+    (top / "VOC2007").symlink_to(devkit / "VOC2007")
+    (top / "VOC2012").symlink_to(devkit / "VOC2012")
+    for task in ("voc", "coco"):  # as the hints say
+        assert load_data(load_transfer_config(task, f"{task}_embedded", [], {"data": {"path": str(top)}})).train
