@@ -167,6 +167,46 @@ def _verify(
     return kept, skipped
 
 
+def _nested_dataset(root: Path, depth: int = 3, fan_out: int = 8) -> Path | None:
+    """The one folder up to ``depth`` levels below ``root`` with train/ and val/ folders and images in train/
+    (ImageNet as Kaggle ships it: ILSVRC/Data/CLS-LOC/), or None. Only folders of at most ``fan_out``
+    subfolders are opened, so a dataset's class folders are never listed."""
+    level, found = [root], []
+    for _ in range(depth):
+        below = []
+        for folder in level:
+            subfolders = _subfolders(folder)
+            if len(subfolders) > fan_out:
+                continue
+            for sub in subfolders:
+                if (sub / "val").is_dir() and _holds_images(sub / "train"):
+                    found.append(sub)
+                else:
+                    below.append(sub)
+        level = below
+    return found[0] if len(found) == 1 else None
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(Path(e.path) for e in entries if not e.name.startswith(".") and e.is_dir())
+    except OSError:
+        return []
+
+
+def _holds_images(folder: Path) -> bool:
+    """Whether ``folder`` or one of its first three subfolders holds an image file (a quick look)."""
+    for where in [folder, *_subfolders(folder)[:3]]:
+        try:
+            with os.scandir(where) as entries:
+                if any(is_image_file(e.name) for e in entries):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def scan_images(
     root: str | Path, *, split: str = "train", verify: bool = True, workers: int = 8
 ) -> ImageList:
@@ -181,6 +221,10 @@ def scan_images(
     if not root.is_dir():
         raise DatasetError(f"dataset path is not a directory: {root}")
     base = root / split if split and (root / split).is_dir() else root
+    nested = _nested_dataset(root) if split and base == root else None
+    if nested is not None:  # root would be read as one class folder holding train/, val/ (and test/) alike
+        raise DatasetError(f"{root} has no {split}/ folder; read as a folder of images it would give every image "
+                           f"below it, those of {nested}/val/ too: pass --data {nested}")
     samples, classes, revisited = _collect(base)
     if not samples:
         raise DatasetError(

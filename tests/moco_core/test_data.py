@@ -110,6 +110,40 @@ def test_train_split_is_preferred(tmp_path: Path) -> None:
     assert scan_images(tmp_path / "train").classes == ["a", "b"]  # a bare train dir works too
 
 
+
+def test_a_dataset_root_deeper_down_is_named_not_read_as_one_class(tmp_path: Path) -> None:
+    """ImageNet as Kaggle ships it: ILSVRC/{Annotations,Data,ImageSets}/CLS-LOC/, images in Data/CLS-LOC/
+    {train/<wnid>,val,test}. --data ILSVRC read as an ImageFolder made one class of every image, the validation
+    and test images pretrained on; now it names the folder to pass. Annotations/CLS-LOC has train/ and val/ too,
+    of XML files: not a candidate."""
+    kaggle = tmp_path / "ILSVRC"
+    top = kaggle / "Data" / "CLS-LOC"
+    for part in ("train/n01440764/n01440764_1.JPEG", "train/n01443537/n01443537_1.JPEG", "val/v_1.JPEG",
+                 "test/t_1.JPEG"):
+        _save(top / part)
+    for part in ("Annotations/CLS-LOC/train/n01440764/n01440764_1.xml", "Annotations/CLS-LOC/val/v_1.xml",
+                 "ImageSets/CLS-LOC/train_cls.txt"):
+        (kaggle / part).parent.mkdir(parents=True, exist_ok=True)
+        (kaggle / part).write_text("x")
+    for root in (tmp_path, kaggle, kaggle / "Data"):
+        for split in ("train", "val"):
+            with pytest.raises(DatasetError) as err:
+                scan_images(root, split=split, verify=False)
+            assert str(err.value) == (f"{root} has no {split}/ folder; read as a folder of images it would give "
+                                      f"every image below it, those of {top}/val/ too: pass --data {top}")
+    assert scan_images(top, verify=False).classes == ["n01440764", "n01443537"]
+    assert len(scan_images(top / "train", verify=False).samples) == 2  # a bare train/ is no wrapper
+    for other in ("B", "C"):  # two datasets side by side: which one is meant is not ours to guess
+        for part in ("train/x/1.jpg", "val/x/2.jpg"):
+            _save(tmp_path / "two" / other / part)
+    assert len(scan_images(tmp_path / "two", verify=False).samples) == 4
+    for name in "abcdefghi":  # nine class folders, one with a train/ and val/ inside: class folders, not opened
+        _save(tmp_path / "classes" / name / "1.jpg")
+    _save(tmp_path / "classes" / "a" / "train" / "2.jpg")
+    _save(tmp_path / "classes" / "a" / "val" / "3.jpg")
+    assert len(scan_images(tmp_path / "classes", verify=False).classes) == 9
+
+
 def test_flat_folder_gets_label_minus_one(tmp_path: Path) -> None:
     for name in ("b.png", "a.jpg", "c.webp"):
         _save(tmp_path / name)
