@@ -246,7 +246,7 @@ def unlabelled_splits(root: Path, train: ImageList, val: ImageList) -> str | Non
     if not val.classes:
         return (f"{root / 'val'} holds its images directly, not in class folders (ImageNet's validation archive "
                 f"unpacks that way): move each into val/<class>/, named as in train/ (the ILSVRC2012 devkit's "
-                f"ground truth gives each image's class)")
+                f"ground truth, or Kaggle's LOC_val_solution.csv, gives each image's class)")
     if train.classes != val.classes:
         only_train = sorted(set(train.classes) - set(val.classes))
         only_val = sorted(set(val.classes) - set(train.classes))

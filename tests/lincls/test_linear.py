@@ -213,7 +213,8 @@ def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path
 
     assert error(root) == (f"data.path: {flat} holds its images directly, not in class folders (ImageNet's "
                            f"validation archive unpacks that way): move each into val/<class>/, named as in "
-                           f"train/ (the ILSVRC2012 devkit's ground truth gives each image's class)")
+                           f"train/ (the ILSVRC2012 devkit's ground truth, or Kaggle's LOC_val_solution.csv, gives "
+                           f"each image's class)")
     for image in list(flat.glob("*.JPEG")):
         (flat / image.name[:9]).mkdir(exist_ok=True)
         image.rename(flat / image.name[:9] / image.name)
