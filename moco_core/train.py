@@ -58,7 +58,8 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     local = batch // world_size
     if cfg.model.shuffle_bn == "shuffle" and world_size == 1 and local % cfg.model.bn_groups:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
-    split = cfg.model.shuffle_bn == "shuffle" and world_size == 1 and cfg.model.bn_groups > 1
+    split = (cfg.model.shuffle_bn == "shuffle" and world_size == 1 and cfg.model.bn_groups > 1
+             and cfg.method != "supervised")  # as methods._contrastive_encoder splits BN
     per_bn = local // cfg.model.bn_groups if split else local  # the images each BN layer's statistics come from
     if per_bn == 1 and cfg.augment.crop_size <= 32:  # a ResNet's last stage is then 1x1: one value per channel
         where = (f"{batch} images over model.bn_groups={cfg.model.bn_groups}" if split else

@@ -140,6 +140,8 @@ def test_one_image_a_bn_batch_at_a_1x1_last_stage_is_refused_up_front(tiny_cfg: 
             encoder(images)
     else:
         assert encoder(images).shape == (8 // world, cfg.model.dim)
+    if refused and world == 1:  # the supervised baseline's BN is never split: its 8 images are enough
+        assert check_run(replace(cfg, method="supervised"), world, torch.device("cpu"), 32) == 8
 
 
 def test_knn_monitor_is_logged(tiny_cfg: PretrainConfig, shapes_root: Path) -> None:
