@@ -121,8 +121,9 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
     root = resolve_data(cfg.path or "")
     if root.is_dir() and not ((root / "val").is_dir() and (root / "train").is_dir()):  # else scan says "not found"
         raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
-    train = scan_images(root, split="train", workers=max(cfg.workers, 1))
-    val = scan_images(root, split="val", workers=max(cfg.workers, 1))
+    # every process of a run calls this: each reads 1/world of the headers
+    train = scan_images(root, split="train", workers=max(cfg.workers, 1), shared=True)
+    val = scan_images(root, split="val", workers=max(cfg.workers, 1), shared=True)
     problem = unlabelled_splits(root, train, val)
     if problem:
         raise ConfigError(f"data.path: {problem}")

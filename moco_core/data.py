@@ -12,6 +12,8 @@ import logging
 import math
 import operator
 import os
+import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,12 +24,14 @@ import numpy as np
 import torch.utils.data
 from PIL import Image, UnidentifiedImageError
 
+from moco_core import distributed
 from moco_core.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 logger = logging.getLogger("moco.data")
 
+_ANNOUNCE_VERIFY = 100_000  # image files: a header check this long is announced
 _VERIFY_CHUNK = 1024  # files checked per thread task (keeps the number of futures small on big trees)
 _warned_paths: set[str] = set()  # files already reported as undecodable by this process
 
@@ -145,10 +149,16 @@ def _check_chunk(paths: Sequence[str]) -> list[str | None]:
 
 
 def _verify(
-    samples: list[tuple[str, int]], workers: int
+    samples: list[tuple[str, int]], workers: int, *, shared: bool = False
 ) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
-    """Split samples into readable ones and skipped ``(path, reason)``, preserving order."""
-    paths = [p for p, _ in samples]
+    """Split samples into readable ones and skipped ``(path, reason)``, preserving order.
+
+    ``shared``: every process of the run calls this with the same samples; each checks its share (every
+    world-th file) and all learn the others' results, so each keeps the same list (the sampler indexes it) at
+    1/world of the file reads.
+    """
+    rank, world = (distributed.rank(), distributed.world_size()) if shared else (0, 1)
+    paths = [p for p, _ in samples][rank::world]
     if workers <= 1 or len(paths) < 64:
         results = _check_chunk(paths)
     else:
@@ -157,14 +167,12 @@ def _verify(
         chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             results = [r for chunk_result in pool.map(_check_chunk, chunks) for r in chunk_result]
-    kept: list[tuple[str, int]] = []
-    skipped: list[tuple[str, str]] = []
-    for sample, reason in zip(samples, results, strict=True):
-        if reason is None:
-            kept.append(sample)
-        else:
-            skipped.append((sample[0], reason))
-    return kept, skipped
+    failed = [(i * world + rank, reason) for i, reason in enumerate(results) if reason is not None]
+    if world > 1:
+        failed = sorted(f for part in distributed.all_gather_objects(failed) for f in part)
+    reasons = dict(failed)
+    kept = [sample for i, sample in enumerate(samples) if i not in reasons]
+    return kept, [(samples[i][0], reason) for i, reason in failed]
 
 
 def _nested_dataset(root: Path, depth: int = 3, fan_out: int = 8) -> Path | None:
@@ -208,12 +216,13 @@ def _holds_images(folder: Path) -> bool:
 
 
 def scan_images(
-    root: str | Path, *, split: str = "train", verify: bool = True, workers: int = 8
+    root: str | Path, *, split: str = "train", verify: bool = True, workers: int = 8, shared: bool = False
 ) -> ImageList:
     """Find the images of an ImageFolder root (``root/split`` when present, else ``root`` itself).
 
     Class subfolders give labels 0..C-1 in sorted order; a flat folder of images gives label -1.
-    With ``verify`` every file's header is opened and unreadable files go to ``skipped``.
+    With ``verify`` every file's header is opened and unreadable files go to ``skipped``; ``shared``: every
+    process of the run scans the same root, and each opens 1/world of the files (a collective: all must call).
     """
     root = Path(root)
     if not root.exists():
@@ -233,7 +242,14 @@ def scan_images(
         )
     skipped: list[tuple[str, str]] = []
     if verify:
-        samples, skipped = _verify(samples, workers)
+        announce = len(samples) >= _ANNOUNCE_VERIFY and distributed.is_main()
+        if announce:  # minutes on a network file system: say what the wait is
+            world = f" over {distributed.world_size()} processes" if shared and distributed.world_size() > 1 else ""
+            print(f"checking that {len(samples):,} image files open{world}...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        samples, skipped = _verify(samples, workers, shared=shared)
+        if announce:
+            print(f"checked in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         if not samples:
             raise DatasetError(f"none of the {len(skipped)} image files under {base} could be read")
     return ImageList(samples=samples, classes=classes, skipped=skipped, revisited=revisited)

@@ -95,6 +95,15 @@ def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (picklable), in rank order; ``[obj]`` in one process."""
+    if world_size() == 1:
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
     """Join the process group described by torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...).
 

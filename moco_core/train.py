@@ -251,7 +251,8 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
     """Data, model, optimizer and loader of a run, restored from ``resume_path`` when given."""
     world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
     data_root = resolve_data(cfg.data.path)
-    images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1))
+    images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1),
+                         shared=True)
     local_batch = check_run(cfg, world, device, len(images.samples))
     for note in (warn_revisited(images.revisited), warn_skipped(images.skipped)):
         if note and main:

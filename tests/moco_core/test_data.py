@@ -363,3 +363,61 @@ def test_decode_failures_counts_and_forgets(tmp_path: Path) -> None:
     assert failures.report("epoch 1") == ("epoch 1: 2 images passed the header check but did not decode; the next "
                                           "image stood in each time: a.jpg (broken data) x2, b.jpg (x) x1")
     assert failures.report("epoch 2") is None and list(tmp_path.iterdir()) == []
+
+
+def _shared_scan(root: str, out_dir: str) -> None:
+    """One process of test_a_run_reads_each_header_once: a shared scan, counting the files it opened."""
+    import json
+
+    import torch
+
+    opened = []
+    check = data.check_image
+    data.check_image = lambda path: opened.append(path) or check(path)
+    torch.distributed.init_process_group("gloo")
+    try:
+        found = scan_images(root, workers=2, shared=True)
+        rank = torch.distributed.get_rank()
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(
+            {"samples": found.samples, "skipped": found.skipped, "opened": opened}))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_a_run_reads_each_header_once_over_its_processes(tmp_path: Path) -> None:
+    """Every rank of a run scans the same root; each opens every world-th file and all learn the others' skips,
+    so they keep the same samples (the sampler indexes them) as one process would, at half the reads each."""
+    import json
+
+    from moco_core import distributed
+
+    root = tmp_path / "data"
+    for c in range(3):
+        for i in range(30):
+            _save(root / "train" / f"c{c}" / f"{i:02d}.png")
+    for name in ("c0/07.png", "c1/12.png", "c2/29.png"):  # in both ranks' shares
+        (root / "train" / name).write_bytes(b"\x89PNG broken")
+    alone = scan_images(root, workers=2)
+    assert len(alone.skipped) == 3 and len(alone.samples) == 87
+    distributed.launch(2, _shared_scan, str(root), str(tmp_path))
+    results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    for res in results:
+        assert [tuple(s) for s in res["samples"]] == alone.samples
+        assert [tuple(s) for s in res["skipped"]] == alone.skipped
+    paths = sorted(str(p) for p in (root / "train").rglob("*.png"))
+    assert [sorted(res["opened"]) for res in results] == [sorted(paths[0::2]), sorted(paths[1::2])]
+
+
+def test_a_long_header_check_is_announced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(12):
+        _save(tmp_path / "train" / "a" / f"{i}.png")
+    scan_images(tmp_path, workers=2)
+    assert capsys.readouterr().err == ""  # a small set: nothing
+    monkeypatch.setattr(data, "_ANNOUNCE_VERIFY", 10)
+    scan_images(tmp_path, workers=2)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "checking that 12 image files open..."
+    assert err[1].startswith("checked in ") and err[1].endswith(" s") and len(err) == 2
+    scan_images(tmp_path, workers=2, verify=False)
+    assert capsys.readouterr().err == ""
