@@ -99,13 +99,18 @@ class SupervisedMethod:
         return {}
 
 
+def split_bn_groups(cfg: ModelConfig, world_size: int) -> int:
+    """The groups each BN layer of a contrastive encoder (moco, end2end, memory-bank; not the supervised
+    baseline's) splits its batch into: model.bn_groups when one process emulates shuffled BN, else 1."""
+    return cfg.bn_groups if cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1 else 1
+
+
 def _contrastive_encoder(cfg: ModelConfig, world_size: int) -> nn.Module:
     encoder = build_encoder(cfg.arch, dim=cfg.dim, mlp=cfg.mlp)
     if cfg.shuffle_bn == "sync":
         return nn.SyncBatchNorm.convert_sync_batchnorm(encoder)
-    if cfg.shuffle_bn == "shuffle" and world_size == 1 and cfg.bn_groups > 1:
-        return split_batchnorm(encoder, cfg.bn_groups)
-    return encoder
+    groups = split_bn_groups(cfg, world_size)
+    return split_batchnorm(encoder, groups) if groups > 1 else encoder
 
 
 class _EncoderMethod:

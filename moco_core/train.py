@@ -22,7 +22,7 @@ from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revis
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
-from moco_core.methods import METHODS, Method
+from moco_core.methods import METHODS, Method, split_bn_groups
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
 from moco_core.progress import MetricsWriter, Progress
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
@@ -56,11 +56,11 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
     local = batch // world_size
-    if cfg.model.shuffle_bn == "shuffle" and world_size == 1 and local % cfg.model.bn_groups:
+    groups = split_bn_groups(cfg.model, world_size)
+    if local % groups:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
-    split = (cfg.model.shuffle_bn == "shuffle" and world_size == 1 and cfg.model.bn_groups > 1
-             and cfg.method != "supervised")  # as methods._contrastive_encoder splits BN
-    per_bn = local // cfg.model.bn_groups if split else local  # the images each BN layer's statistics come from
+    split = groups > 1 and cfg.method != "supervised"
+    per_bn = local // groups if split else local  # the images each BN layer's statistics come from
     if per_bn == 1 and cfg.augment.crop_size <= 32:  # a ResNet's last stage is then 1x1: one value per channel
         where = (f"{batch} images over model.bn_groups={cfg.model.bn_groups}" if split else
                  f"{batch} images over {world_size} processes" if world_size > 1 else f"a batch of {batch}")

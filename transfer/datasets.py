@@ -145,10 +145,12 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
 
     folders = [(root / s.folder).absolute() for s in specs]
     for folder, spec in zip(folders, specs, strict=True):
-        if not folder.is_dir():
-            raise DatasetError(f"{spec.name}: VOC directory not found: {folder} (expected a year directory such as "
-                               f"VOC2007/ under --data){found_elsewhere(root, spec)}")
-        check_voc_layout(folder, [spec.split])
+        try:
+            check_voc_layout(folder, [spec.split])
+        except DatasetError as err:
+            if folder.is_dir():  # there, but not whole: nothing to point to elsewhere
+                raise
+            raise DatasetError(f"{spec.name}: {err}{found_elsewhere(root, spec)}") from None
     if cfg.data.classes:
         class_names = list(cfg.data.classes)
     elif cfg.data.path == "embedded":

@@ -62,7 +62,8 @@ def check_voc_layout(root: Path, splits: Iterable[str]) -> None:
     """
     root = Path(root)
     if not root.is_dir():
-        raise DatasetError(f"VOC directory not found: {root} (expected a year directory such as VOC2007/)")
+        raise DatasetError(f"VOC directory not found: {root} (expected a year directory such as VOC2007/ under "
+                           f"--data)")
     missing_dirs = [d for d in _SUBDIRS if not (root / d).is_dir()]
     if missing_dirs:
         raise DatasetError(f"{root} is not a VOC year directory: missing {', '.join(d + '/' for d in missing_dirs)}")
