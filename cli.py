@@ -12,6 +12,7 @@ from cluster import cli as cluster_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from moco_core.errors import print_error
+from moco_core.terminal import guarded_output
 from moco_demo import cli as demo_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
@@ -19,11 +20,18 @@ from transfer import cli as transfer_cli
 
 
 class OneLineUsageErrors(TyperGroup):
-    """A usage error (a bad option value, a missing argument) is one line, ``error: ...``, and exit code 2, like
+    """Every command's output goes through :func:`moco_core.terminal.guarded_output`: control characters from
+    file names, records or config values are shown escaped, never sent to the terminal.
+
+    A usage error (a bad option value, a missing argument) is one line, ``error: ...``, and exit code 2, like
     every other error of the suite, instead of a usage box that repeats a value of any length; so is an OSError
     that no check named first (a file name too long for the filesystem, a path the system refuses)."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        with guarded_output():
+            return self._main(*args, **kwargs)
+
+    def _main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:

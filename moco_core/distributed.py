@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from moco_core.terminal import guard_process_output
+
 
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -169,6 +171,7 @@ def free_port() -> int:
 
 
 def _spawned(local_rank: int, nproc: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    guard_process_output()  # a new interpreter: the parent's guard on stdout and stderr is not inherited
     os.environ.update(
         RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
         LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from moco_core.terminal import printable
+
 MESSAGE_LIMIT = 800  # characters: an error names its value, it never prints a whole expanded one
 
 
@@ -28,8 +30,9 @@ class NonFiniteLossError(UserError, RuntimeError):
 
 
 def one_line(message: object) -> str:
-    """``message`` on one line (line breaks shown as ``\\n``), at most MESSAGE_LIMIT characters."""
-    line = str(message).replace("\r", "\\r").replace("\n", "\\n")
+    """``message`` on one line (line breaks shown as ``\\n``, every control character escaped: see
+    :func:`moco_core.terminal.printable`), at most MESSAGE_LIMIT characters."""
+    line = printable(message, newlines=False)
     return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 25] + f"... ({len(line)} characters)"
 
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from moco_core.checkpoint import CheckpointError, write_failure
 from moco_core.rundir import write_text_atomic
+from moco_core.terminal import CLEAR_LINE, write_control
 
 
 def format_duration(seconds: float) -> str:
@@ -21,8 +22,6 @@ def format_duration(seconds: float) -> str:
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
-
-CLEAR_LINE = "\r\033[K"  # back to the start of a terminal's line, and erase it
 
 LINE = "line"
 """``enabled`` (and the ``show_progress`` of the long commands) set to this: on a terminal, the redrawn step line
@@ -54,7 +53,7 @@ class Progress:
         if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
             return
         if self.line_only and done_steps >= self.total:  # the work is done: leave the terminal's line clean
-            self.stream.write(CLEAR_LINE)
+            write_control(self.stream, CLEAR_LINE)
             self.stream.flush()
             return
         elapsed = time.perf_counter() - self.started
@@ -63,7 +62,8 @@ class Progress:
         fields = " ".join(f"{k} {'-' if v is None else format(v, '.4g')}" for k, v in metrics.items())
         line = f"epoch {epoch + 1}/{epochs} step {done_steps}/{self.total} {fields} eta {format_duration(eta)}"
         if self.interactive:
-            self.stream.write(CLEAR_LINE + line)
+            write_control(self.stream, CLEAR_LINE)
+            self.stream.write(line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
@@ -72,7 +72,9 @@ class Progress:
         """A line that stays (an epoch summary, a warning), printed above the bar (not with :data:`LINE`)."""
         if not self.enabled or self.line_only:
             return
-        self.stream.write((CLEAR_LINE if self.interactive else "") + text + "\n")
+        if self.interactive:
+            write_control(self.stream, CLEAR_LINE)
+        self.stream.write(text + "\n")
         self.stream.flush()
 
 

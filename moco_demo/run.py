@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
-from moco_core.progress import CLEAR_LINE, LINE
+from moco_core.progress import LINE
 from moco_core.rundir import write_text_atomic
+from moco_core.terminal import CLEAR_LINE, write_control
 
 TASKS = ("linear", "voc", "coco")
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
@@ -60,8 +61,9 @@ class Demo:
         start = time.perf_counter()
         run()
         took = time.perf_counter() - start
-        clear = CLEAR_LINE if sys.stderr.isatty() else ""  # a step's progress line (LINE) may still be there
-        print(f"{clear}{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():  # a step's progress line (LINE) may still be there
+            write_control(sys.stderr, CLEAR_LINE)
+        print(f"{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
         self.times.append(StepTime(name, took, False))
         self._save_times()
 
