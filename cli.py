@@ -12,7 +12,7 @@ from cluster import cli as cluster_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from moco_core.errors import print_error
-from moco_core.terminal import guarded_output
+from moco_core.terminal import guard_process_output, guarded_output
 from moco_demo import cli as demo_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
@@ -77,6 +77,7 @@ app.command("trials", context_settings={"allow_extra_args": True, "ignore_unknow
 
 
 def main() -> None:
+    guard_process_output()  # for the whole process: a traceback is printed after app() has returned
     app()
 
 

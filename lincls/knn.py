@@ -12,6 +12,7 @@ from lincls.linear import LinearDataConfig, load_splits
 from moco_core.backbone import load_backbone
 from moco_core.knn import KnnMonitor
 from moco_core.records import write_record
+from moco_core.rundir import require_writable
 from moco_core.runtime import resolve_device
 from moco_core.shapes import shapes_version
 
@@ -26,6 +27,7 @@ def knn_eval(
     ``extra``: more top-level fields for the record (a sweep's point, for example). ``seed`` draws the "random"
     backbone's weights (the same ones as ``moco eval linear random`` with that seed).
     """
+    require_writable(output_dir)  # before the features: the record is written at the end
     device = resolve_device(device_name)
     splits = load_splits(data, augment=False)
     torch.manual_seed(seed)

@@ -333,8 +333,10 @@ def _restore(path: Path, pretrained: str, fc: nn.Module, optimizer: torch.optim.
     if saved.get("pretrained") != pretrained:
         raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
     try:
-        fc.load_state_dict(saved["fc"])
+        checkpoint.load_into(fc, saved["fc"])
         optimizer.load_state_dict(saved["optimizer"])
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{path}: does not match this evaluation's classifier: {err}") from None
     except (RuntimeError, ValueError, KeyError) as err:
         raise checkpoint.CheckpointError(f"{path}: does not match this evaluation "
                                          f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None

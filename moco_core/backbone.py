@@ -65,7 +65,20 @@ def _describe(obj: dict[str, Any]) -> str:
 
 
 def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
-    """(backbone state_dict without fc, format, pretraining facts) from a checkpoint file of any known format."""
+    """(backbone state_dict without fc, format, pretraining facts) from a checkpoint file of any known format.
+
+    Weights holding NaN or inf (a run that diverged after its last good checkpoint, a damaged file) are refused:
+    every evaluation of them would be noise (a kNN of NaN features scored 50% on two classes)."""
+    state, fmt, facts = _read_backbone_state(path)
+    broken = [key for key, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
+    if broken:
+        raise checkpoint.CheckpointError(f"{path}: {len(broken)} of its {len(state)} backbone tensors hold NaN or "
+                                         f"inf ({', '.join(broken[:3])}{', ...' if len(broken) > 3 else ''}); "
+                                         f"nothing can be evaluated from them")
+    return state, fmt, facts
+
+
+def _read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
     obj = checkpoint.load(path)
     state = obj.get("state_dict")
     if isinstance(state, dict) and any(k.startswith(QUERY_PREFIX) for k in state):

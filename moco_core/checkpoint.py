@@ -94,6 +94,47 @@ def from_module_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Te
             for k, v in state_dict.items()}
 
 
+def state_mismatch(expected: dict[str, Any], given: dict[str, Any], *, limit: int = 3) -> str | None:
+    """What keeps ``given`` (a checkpoint's state dict) from loading into a module whose state dict is
+    ``expected``: the first ``limit`` shapes that differ, keys missing and keys not expected, each with how many
+    there are in all; None when they match. The counts and names say which model the checkpoint holds."""
+
+    def listed(items: list[str]) -> str:
+        return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+    shapes = [f"{key} {list(given[key].shape)} in the checkpoint, {list(value.shape)} here"
+              for key, value in expected.items() if key in given and hasattr(value, "shape")
+              and hasattr(given[key], "shape") and tuple(given[key].shape) != tuple(value.shape)]
+    missing = [key for key in expected if key not in given]
+    unexpected = [key for key in given if key not in expected]
+    parts = [f"{len(shapes)} shapes differ: {listed(shapes)}" if shapes else "",
+             f"{len(missing)} of the model's {len(expected)} keys are not in the checkpoint: {listed(missing)}"
+             if missing else "",
+             f"{len(unexpected)} keys of the checkpoint are not in the model: {listed(unexpected)}"
+             if unexpected else ""]
+    return "; ".join(p for p in parts if p) or None
+
+
+def load_into(module: torch.nn.Module, state: dict[str, Any]) -> None:
+    """``module.load_state_dict(state)`` (strict), with a CheckpointError naming the first mismatching keys and
+    shapes (:func:`state_mismatch`) instead of torch's many-line error."""
+    problem = state_mismatch(module.state_dict(), state)
+    if problem:
+        raise CheckpointError(problem)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:  # matching keys and shapes, refused for another reason (a dtype, a hook)
+        raise CheckpointError(" ".join(str(err).split())) from None
+
+
+def checkpoint_arch(ckpt: dict[str, Any]) -> str | None:
+    """The architecture a checkpoint says it holds: ours in its config, the official ones in ``arch``."""
+    config = ckpt.get("config")
+    model = config.get("model") if isinstance(config, dict) else None
+    arch = model.get("arch") if isinstance(model, dict) else ckpt.get("arch")
+    return arch if isinstance(arch, str) else None
+
+
 def rng_state() -> dict[str, Any]:
     """Every RNG the run uses, as plain tensors and lists (loadable with weights_only=True)."""
     version, internal, gauss = random.getstate()

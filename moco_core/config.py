@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import types
 import typing
@@ -17,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from moco_core.errors import UserError
+from moco_core.errors import UserError, show
 
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
@@ -153,7 +154,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         choices = typing.get_args(annotation)
         if value not in choices:
             hint = " (YAML reads bare yes/no/on/off as booleans)" if isinstance(value, bool) else ""
-            raise ConfigError(f"{key}: expected one of {list(choices)}, got {value!r}{hint}")
+            raise ConfigError(f"{key}: expected one of {list(choices)}, got {show(value)}{hint}")
         return value
     if origin in (typing.Union, types.UnionType):
         errors = []
@@ -165,12 +166,12 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         raise ConfigError(errors[0])
     if annotation is type(None):
         if value is not None:
-            raise ConfigError(f"{key}: expected null, got {value!r}")
+            raise ConfigError(f"{key}: expected null, got {show(value)}")
         return None
     if origin is tuple:
         args = typing.get_args(annotation)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {show(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
@@ -178,21 +179,25 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            raise ConfigError(f"{key}: expected true or false, got {show(value)}")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {show(value)}")
         return value
     if annotation is float:
         if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):
             return float(value)  # YAML 1.1 (PyYAML) reads 1e-4 and 3E2 as strings: it wants a dot in the mantissa
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
+            raise ConfigError(f"{key}: expected a number, got {show(value)}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {show(value)}")
+        if not value.strip():  # an empty path is the current directory: a run would write over what is there
+            raise ConfigError(f"{key}: must not be empty")
+        if "\x00" in value:
+            raise ConfigError(f"{key}: must not contain a NUL character, got {show(value)}")
         return value
     raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
 
@@ -200,9 +205,12 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
 def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Build dataclass ``cls`` from a nested dict; missing keys keep their defaults, unknown keys fail."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {show(data)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    for name in data:
+        if not isinstance(name, str):
+            raise ConfigError(f"{prefix}{show(name)}: a key must be a name, got {type(name).__name__}")
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
@@ -232,17 +240,72 @@ PRESETS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def preset_path(name_or_path: str) -> Path:
-    """A YAML path, or the name of a preset shipped in ``configs/`` (``moco_v2_200ep``, ``embedded``...)."""
+    """A YAML path, or the name of a preset shipped in ``configs/`` (``moco_v2_200ep``, ``embedded``...).
+
+    A name that is both a preset and a folder here means the preset; a folder otherwise is refused as one."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
+    as_path = path.suffix in (".yaml", ".yml") or name_or_path.endswith(("/", os.sep))
+    if path.is_file():
         return path
     shipped = PRESETS / f"{name_or_path}.yaml"
-    if not shipped.is_file():
-        known = sorted(p.stem for p in PRESETS.glob("*.yaml"))
-        raise ConfigError(f"unknown config preset {name_or_path!r} (presets: {', '.join(known)})")
-    return shipped
+    if not as_path and shipped.is_file():
+        return shipped
+    if path.is_dir():
+        raise ConfigError(f"config: {path} is a directory; give a YAML file or a preset name")
+    if as_path or path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    known = sorted(p.stem for p in PRESETS.glob("*.yaml"))
+    raise ConfigError(f"unknown config preset {show(name_or_path)} (presets: {', '.join(known)})")
+
+
+MAX_YAML_VALUES = 100_000  # a config has a few hundred; YAML anchors and aliases can make a billion from 400 bytes
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, float]) -> float:
+    """How many values ``node`` stands for once every alias is expanded (infinite for a node that holds itself).
+
+    Aliases are references to a node already composed, so this is computed over distinct nodes, once each."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    sizes[key] = math.inf  # while counting its children: a node reached again from inside itself loops
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    total = 1.0
+    for child in children:
+        total += _expanded_size(child, sizes)
+        if total > MAX_YAML_VALUES:
+            break
+    sizes[key] = total
+    return total
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``, refusing (one line naming ``where``) invalid YAML and documents whose aliases
+    expand to more than MAX_YAML_VALUES values or nest too deeply: the work of loading is bounded, not only the
+    error message (a 424-byte file of nested anchors once cost 2.1 GB before its error)."""
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node, {})
+        if size > MAX_YAML_VALUES:
+            raise ConfigError(f"{where}: " + ("holds itself through a YAML alias (&anchor / *alias)" if size == math.inf
+                              else f"expands to more than {MAX_YAML_VALUES:,} values through YAML aliases (&anchor / "
+                              f"*alias); a config needs a few hundred"))
+        return loader.construct_document(node)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to be a config") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -251,11 +314,7 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if path in _seen:
         raise ConfigError(f"{path}: _base_ chain loops")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a config") from None
+        data = load_yaml(path.read_text(), str(path)) or {}
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err.__class__.__name__})") \
             from None
@@ -271,11 +330,8 @@ def parse_override(text: str) -> dict[str, Any]:
     """``a.b=value`` -> ``{'a': {'b': value}}``, the value parsed as YAML (``0.2``, ``true``, ``[1, 2]``)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"override {text!r}: expected key=value, e.g. model.temperature=0.2")
-    try:
-        value = yaml.safe_load(raw)
-    except (yaml.YAMLError, RecursionError):
-        raise ConfigError(f"override {text!r}: the value is not valid YAML (or nests too deeply)") from None
+        raise ConfigError(f"override {show(text)}: expected key=value, e.g. model.temperature=0.2")
+    value = load_yaml(raw, f"override {show(text)}")
     nested: dict[str, Any] = value
     for part in reversed(key.strip().split(".")):
         nested = {part: nested}
@@ -333,7 +389,7 @@ def device_problem(name: str) -> str | None:
     """Why ``name`` is not a device this suite runs on, or None."""
     if re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,4})?", name):
         return None
-    return f"expected {DEVICE_NAMES}, got {name!r}"
+    return f"expected {DEVICE_NAMES}, got {show(name)}"
 
 
 def seed_problem(seed: int) -> str | None:
@@ -360,7 +416,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
     """Reject impossible values with a one-line error naming the key."""
     m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
     checks = [
-        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {m.arch!r}"),
+        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {show(m.arch)}"),
         (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
          f"{m.queue_size}"),
         (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),

@@ -25,7 +25,7 @@ import torch.utils.data
 from PIL import Image, UnidentifiedImageError
 
 from moco_core import distributed
-from moco_core.errors import UserError
+from moco_core.errors import UserError, show
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -119,8 +119,7 @@ def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str], list[tuple[s
 
 def show_value(value: object, limit: int = 60) -> str:
     """A value for a one-line error message: repr'd (so newlines stay escaped), cut to ``limit`` characters."""
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    return show(value, limit)
 
 
 def _one_line(text: str, limit: int = 120) -> str:

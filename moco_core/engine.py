@@ -24,8 +24,9 @@ class EpochState:
     """How far an epoch got: what a mid-epoch checkpoint records and a resumed epoch starts from."""
 
     batches: int = 0  # batches of this epoch already trained (on each process)
-    loss_sum: float = 0.0  # sums over those batches, for the epoch's mean
+    loss_sum: float = 0.0  # sums over those batches that had negatives, for the epoch's mean
     accuracy_sum: float = 0.0
+    counted: int = 0  # the batches in those sums (a step with no negative has no loss or accuracy to speak of)
     rng: dict[str, Any] | None = field(default=None, repr=False)  # RNG states to continue from, if resumed
 
 
@@ -42,8 +43,8 @@ class StepCheckpoints(Protocol):
 @dataclass(frozen=True)
 class EpochStats:
     step: int  # global step count after the epoch
-    loss: float
-    accuracy: float  # instance-discrimination top-1, in %
+    loss: float | None  # None: no step of the epoch had a negative (an empty queue's first step)
+    accuracy: float | None  # instance-discrimination top-1, in %
     images_per_s: float
     data_wait: float  # fraction of the epoch spent waiting for the data loader
     stopped: bool = False  # a stop was requested (SIGTERM)
@@ -101,11 +102,12 @@ def train_one_epoch(
         except StopIteration:
             break
         wait += time.perf_counter() - fetch_start
+        counted = method.has_negatives()  # before the step: MoCo's queue is written after it
         values, size = train_step(model, method, batch, optimizer, device=device, amp=amp,
                                   channels_last=channels_last)
         step += 1
         so_far.batches += 1
-        window.add(values, size * world)
+        window.add(values, size * world, counted=counted)
         epoch_images += size * world
         last_batch = remaining is not None and so_far.batches - resumed_batches == remaining
         stopping = checkpoints is not None and checkpoints.stop_requested(step)
@@ -121,8 +123,9 @@ def train_one_epoch(
             break
     window.close(so_far, epoch, step)
     elapsed = time.perf_counter() - epoch_start
-    n = max(so_far.batches, 1)
-    return EpochStats(step=step, loss=so_far.loss_sum / n, accuracy=so_far.accuracy_sum / n,
+    n = so_far.counted
+    return EpochStats(step=step, loss=so_far.loss_sum / n if n else None,
+                      accuracy=so_far.accuracy_sum / n if n else None,
                       images_per_s=epoch_images / elapsed if elapsed > 0 else 0.0,
                       data_wait=wait / elapsed if elapsed > 0 else 0.0, stopped=stopped,
                       complete=not stopped or last_batch)
@@ -153,18 +156,24 @@ def train_step(model: nn.Module, method: Method, batch: tuple[Any, torch.Tensor,
 
 
 class _LogWindow:
-    """Loss and accuracy summed on the device over the steps since the last log line: one host sync per line."""
+    """Loss and accuracy summed on the device over the steps since the last log line: one host sync per line.
+
+    Steps with no negative (MoCo's first step on an empty queue) are left out of the sums: their loss is 0 and
+    their accuracy 100% by construction. A window of such steps alone logs null for both, not a perfect score.
+    """
 
     def __init__(self, device: torch.device, metrics: MetricsWriter, lr: float) -> None:
         self.sums = torch.zeros(2, dtype=torch.float64, device=device)
         self.metrics, self.lr = metrics, lr
-        self.steps, self.images, self.start = 0, 0, time.perf_counter()
+        self.steps, self.counted, self.images, self.start = 0, 0, 0, time.perf_counter()
         # What the progress line shows: None ("-") until the first window is logged, so that a run's first
         # log_every steps (or a whole short epoch) do not read "loss nan"; a real NaN stops the run at its log.
         self.shown: dict[str, float | None] = {"loss": None, "acc": None, "img/s": None}
 
-    def add(self, values: torch.Tensor, images: int) -> None:
-        self.sums += values
+    def add(self, values: torch.Tensor, images: int, *, counted: bool = True) -> None:
+        if counted:
+            self.sums += values
+            self.counted += 1
         self.steps += 1
         self.images += images
 
@@ -177,20 +186,25 @@ class _LogWindow:
         self.shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
         self.images, self.start = 0, now
 
-    def close(self, state: EpochState, epoch: int, step: int) -> tuple[float, float]:
-        """Mean loss and accuracy of the window, added to the epoch's sums; stops on NaN/inf. (nan, nan) if empty."""
+    def close(self, state: EpochState, epoch: int, step: int) -> tuple[float | None, float | None]:
+        """Mean loss and accuracy of the window, added to the epoch's sums; stops on NaN/inf. (nan, nan) if empty;
+        (None, None) if no step of it had a negative."""
         if not self.steps:
             return math.nan, math.nan
-        loss_v, acc_v = (self.sums / self.steps).tolist()
+        if not self.counted:
+            self.steps = 0
+            return None, None
+        loss_v, acc_v = (self.sums / self.counted).tolist()
         if not math.isfinite(loss_v):
             raise NonFiniteLossError(
                 f"loss became {loss_v} at epoch {epoch + 1}, step {step}; stopping (lower optim.lr?). "
                 f"The last good checkpoint is untouched."
             )
-        state.loss_sum += loss_v * self.steps
-        state.accuracy_sum += acc_v * self.steps
+        state.loss_sum += loss_v * self.counted
+        state.accuracy_sum += acc_v * self.counted
+        state.counted += self.counted
         self.sums.zero_()
-        self.steps = 0
+        self.steps = self.counted = 0
         return loss_v, acc_v
 
 

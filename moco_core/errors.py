@@ -7,6 +7,7 @@ and exit with its ``exit_code``. The message is made one line and bounded here, 
 
 from __future__ import annotations
 
+import reprlib
 import sys
 
 from moco_core.terminal import printable
@@ -34,6 +35,22 @@ def one_line(message: object) -> str:
     :func:`moco_core.terminal.printable`), at most MESSAGE_LIMIT characters."""
     line = printable(message, newlines=False)
     return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 25] + f"... ({len(line)} characters)"
+
+
+_SHOW = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxlong, _SHOW.maxother = 3, 120, 40, 60
+_SHOW.maxtuple = _SHOW.maxlist = _SHOW.maxarray = _SHOW.maxdict = _SHOW.maxset = _SHOW.maxfrozenset = 6
+_SHOW.maxdeque = 6
+
+
+def show(value: object, limit: int = 120) -> str:
+    """``value`` as an error message quotes it: repr'd, at most ``limit`` characters, and bounded in the work too.
+
+    A value can be huge (a YAML list of a million numbers, anchors that nest a billion references): repr'ing it
+    whole, then cutting, costs gigabytes; reprlib stops after a few levels and items.
+    """
+    shown = _SHOW.repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def print_error(message: object) -> None:

@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from moco_core.config import ConfigError
+from moco_core.errors import UserError
 
 
 @torch.no_grad()
@@ -95,5 +96,8 @@ class KnnMonitor:
                                                       for loader in self.loaders)
         finally:
             encoder.fc = head
+        if not (torch.isfinite(bank).all() and torch.isfinite(queries).all()):  # NaN votes would score at random
+            raise UserError("kNN: the encoder's features are not finite (NaN or inf): its weights or BN statistics "
+                            "are broken; no accuracy can be measured")
         scores = knn_scores(queries, bank, bank_labels, self.num_classes, k=self.k, temperature=self.temperature)
         return topk_accuracy(scores, labels, (1, min(5, self.num_classes)))

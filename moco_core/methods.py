@@ -52,11 +52,15 @@ class MocoMethod:
     def after_step(self, keys: torch.Tensor) -> None:
         self.module.enqueue(keys)  # after backward: the step's logits used the queue before this write
 
+    def has_negatives(self) -> bool:
+        """Whether the next step has a negative to tell its positive from (an empty queue has none)."""
+        return self.module.has_negatives
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return checkpoint.to_official(self.module.state_dict())
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(checkpoint.from_official(state))
+        checkpoint.load_into(self.module, checkpoint.from_official(state))
 
     def extras(self) -> dict[str, Any]:
         return {"queue_ptr": int(self.module.queue_ptr)}
@@ -89,11 +93,14 @@ class SupervisedMethod:
     def after_step(self, state: Any) -> None:
         pass
 
+    def has_negatives(self) -> bool:
+        return True  # the other classes
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.module.state_dict()
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(state)
+        checkpoint.load_into(self.module, state)
 
     def extras(self) -> dict[str, Any]:
         return {}
@@ -125,11 +132,14 @@ class _EncoderMethod:
     def after_step(self, state: Any) -> None:
         pass
 
+    def has_negatives(self) -> bool:
+        return True  # the batch's other images (end2end: a batch of 2 or more), or the bank's sampled rows
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return checkpoint.to_module_names(self.module.state_dict())
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(checkpoint.from_module_names(state))
+        checkpoint.load_into(self.module, checkpoint.from_module_names(state))
 
     def extras(self) -> dict[str, Any]:
         return {}

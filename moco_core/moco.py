@@ -122,6 +122,12 @@ class MoCo(nn.Module):
                 logits = logits.masked_fill(empty, float("-inf"))
         return logits, labels, distributed.all_gather_cat(k.float())
 
+    @property
+    def has_negatives(self) -> bool:
+        """Whether the next step's logits hold any negative: with queue_init "empty", not until a key is written.
+        Counted on the host (no sync)."""
+        return self._unwritten_left < self.queue_size
+
     def _count_unwritten_again(self) -> None:
         self._unwritten_left = self.queue_size if self.mask_empty else 0
 

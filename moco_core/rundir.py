@@ -11,6 +11,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,19 +56,31 @@ def environment() -> dict[str, Any]:
 
 
 def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]) -> None:
-    """``config.yaml`` (the resolved config, reloadable with ``--config``) and ``run.json`` (provenance)."""
+    """``config.yaml`` (the resolved config, reloadable with ``--config``) and ``run.json`` (provenance).
+
+    ``run.json`` is written first: a ``config.yaml`` without a ``run.json`` of ours was not written by a run, and
+    is never written over (nor is a ``run.json`` that is not ours): ``--output-dir .`` in a project folder, or an
+    empty value that became the current directory, stops here in one line instead of replacing the user's files.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    info = {**environment(), **extra}
     history_path = run_dir / "run.json"
-    history = {"starts": []}
+    history: dict[str, Any] = {"starts": []}
     if history_path.exists():
         try:
             history = json.loads(history_path.read_text())
         except json.JSONDecodeError:  # written by a version without atomic writes, then killed mid-write
             history = {"starts": [], "lost": "run.json was unreadable at a later start"}
-    history["starts"].append(info)  # every start and resume is kept
+        except (OSError, UnicodeDecodeError):
+            history = {}
+        if not isinstance(history, dict) or not isinstance(history.get("starts"), list):
+            raise ConfigError(f"run.output_dir: {run_dir} holds a run.json that no moco run wrote; choose another "
+                              f"--output-dir (nothing was written there)")
+    elif (run_dir / "config.yaml").exists():
+        raise ConfigError(f"run.output_dir: {run_dir} holds a config.yaml that no moco run wrote; choose another "
+                          f"--output-dir (nothing was written there)")
+    history["starts"].append({**environment(), **extra})  # every start and resume is kept
     write_text_atomic(history_path, json.dumps(history, indent=2) + "\n")
+    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -75,6 +88,17 @@ def write_text_atomic(path: Path, text: str) -> None:
     a full disk a one-line error and no temporary file."""
     data = text.encode("utf-8")
     write_atomic(path, lambda f: f.write(data), what=path.name)
+
+
+def require_writable(directory: Path, what: str = "--output-dir") -> None:
+    """Create ``directory`` if needed and check a file can be made in it, before any work that writes there at
+    its end (``moco eval knn`` extracts every feature first): a read-only place fails now, in one line."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{what}: cannot write in {directory}: {err.strerror or err}") from None
 
 
 def require_fresh(run_dir: Path, markers: tuple[str, ...], what: str, hint: str) -> None:

@@ -53,6 +53,8 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
         raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
                           "use shuffle")
     batch = cfg.optim.batch_size
+    if cfg.method == "end2end" and batch < 2:
+        raise ConfigError("optim.batch_size: end2end's dictionary is the batch: a batch of 1 has no negatives")
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
     local = batch // world_size
@@ -137,7 +139,8 @@ class Resumed:
     output_dir: str | None = None  # the run directory the checkpoint's config records (ours only)
 
 
-def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int) -> Resumed:
+def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
+            model_arch: str) -> Resumed:
     """Load model, queue, pointer, optimizer and position from one of our or an official checkpoint.
 
     An epoch-end checkpoint resumes at the start of the next epoch, whose seeds are a function of the epoch
@@ -150,10 +153,11 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
         raise checkpoint.CheckpointError(f"{path}: was written by method {ckpt.get('method')!r}, not {method.name!r}")
     try:
         method.load_state_dict(ckpt["state_dict"])
-    except RuntimeError as err:
-        raise checkpoint.CheckpointError(
-            f"{path}: does not match the configured model ({str(err).splitlines()[0]}…)"
-        ) from None
+    except checkpoint.CheckpointError as err:
+        arch = checkpoint.checkpoint_arch(ckpt)
+        holds = f"it holds {arch}, the config asks for {model_arch}" if arch and arch != model_arch else \
+            f"the config asks for {model_arch}"
+        raise checkpoint.CheckpointError(f"{path}: does not match the configured model ({holds}): {err}") from None
     if "optimizer" in ckpt:
         optimizer.load_state_dict(ckpt["optimizer"])
     epoch = int(ckpt.get("epoch", 0))
@@ -169,7 +173,8 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
         raise checkpoint.CheckpointError(f"{path}: stopped after batch {batches} of epoch {epoch + 1}, but an epoch "
                                          f"has {steps_per_epoch} batches here: the data or batch size changed")
     partial = EpochState(batches=batches, loss_sum=float(position.get("loss_sum", 0.0)),
-                         accuracy_sum=float(position.get("accuracy_sum", 0.0)), rng=ckpt.get("rng"))
+                         accuracy_sum=float(position.get("accuracy_sum", 0.0)),
+                         counted=int(position.get("counted", batches)), rng=ckpt.get("rng"))
     return Resumed(epoch=epoch, step=step, partial=partial, output_dir=output_dir)
 
 
@@ -193,7 +198,7 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
         "global_step": step,
         **method.extras(),
         "sampler": {"epoch": epoch, "position": partial.batches, "loss_sum": partial.loss_sum,
-                    "accuracy_sum": partial.accuracy_sum},
+                    "accuracy_sum": partial.accuracy_sum, "counted": partial.counted},
         "rng": checkpoint.rng_state(),
         "code_version": code_version(),
     }
@@ -288,7 +293,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
                                      channels_last=speed.channels_last)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
-        start = restore(resume_path, method, optimizer, len(loader))
+        start = restore(resume_path, method, optimizer, len(loader), cfg.model.arch)
         use_fused_kernels(optimizer, device)  # the checkpoint's choice was for the device that wrote it
     model: nn.Module = module
     if world > 1:
@@ -374,8 +379,10 @@ def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optim
     """The main process's work after an epoch: its summary line, the kNN monitor, the epoch checkpoint."""
     metrics.write(step=step, epoch=epoch, epoch_loss=stats.loss, epoch_accuracy=stats.accuracy, lr=lr,
                   images_per_s=stats.images_per_s, data_wait=stats.data_wait)
-    progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: loss {stats.loss:.4f} acc {stats.accuracy:.2f}% "
-                     f"{stats.images_per_s:.0f} img/s data-wait {stats.data_wait:.0%}")
+    scores = "no negatives yet (the queue was empty: loss and accuracy are not measured)" if stats.loss is None \
+        else f"loss {stats.loss:.4f} acc {stats.accuracy:.2f}%"
+    progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: {scores} {stats.images_per_s:.0f} img/s data-wait "
+                     f"{stats.data_wait:.0%}")
     if monitor is not None and ((epoch + 1) % cfg.run.knn_every == 0 or epoch + 1 == cfg.optim.epochs):
         with eager_mode():  # other shapes, eval mode: not worth recompiling for
             knn = monitor(method.encoder)

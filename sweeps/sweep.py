@@ -88,7 +88,8 @@ def epoch_losses(run_dir: Path) -> list[float]:
     if not path.is_file():
         return []
     rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return [row["epoch_loss"] for row in rows if "epoch_loss" in row]
+    # null: an epoch whose steps had no negative (an empty queue's one-step epoch) has no loss to judge by
+    return [row["epoch_loss"] for row in rows if isinstance(row.get("epoch_loss"), (int, float))]
 
 
 def training_failure(cfg: PretrainConfig, run_dir: Path) -> str | None:

@@ -261,3 +261,34 @@ def test_resuming_a_copied_run_writes_into_the_copy(shapes_root: Path, tmp_path:
     assert res.returncode == 0, res.stderr
     assert checkpoint.load(tmp_path / "c" / checkpoint.LAST)["epoch"] == 3
     assert checkpoint.load(copy / checkpoint.LAST)["epoch"] == 2
+
+
+def test_eval_knn_refuses_nan_weights_and_an_unwritable_output_before_its_work(shapes_root: Path, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    import torch
+    import torchvision
+    from typer.testing import CliRunner
+
+    import lincls.knn
+    from cli import app
+
+    state = torchvision.models.resnet18().state_dict()
+    torch.save(state, tmp_path / "ok.pth")
+    state["layer4.1.conv2.weight"].fill_(float("nan"))
+    torch.save(state, tmp_path / "nan.pth")
+    (tmp_path / "a_file").write_text("")
+    small = ["--data", str(shapes_root), "--crop-size", "32", "--resize", "36", "--workers", "0"]
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the features were extracted before the output folder was checked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lincls.knn, "load_splits", no_work)
+        res = CliRunner().invoke(app, ["eval", "knn", str(tmp_path / "ok.pth"), *small,
+                                       "--output-dir", str(tmp_path / "a_file" / "knn")])
+    assert res.exit_code == 2 and "--output-dir: cannot write in" in res.output, res.output
+    res = CliRunner().invoke(app, ["eval", "knn", str(tmp_path / "nan.pth"), *small,
+                                   "--output-dir", str(tmp_path / "knn")])
+    assert res.exit_code == 2 and "hold NaN or inf (layer4.1.conv2.weight)" in res.output, res.output
+    assert not (tmp_path / "knn" / "result.json").exists()

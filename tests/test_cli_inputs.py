@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.errors import MESSAGE_LIMIT
+from moco_core.terminal import is_printable
 from tests.test_flags import _options
 
 runner = CliRunner()
@@ -200,3 +201,170 @@ def test_one_bad_record_is_skipped_not_fatal_to_the_report(hostile: dict[str, st
     assert result.exit_code == 0, result.output
     assert "deep.result.json (JSON nested too deeply to be a record)" in result.output
     assert (tmp_path / "out" / "report.md").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 32: control characters from outside, expanding YAML, empty paths
+
+
+CONTROL_PIECES = ["\x1b[2J", "\x1b]0;pwned\x07", "\x1bc", "\x9b31m", "\u202e", "\r", "\x00", "\x07", "\udcff",
+                  "a", "/", ".", "=", "embedded", "1"]
+nasty_text = st.lists(st.sampled_from(CONTROL_PIECES), min_size=1, max_size=6).map("".join)
+
+
+@st.composite
+def nasty_invocations(draw: st.DrawFn) -> list[str]:
+    """Any command, every argument and option value carrying control characters (keys of --set too)."""
+    command = draw(st.sampled_from(COMMANDS))
+    args = command.split() + [draw(nasty_text) for _ in range(ARGUMENTS.get(command, 0))]
+    for option in draw(st.lists(st.sampled_from(OPTIONS.get(command, ["--help"])), min_size=1, max_size=4)):
+        if option in FLAGS:
+            args.append(option)
+        elif option == "--set":
+            args += [option, draw(st.sampled_from([f"{draw(nasty_text)}=1", f"run.output_dir={draw(nasty_text)}",
+                                                   f"model.arch={draw(nasty_text)}", draw(nasty_text)]))]
+        else:
+            args += [option, draw(nasty_text)]
+    return args
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_no_command_prints_a_control_character_it_was_given(data: st.DataObject,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    args = data.draw(nasty_invocations())
+    calls: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _stub_long_jobs(monkeypatch, calls)
+        monkeypatch.setenv("MOCO_DATA_HOME", str(tmp_path_factory.getbasetemp() / "data_home"))
+        monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+        result = runner.invoke(app, args)
+    assert_clean(result, args)
+    assert is_printable(result.output), f"moco {args!r}\n{result.output[-2000:]!r}"
+
+
+@pytest.fixture(scope="module")
+def escape_named_images(tmp_path_factory: pytest.TempPathFactory, shapes_root: Path) -> Path:
+    """The shapes' train/ with two files whose names clear the screen and retitle the window: one that fails the
+    header check (garbage), one that passes it and fails to decode (a truncated PNG)."""
+    import io
+    import shutil
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("escapes") / "train"
+    shutil.copytree(shapes_root / "train", root)
+    first = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    (first / "\x1b[2J\x1b]0;pwned\x07.png").write_bytes(os.urandom(200))
+    png = io.BytesIO()
+    Image.new("RGB", (48, 48), (200, 10, 10)).save(png, format="PNG")
+    (first / "\x1bc\u202etruncated.png").write_bytes(png.getvalue()[:-40])
+    return root.parent
+
+
+@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+def test_file_names_with_escapes_are_shown_escaped_even_with_quiet(escape_named_images: Path, tmp_path: Path,
+                                                                   pipeline: str) -> None:
+    import subprocess
+    import sys
+
+    small = [a for a in SMALL if a != "--quiet"]
+    args = ["pretrain", "-c", "embedded", "--data", str(escape_named_images), *small, "--quiet",
+            "--set", f"data.pipeline={pipeline}", "--set", "model.bn_groups=1", "--set", "optim.batch_size=16",
+            "--output-dir", str(tmp_path / "run")]
+    res = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, timeout=600)
+    out, err = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
+    assert res.returncode == 0, err[-3000:]
+    assert b"\x1b" not in res.stdout + res.stderr and "\u202e" not in err and "\x07" not in err, err
+    assert "\\x1b[2J\\x1b]0;pwned\\x07.png" in err  # the header check's skip warning
+    assert "\\x1bc\\u202etruncated.png" in err  # the decode warning
+    assert "Traceback" not in out + err
+
+
+def alias_bomb(depth: int, fanout: int) -> str:
+    """``depth`` levels of anchors, each a list of ``fanout`` aliases of the one before: fanout**depth values."""
+    lines = ["l0: &l0 [" + ", ".join(["x"] * fanout) + "]"]
+    for level in range(1, depth + 1):
+        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * fanout) + "]")
+    return "\n".join(lines) + f"\nmodel: {{arch: *l{depth}}}\n"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(depth=st.integers(1, 12), fanout=st.integers(2, 12), inside_set=st.booleans())
+def test_expanding_yaml_is_refused_before_it_is_expanded(depth: int, fanout: int, inside_set: bool,
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    import time
+    import tracemalloc
+
+    from moco_core.config import MAX_YAML_VALUES
+
+    text = alias_bomb(depth, fanout)
+    if inside_set:
+        args = ["pretrain", "--print-config", "--set", "run={" + text.strip().replace("\n", ", ") + "}"]
+    else:
+        path = tmp_path_factory.mktemp("yaml") / "bomb.yaml"
+        path.write_text(text)
+        args = ["pretrain", "--print-config", "--data", "x", "-c", str(path)]
+    tracemalloc.start()
+    started = time.perf_counter()
+    result = runner.invoke(app, args)
+    took, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert_clean(result, args)
+    # Every node once expanded: a list l_k is itself plus fanout copies of l_{k-1} (l_0: fanout scalars); the
+    # document is its mapping, each key and value, and model: {arch: *l_depth} (3 nodes and l_depth again).
+    sizes = [1 + fanout]
+    for _ in range(depth):
+        sizes.append(1 + fanout * sizes[-1])
+    values = 1 + sum(1 + size for size in sizes) + 3 + sizes[-1]
+    if values > MAX_YAML_VALUES:  # 424 bytes once cost 2.1 GB and 39 s here
+        assert result.exit_code == 2 and "through YAML aliases" in result.output, result.output
+        assert peak < 50e6 and took < 5, (peak, took)
+    else:  # a small document with anchors loads: refused for what its values are, not for its aliases
+        assert "YAML aliases" not in result.output
+
+
+@pytest.mark.parametrize("yaml_text", ["a: &a [*a]\nmodel: {arch: *a}\n", "run: &r {output_dir: *r}\n"])
+def test_a_yaml_value_that_holds_itself_is_one_line(yaml_text: str, tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text(yaml_text)
+    result = runner.invoke(app, ["pretrain", "--print-config", "--data", "x", "-c", str(path)])
+    assert result.exit_code == 2 and "holds itself through a YAML alias" in result.output, result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["pretrain", "-c", "embedded", "--output-dir", ""],
+    ["pretrain", "-c", "embedded", "--output-dir", "  "],
+    ["pretrain", "-c", "embedded", "--set", "run.output_dir=''"],
+    ["pretrain", "-c", "embedded", "--data", ""],
+    ["eval", "linear", "random", "-c", "lincls_embedded", "--output-dir", ""],
+    ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--output-dir", ""],
+    ["eval", "coco", "-c", "coco_embedded", "--weights", "random", "--output-dir", ""],
+])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(args: list[str], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("mine: true\n")  # what the user keeps in the folder they are in
+    calls: list[str] = []
+    _stub_long_jobs(monkeypatch, calls)
+    result = runner.invoke(app, args)
+    assert_clean(result, args)
+    assert result.exit_code == 2 and "must not be empty" in result.output and not calls, result.output
+    assert (tmp_path / "config.yaml").read_text() == "mine: true\n" and sorted(os.listdir(tmp_path)) == ["config.yaml"]
+
+
+def test_a_run_never_writes_over_a_config_yaml_or_run_json_it_did_not_write(shapes_root: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("mine: true\n")
+    args = ["pretrain", "-c", "embedded", "--data", str(shapes_root), *SMALL, "--output-dir", "."]
+    result = runner.invoke(app, args)
+    assert_clean(result, args)
+    assert result.exit_code == 2 and "holds a config.yaml that no moco run wrote" in result.output, result.output
+    assert (tmp_path / "config.yaml").read_text() == "mine: true\n"
+    assert sorted(os.listdir(tmp_path)) == ["config.yaml"]  # no run.json, no lock, no metrics left behind
+    (tmp_path / "config.yaml").unlink()
+    (tmp_path / "run.json").write_text('{"my": "notes"}')
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "holds a run.json that no moco run wrote" in result.output, result.output
+    assert (tmp_path / "run.json").read_text() == '{"my": "notes"}'

@@ -89,15 +89,19 @@ def coco_cli(weights: Weights = None, config: Config = None, set_: Sets = None, 
 def convert_cli(
     src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's) or a torchvision "
                                         "ResNet state_dict.")],
-    dst: Annotated[Path, typer.Argument(help="The detectron2 .pkl to write.")],
+    dst: Annotated[str, typer.Argument(help="The file to write, or a folder to write it in (named after SRC).")],
+    to: Annotated[str, typer.Option(help="detectron2 (its .pkl, for moco eval voc|coco and detectron2's tools) or "
+                                    "torchvision (a ResNet state_dict without fc, for torchvision.models).")]
+    = "detectron2",
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists (never SRC itself).")] = False,
 ) -> None:
-    """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping)."""
+    """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping) or to a
+    plain torchvision ResNet state_dict."""
     from moco_core.errors import UserError, print_error
     from transfer.convert import convert_file
 
     try:
-        summary = convert_file(src, dst, overwrite=force)
+        summary = convert_file(src, dst, overwrite=force, to=to)
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None

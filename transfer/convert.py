@@ -13,6 +13,7 @@ numpy arrays, so a converted file can be checked without trusting it.
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from pathlib import Path
@@ -106,23 +107,53 @@ def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
     write_atomic(dst, lambda f: pickle.dump(obj, f, protocol=PICKLE_PROTOCOL), what="detectron2 file")
 
 
-def convert_file(src: Path, dst: Path, *, overwrite: bool = False) -> dict[str, Any]:
-    """Convert any checkpoint ``read_backbone_state`` accepts into a detectron2 ``.pkl`` at ``dst``.
+FORMATS = {"detectron2": ".pkl", "torchvision": ".pth"}  # --to, and the file suffix a folder destination gets
+
+
+def destination(src: Path, dst: str | Path, to: str) -> Path:
+    """The file ``convert`` writes: ``dst``, or a file named after ``src`` inside ``dst`` when it is a folder (or
+    is written as one, ``out/``). Its folder must exist: a typo in it is refused rather than created."""
+    text = str(dst)
+    path = Path(text)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        if not path.is_dir():
+            raise CheckpointError(f"{text}: no such folder; create it, or name the file to write")
+        stem = src.name.removesuffix(".tar").removesuffix(".pth").removesuffix(".pkl") or "backbone"
+        return path / f"{stem}{FORMATS[to]}"
+    if not path.parent.is_dir():
+        raise CheckpointError(f"{path.parent}: no such folder; create it first, or choose another destination")
+    return path
+
+
+def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str = "detectron2") -> dict[str, Any]:
+    """Convert any checkpoint ``read_backbone_state`` accepts into a backbone file at ``dst`` (see
+    :func:`destination`): detectron2's ``.pkl`` (``to="detectron2"``, the official conversion's mapping) or a
+    torchvision ResNet state_dict (``to="torchvision"``; ``torchvision.models.<arch>().load_state_dict(sd,
+    strict=False)`` loads it and reports exactly ``fc.weight`` and ``fc.bias`` missing).
 
     Returns a summary: source, destination, arch, source format, number of arrays written, sha256 of ``src``.
     Every failure is a one-line ``CheckpointError``. ``dst`` is never ``src`` itself (the pretraining checkpoint
     would be replaced by the smaller backbone file), and an existing ``dst`` is replaced only with ``overwrite``.
     """
-    src, dst = Path(src), Path(dst)
+    if to not in FORMATS:
+        raise CheckpointError(f"--to: expected one of {', '.join(FORMATS)}, got {to!r}")
+    src = Path(src)
+    dst = destination(src, dst, to)
     if dst.exists() and src.exists() and dst.samefile(src):
-        raise CheckpointError(f"{dst}: is the checkpoint being converted; write the .pkl somewhere else")
+        raise CheckpointError(f"{dst}: is the checkpoint being converted; write the backbone somewhere else")
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst}: already exists; pass --force to replace it, or choose another name")
     state, fmt, _ = read_backbone_state(src)
     arch = infer_arch(state)
-    model = to_detectron2(state)
-    write_detectron2_pkl(model, dst)
-    return {"source": str(src), "destination": str(dst), "arch": arch, "format": fmt, "tensors": len(model),
+    if to == "torchvision":
+        plain = {key: value.contiguous().clone() for key, value in state.items()}  # no views into the checkpoint
+        write_atomic(dst, lambda f: torch.save(plain, f), what="state_dict")
+        tensors = len(plain)
+    else:
+        model = to_detectron2(state)
+        write_detectron2_pkl(model, dst)
+        tensors = len(model)
+    return {"source": str(src), "destination": str(dst), "to": to, "arch": arch, "format": fmt, "tensors": tensors,
             "sha256": file_sha256(src)}
 
 

@@ -156,10 +156,10 @@ def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -
     if saved.get("format") != "moco-transfer":
         raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: not a detection fine-tuning checkpoint")
     try:
-        model.load_state_dict(saved["model"])
-    except RuntimeError as err:
-        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: does not match the configured detector "
-                                         f"({str(err).splitlines()[0]})") from None
+        checkpoint.load_into(model, saved["model"])
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: does not match the configured detector: "
+                                         f"{err}") from None
     optimizer.load_state_dict(saved["optimizer"])
     return int(saved["iteration"])
 

@@ -186,3 +186,39 @@ def test_rng_state_round_trip() -> None:
     checkpoint.set_rng_state(state)
     b = (torch.rand(3), random.random(), np.random.rand())
     assert torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+def test_state_mismatch_names_shapes_missing_and_unexpected_keys() -> None:
+    expected = {"a.weight": torch.zeros(4, 3), "a.bias": torch.zeros(4), "b.weight": torch.zeros(2)}
+    given = {"a.weight": torch.zeros(5, 3), "a.bias": torch.zeros(4), "c.weight": torch.zeros(1)}
+    assert checkpoint.state_mismatch(expected, given) == (
+        "1 shapes differ: a.weight [5, 3] in the checkpoint, [4, 3] here; 1 of the model's 3 keys are not in the "
+        "checkpoint: b.weight; 1 keys of the checkpoint are not in the model: c.weight")
+    assert checkpoint.state_mismatch(expected, dict(expected)) is None
+    many = {f"k{i}": torch.zeros(1) for i in range(10)}
+    assert checkpoint.state_mismatch(many, {}) == ("10 of the model's 10 keys are not in the checkpoint: k0, k1, k2 "
+                                                   "and 7 more")
+
+
+@pytest.mark.parametrize(("saved", "asked", "says"), [
+    ({"arch": "resnet34"}, {"arch": "resnet18"}, "it holds resnet34, the config asks for resnet18"),
+    ({"arch": "resnet18", "dim": 64}, {"arch": "resnet18"}, "shapes differ: queue [64, 16] in the checkpoint, "
+                                                            "[128, 16] here"),
+])
+def test_resuming_against_another_model_names_the_arch_and_keys(saved: dict, asked: dict, says: str,
+                                                               tmp_path: Path) -> None:
+    from moco_core.train import restore
+
+    def method(**model: object) -> MocoMethod:
+        return MocoMethod(ModelConfig(queue_size=16, **model), world_size=1, num_classes=0, dataset_size=0)
+
+    writer = method(**saved)
+    path = tmp_path / "checkpoint_last.pth.tar"
+    torch.save({"epoch": 1, "arch": saved["arch"], "state_dict": writer.state_dict()}, path)  # official layout
+    reader = method(**asked)
+    optimizer = torch.optim.SGD(reader.module.parameters(), lr=0.1)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        restore(path, reader, optimizer, 10, asked["arch"])
+    message = str(err.value)
+    assert says in message and "\n" not in message and "Error(s) in loading" not in message, message
+    assert message.startswith(f"{path}: does not match the configured model (")

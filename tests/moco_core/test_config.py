@@ -98,3 +98,23 @@ def test_missing_data_path_and_unknown_preset(tmp_path: Path) -> None:
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(PretrainConfig, str(bad))
+
+
+def test_a_directory_given_as_config_is_named_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "embedded").mkdir()  # a folder that has a preset's name
+    with pytest.raises(ConfigError, match="config: experiments is a directory; give a YAML file or a preset name"):
+        preset_path("experiments/")
+    with pytest.raises(ConfigError, match="is a directory"):
+        preset_path("experiments")
+    assert preset_path("embedded").name == "embedded.yaml"  # the preset, as before
+    with pytest.raises(ConfigError, match="config: embedded is a directory"):
+        preset_path("embedded/")  # written as a folder: the folder
+
+
+def test_keys_must_be_names(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("run: {1: 2, seed: 3}\n")
+    with pytest.raises(ConfigError, match=r"^run\.1: a key must be a name, got int$"):
+        load_config(PretrainConfig, str(path))

@@ -19,6 +19,8 @@ from moco_core import checkpoint
 from moco_core.checkpoint import CheckpointError
 from transfer.convert import convert_file, from_detectron2, load_detectron2_pkl, to_detectron2
 
+runner = CliRunner()
+
 # torchvision name -> detectron2 name, written out by hand from the official convert script's rules.
 COMMON = {
     "conv1.weight": "stem.conv1.weight",
@@ -109,6 +111,7 @@ def moco_ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 def test_convert_file_writes_a_pkl_both_readers_accept(moco_ckpt: tuple[Path, dict], tmp_path: Path) -> None:
     src, backbone = moco_ckpt
     dst = tmp_path / "out" / "moco_r18.pkl"
+    dst.parent.mkdir()
     summary = convert_file(src, dst)
     assert summary["arch"] == "resnet18" and summary["format"] == "official-moco"
     assert summary["tensors"] == 120 and len(summary["sha256"]) == 64
@@ -194,7 +197,7 @@ def test_cli_never_writes_over_the_source_and_asks_before_replacing(moco_ckpt: t
                  ["convert", str(copy), str(tmp_path / "." / copy.name), "--force"]):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, result.output
-        assert result.output.strip() == f"error: {args[2]}: is the checkpoint being converted; write the .pkl " \
+        assert result.output.strip() == f"error: {args[2]}: is the checkpoint being converted; write the backbone " \
                                         "somewhere else"
     assert copy.read_bytes() == before
     dst = tmp_path / "r18.pkl"
@@ -217,3 +220,44 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "a detectron2 model?" in lines[0]
     assert not (tmp_path / "out.pkl").exists()
+
+
+def test_a_folder_destination_gets_a_file_named_after_the_source(moco_ckpt: tuple[Path, dict],
+                                                                 tmp_path: Path) -> None:
+    src, _ = moco_ckpt
+    (tmp_path / "out").mkdir()
+    for given in (tmp_path / "out", f"{tmp_path / 'out'}/"):
+        summary = convert_file(src, given, overwrite=True)
+        assert summary["destination"] == str(tmp_path / "out" / "checkpoint_0199.pkl")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["checkpoint_0199.pkl"]
+
+
+@pytest.mark.parametrize("dst", ["newdir/", "missing/parent/a.pkl"])
+def test_a_destination_in_a_folder_that_does_not_exist_is_refused(moco_ckpt: tuple[Path, dict], tmp_path: Path,
+                                                                 dst: str) -> None:
+    src, _ = moco_ckpt
+    res = runner.invoke(app, ["convert", str(src), f"{tmp_path}/{dst}"])  # a Path would drop the slash
+    assert res.exit_code == 2 and "no such folder" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing made: not a file named newdir, no folder
+
+
+def test_to_torchvision_loads_into_torchvision_missing_exactly_fc(moco_ckpt: tuple[Path, dict],
+                                                                  tmp_path: Path) -> None:
+    src, backbone = moco_ckpt
+    res = runner.invoke(app, ["convert", str(src), str(tmp_path), "--to", "torchvision"])
+    assert res.exit_code == 0, res.output
+    state = torch.load(tmp_path / "checkpoint_0199.pth", weights_only=True)
+    result = torchvision.models.resnet18().load_state_dict(state, strict=False)
+    assert sorted(result.missing_keys) == ["fc.bias", "fc.weight"] and not result.unexpected_keys
+    assert all(torch.equal(state[k], v) for k, v in backbone.items()) and set(state) == set(backbone)
+    bad = runner.invoke(app, ["convert", str(src), str(tmp_path), "--to", "timm"])
+    assert bad.exit_code == 2 and "--to: expected one of detectron2, torchvision" in bad.output
+
+
+def test_weights_holding_nan_are_refused(moco_ckpt: tuple[Path, dict], tmp_path: Path) -> None:
+    src, _ = moco_ckpt
+    ckpt = torch.load(src, weights_only=True)
+    ckpt["state_dict"]["module.encoder_q.layer2.0.bn1.weight"][0] = float("nan")
+    torch.save(ckpt, tmp_path / "nan.pth.tar")
+    res = runner.invoke(app, ["convert", str(tmp_path / "nan.pth.tar"), str(tmp_path / "a.pkl")])
+    assert res.exit_code == 2 and "1 of its 120 backbone tensors hold NaN or inf (layer2.0.bn1.weight)" in res.output
