@@ -103,7 +103,8 @@ def png_file(width: int, height: int, *, bit_depth: int, colour_type: int, compr
             + chunk(b"IEND", b""))
 
 
-def _wide_png(width: int, height: int, channels: int, colour_type: int, seed: int) -> bytes:
+def wide_png(width: int, height: int, channels: int, colour_type: int, seed: int) -> bytes:
+    """A 16-bit PNG of random samples: ``channels`` 1 (gray), 2 (gray, alpha), 3 (RGB) or 4 (RGBA)."""
     values = np.random.default_rng(seed).integers(0, 65536, (height, width * channels), dtype=np.uint16)
     return png(width, height, bit_depth=16, colour_type=colour_type, rows=(r.astype(">u2").tobytes() for r in values))
 
@@ -139,7 +140,7 @@ def corpus() -> dict[str, Sample]:
                 found[f"{fmt.lower()}-{mode.replace(';', '_')}{ext}"] = Sample(data, True)
     wide = {"gray16": (1, 0), "gray_alpha16": (2, 4), "rgb16": (3, 2), "rgba16": (4, 6)}
     for name, (channels, colour_type) in wide.items():
-        found[f"png-{name}.png"] = Sample(_wide_png(23, 17, channels, colour_type, seed=channels), True)
+        found[f"png-{name}.png"] = Sample(wide_png(23, 17, channels, colour_type, seed=channels), True)
     for depth in (1, 2, 4):
         found[f"png-gray{depth}bit.png"] = Sample(_narrow_png(23, 17, depth, seed=depth), True)
     found["png-gray-trns.png"] = Sample(png(3, 2, bit_depth=8, colour_type=0, rows=[b"\x00\x80\xff"] * 2,
