@@ -1,15 +1,14 @@
-"""The tensor data pipeline (``data.pipeline: tensor``): workers read bytes, the training device does the rest.
+"""The tensor data pipeline (``data.pipeline: tensor``): workers read files, the training device decodes and augments.
 
 With ``data.pipeline: pil`` (the official code's way, and ``auto``'s choice on CPU) DataLoader workers decode each
 image with PIL and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits
-for (``auto`` takes this pipeline under CUDA). Here the
-workers only read each file's bytes and header, and apply the rule of ``moco_core.image_files`` that the PIL
-pipeline applies: a refused file (empty, unidentified, over the pixel limit) is never decoded. JPEGs that
-torchvision decodes to PIL's pixels (grayscale or colour, up to ``MAX_DECODE_SIDE``: nearly every file of a photo
-dataset) stay bytes, and the training process decodes each batch of them (on the GPU with
-``torchvision.io.decode_jpeg`` when training on CUDA, else with its CPU decoder); every other file PIL takes is
-decoded in the worker by the PIL pipeline's own code (CMYK JPEGs, huge JPEGs at reduced scale, 16-bit PNGs,
-TIFF, BMP, palettes...), so both pipelines accept the same files and give the same pixels. The training process
+for (``auto`` takes this pipeline under CUDA). Here the workers read each file's bytes and header and apply the
+rule of ``moco_core.image_files``, the PIL pipeline's: a refused file (empty, unidentified, over the pixel limit)
+is never decoded. JPEGs that torchvision decodes to PIL's pixels (grayscale or colour, up to ``MAX_DECODE_SIDE``:
+nearly every file of a photo dataset) stay bytes, and the training process decodes each batch of them (on the GPU
+with ``torchvision.io.decode_jpeg`` when training on CUDA, else with its CPU decoder). Every other file PIL takes
+(CMYK JPEGs, huge JPEGs at reduced scale, 16-bit PNGs, palettes, TIFF, BMP...) is decoded in the worker by the PIL
+pipeline's own code, so that both pipelines take the same files and give the same pixels. The training process
 then runs the augmentation of ``moco_core.tensor_augment`` as batched tensor ops on the device.
 
 On CPU this happens in the training loop's own thread, between steps, with the random parameters drawn from torch's
@@ -50,9 +49,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from moco_core import image_files  # MAX_DECODE_SIDE read at each call, as the PIL pipeline reads it
 from moco_core.config import AugmentConfig
 from moco_core.data import DatasetError, report_undecodable
-from moco_core.image_files import MAX_DECODE_SIDE, decode_rgb, load_rgb, open_header, reason
+from moco_core.image_files import decode_rgb, load_rgb, open_header, reason
 from moco_core.jpeg import decode_jpegs
 from moco_core.tensor_augment import TensorTwoCrops, apply_params, image_sizes, sample_params
 
@@ -129,7 +129,7 @@ def prepare(data: torch.Tensor) -> tuple[torch.Tensor, Plan]:
     """
     try:
         with open_header(io.BytesIO(data.numpy())) as img:
-            if img.format == "JPEG" and img.mode in ("L", "RGB") and max(img.size) <= MAX_DECODE_SIDE:
+            if img.format == "JPEG" and img.mode in ("L", "RGB") and max(img.size) <= image_files.MAX_DECODE_SIDE:
                 return data, len(img.getbands())
             return _tensor(decode_rgb(img)), 0
     except Exception as err:  # a corrupt file can fail in many ways; the training process reports it

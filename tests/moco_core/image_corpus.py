@@ -254,11 +254,16 @@ def assert_agree(name: str, pil: torch.Tensor | Refused, tensor: torch.Tensor | 
     """Both refused, or both took the file with the same size and pixels (JPEG_TOLERANCE where torchvision's
     decoder made the tensor pipeline's)."""
     if isinstance(pil, Refused) or isinstance(tensor, Refused):
-        assert isinstance(pil, Refused) and isinstance(tensor, Refused), f"{name}: PIL {pil!r}, tensor {tensor!r}"
+        assert isinstance(pil, Refused) and isinstance(tensor, Refused), (
+            f"{name}: PIL {_show(pil)}, tensor {_show(tensor)}")
         return
     assert tensor.dtype == torch.uint8 and tensor.shape == pil.shape, (name, tensor.dtype, tensor.shape, pil.shape)
     difference = int((tensor.int() - pil.int()).abs().max())
     assert difference <= (JPEG_TOLERANCE if by_torchvision else 0), (name, difference)
+
+
+def _show(answer: torch.Tensor | Refused) -> str:
+    return repr(answer) if isinstance(answer, Refused) else f"{answer.dtype} {tuple(answer.shape)}"
 
 
 def answers(path: Path) -> tuple[torch.Tensor | Refused, torch.Tensor | Refused, bool, str | None]:

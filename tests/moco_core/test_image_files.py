@@ -144,3 +144,20 @@ def test_bombs_are_refused_from_the_header_without_allocating(tmp_path: Path) ->
     for name, (pil, tensor, header) in found.items():
         for answer in (pil, tensor, header):
             assert "exceeds limit of 178956970 pixels" in answer, (name, answer)
+
+
+def test_huge_jpegs_are_decoded_at_the_same_reduced_scale_by_both(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JPEG longer than MAX_DECODE_SIDE is decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), in the
+    tensor pipeline too (by PIL, in the worker), not at full size on the device: with the side limit at 64, a
+    512 x 300 JPEG gives 128 x 75 (1/4) in both."""
+    from moco_core import image_files
+
+    monkeypatch.setattr(image_files, "MAX_DECODE_SIDE", 64)
+    pil, tensor, by_torchvision, _ = corpus.answers(
+        _write(tmp_path, "big.jpg", corpus.encode(corpus.picture(512, 300), "JPEG", quality=90)))
+    corpus.assert_agree("big.jpg", pil, tensor, by_torchvision)
+    assert not by_torchvision and tensor.shape == (3, 75, 128)
+    small, _, by_torchvision, _ = corpus.answers(_write(tmp_path, "small.jpg", corpus.encode(corpus.picture(60, 40),
+                                                                                                 "JPEG")))
+    assert by_torchvision and small.shape == (3, 40, 60)
