@@ -170,7 +170,8 @@ def decode_batch(datas: list[torch.Tensor], device: torch.device,
         prepared = [prepare(d) for d in datas]
         datas, plans = [d for d, _ in prepared], [p for _, p in prepared]
     images: list[torch.Tensor | str] = [""] * len(datas)
-    jpegs, counts = [], []
+    jpegs: list[int] = []  # positions of the JPEGs left to torchvision
+    counts: list[int] = []  # and their component counts
     for i, (data, plan) in enumerate(zip(datas, plans, strict=True)):
         if isinstance(plan, str):
             images[i] = plan
