@@ -1,7 +1,7 @@
 """Image-folder datasets: scan an ImageFolder tree (or a flat folder of images), skip unreadable files.
 
-PIL's ``ImageFile.LOAD_TRUNCATED_IMAGES`` is deliberately left unset: truncated files must fail to decode,
-so that :class:`ImageDataset` can report them and substitute another image.
+Whether a file is taken, and how it is decoded, is ``moco_core.image_files``'s, shared with the tensor pipeline:
+a file that does not decode is reported, and :class:`ImageDataset` substitutes another image.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import operator
 import os
 import sys
@@ -20,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch.utils.data
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from moco_core import distributed
 from moco_core.errors import UserError, show
+from moco_core.image_files import check_image, load_rgb, reason
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -125,22 +124,6 @@ def show_value(value: object, limit: int = 60) -> str:
 def _one_line(text: str, limit: int = 120) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def check_image(path: str) -> str | None:
-    """Cheap header check: None when PIL can identify ``path``, else a short reason."""
-    try:
-        if os.path.getsize(path) == 0:
-            return "empty file"
-        with Image.open(path) as img:
-            width, height = img.size
-        if width <= 0 or height <= 0:
-            return "zero-sized image"
-    except UnidentifiedImageError:
-        return "cannot identify image"
-    except Exception as err:  # any failure means the file is unusable
-        return _one_line(f"{type(err).__name__}: {err}")
-    return None
 
 
 def _check_chunk(paths: Sequence[str]) -> list[str | None]:
@@ -295,41 +278,6 @@ def warn_skipped(skipped: Sequence[tuple[str, str]], *, limit: int = 5) -> str |
     return line
 
 
-def _to_8bit(img: Image.Image) -> Image.Image:
-    """Scale 16/32-bit integer and float single-channel images to 8-bit grayscale ("L")."""
-    arr = np.asarray(img).astype(np.float64)
-    if img.mode.startswith("I;16"):
-        arr = arr / 257.0
-    elif img.mode == "I" and arr.size and arr.max() > 255:
-        arr = arr / 257.0 if arr.max() <= 65535 else arr * (255.0 / arr.max())
-    elif img.mode == "F" and arr.size and arr.max() <= 1.0:
-        arr = arr * 255.0
-    return Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), mode="L")
-
-
-# JPEGs whose longer side exceeds this are decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
-# the longer side at least this long: a huge photo costs tens of MB, not GBs, and a 224-px crop loses nothing.
-# Other formats beyond PIL's decompression-bomb limit fail to open and are skipped like corrupt files.
-MAX_DECODE_SIDE = 4096
-
-
-def load_rgb(path: str | Path) -> Image.Image:
-    """Open ``path``, decode it fully and return an RGB image (alpha dropped, high bit depths scaled).
-
-    Memory is bounded: see ``MAX_DECODE_SIDE``.
-    """
-    with Image.open(path) as img:
-        if img.format == "JPEG" and max(img.size) > MAX_DECODE_SIDE:
-            scale = MAX_DECODE_SIDE / max(img.size)
-            img.draft("RGB", (math.ceil(img.size[0] * scale), math.ceil(img.size[1] * scale)))
-        img.load()
-        if img.mode.startswith("I") or img.mode == "F":
-            return _to_8bit(img).convert("RGB")
-        if img.mode == "P" and "transparency" in img.info:
-            return img.convert("RGBA").convert("RGB")
-        return img.convert("RGB")
-
-
 def report_undecodable(path: str, instead: str, reason: str | None = None) -> None:
     """Warn once per process that ``path`` does not decode and what stands in for it."""
     if path in _warned_paths:
@@ -407,7 +355,7 @@ class ImageDataset(torch.utils.data.Dataset):
         try:
             return load_rgb(path)
         except Exception as err:  # a corrupt file can fail in many ways
-            self._bad[position] = str(err) or type(err).__name__
+            self._bad[position] = reason(err)
             self._failed(position)
             return None
 

@@ -1,12 +1,15 @@
-"""The tensor data pipeline (``data.pipeline: tensor``): workers read bytes, the training device does the rest.
+"""The tensor data pipeline (``data.pipeline: tensor``): workers read files, the training device decodes and augments.
 
 With ``data.pipeline: pil`` (the official code's way, and ``auto``'s choice on CPU) DataLoader workers decode each
 image with PIL and run the two-crop augmentation per image on the CPU; on a fast GPU that is what the step waits
-for (``auto`` takes this pipeline under CUDA). Here the
-workers only read each file's bytes (and each JPEG's component count, from its header). The training process then
-decodes the batch (JPEGs on the GPU with ``torchvision.io.decode_jpeg`` when training on CUDA; other formats,
-CMYK JPEGs, and everything on CPU, with torchvision's CPU decoders) and runs the augmentation of
-``moco_core.tensor_augment`` as batched tensor ops on the device.
+for (``auto`` takes this pipeline under CUDA). Here the workers read each file's bytes and header and apply the
+rule of ``moco_core.image_files``, the PIL pipeline's: a refused file (empty, unidentified, over the pixel limit)
+is never decoded. JPEGs that torchvision decodes to PIL's pixels (grayscale or colour, up to ``MAX_DECODE_SIDE``:
+nearly every file of a photo dataset) stay bytes, and the training process decodes each batch of them (on the GPU
+with ``torchvision.io.decode_jpeg`` when training on CUDA, else with its CPU decoder). Every other file PIL takes
+(CMYK JPEGs, huge JPEGs at reduced scale, 16-bit PNGs, palettes, TIFF, BMP...) is decoded in the worker by the PIL
+pipeline's own code, so that both pipelines take the same files and give the same pixels. The training process
+then runs the augmentation of ``moco_core.tensor_augment`` as batched tensor ops on the device.
 
 On CPU this happens in the training loop's own thread, between steps, with the random parameters drawn from torch's
 global generator (reseeded every epoch by the training loop), so a run is as reproducible as with the PIL pipeline.
@@ -33,6 +36,8 @@ The time the training loop spends waiting for the next batch is counted as data 
 from __future__ import annotations
 
 import contextlib
+import io
+import math
 import queue
 import threading
 import time
@@ -40,17 +45,21 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from torchvision.io import ImageReadMode, decode_image
+from PIL import Image
 
+from moco_core import image_files  # MAX_DECODE_SIDE read at each call, as the PIL pipeline reads it
 from moco_core.config import AugmentConfig
 from moco_core.data import DatasetError, report_undecodable
-from moco_core.jpeg import decode_jpegs, jpeg_num_components, quiet_torchvision_io
+from moco_core.image_files import decode_rgb, load_rgb, open_header, reason
+from moco_core.jpeg import decode_jpegs
 from moco_core.tensor_augment import TensorTwoCrops, apply_params, image_sizes, sample_params
 
-_JPEG_MAGIC = (0xFF, 0xD8)
-
-Batch = tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[int]]
+# What a worker made of a file (see prepare): a JPEG's component count (1 or 3: bytes for the device's decoder),
+# 0 (the file's image, decoded by PIL), or why the file is refused.
+Plan = int | str
+Batch = tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[Plan]]
 
 
 class EncodedImages(torch.utils.data.Dataset):
@@ -73,7 +82,7 @@ class EncodedImages(torch.utils.data.Dataset):
 
 
 class EncodedBatch(list):
-    """A batch's files as views into one byte buffer (a list of 1-D uint8 tensors).
+    """A batch's files as views into one byte buffer (a list of uint8 tensors: 1-D bytes, or (3, H, W) images).
 
     Collated in the workers into one buffer, a batch crosses from a worker to the training process as one shared
     memory segment instead of one per file (256 a batch, a cost the training process pays for every file); it is
@@ -87,78 +96,97 @@ class EncodedBatch(list):
     def __reduce__(self) -> tuple[Any, ...]:
         return _unpack, self._packed()
 
-    def _packed(self) -> tuple[torch.Tensor, list[int]]:
-        lengths = [int(d.numel()) for d in self]
+    def _packed(self) -> tuple[torch.Tensor, list[tuple[int, ...]]]:
+        shapes = [tuple(d.shape) for d in self]
         if self.buffer is None:
-            self.buffer = torch.cat(list(self)) if self else torch.empty(0, dtype=torch.uint8)
-        return self.buffer, lengths
+            self.buffer = torch.cat([d.reshape(-1) for d in self]) if self else torch.empty(0, dtype=torch.uint8)
+        return self.buffer, shapes
 
     def pin_memory(self) -> EncodedBatch:
-        buffer, lengths = self._packed()
-        return _unpack(buffer.pin_memory(), lengths)
+        buffer, shapes = self._packed()
+        return _unpack(buffer.pin_memory(), shapes)
 
 
-def _unpack(buffer: torch.Tensor, lengths: list[int]) -> EncodedBatch:
-    batch = EncodedBatch(torch.split(buffer, lengths) if lengths else [])
+def _unpack(buffer: torch.Tensor, shapes: list[tuple[int, ...]]) -> EncodedBatch:
+    parts = torch.split(buffer, [math.prod(shape) for shape in shapes]) if shapes else []
+    batch = EncodedBatch(part.view(shape) for part, shape in zip(parts, shapes, strict=True))
     batch.buffer = buffer
     return batch
 
 
+def _tensor(image: Image.Image) -> torch.Tensor:
+    """An RGB PIL image as a uint8 (3, H, W) tensor."""
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1).contiguous()
+
+
+def prepare(data: torch.Tensor) -> tuple[torch.Tensor, Plan]:
+    """What a worker makes of a file's bytes (1-D uint8), with its plan.
+
+    The header decides (``moco_core.image_files.open_header``, as in the PIL pipeline): a refused file gives an
+    empty tensor and why; a JPEG that torchvision decodes to PIL's pixels (grayscale or colour, no longer than
+    ``MAX_DECODE_SIDE``; EXIF orientation ignored by both) stays bytes, with its component count, for the device;
+    any other file is decoded here by ``decode_rgb``, the PIL pipeline's decoder (0), or gives why it did not.
+    """
+    try:
+        with open_header(io.BytesIO(data.numpy())) as img:
+            if img.format == "JPEG" and img.mode in ("L", "RGB") and max(img.size) <= image_files.MAX_DECODE_SIDE:
+                return data, len(img.getbands())
+            return _tensor(decode_rgb(img)), 0
+    except Exception as err:  # a corrupt file can fail in many ways; the training process reports it
+        return torch.empty(0, dtype=torch.uint8), reason(err)
+
+
 def collate_encoded(batch: list[tuple[torch.Tensor, int, int]]) -> Batch:
     """Files have different lengths: keep them as a list (one buffer when it crosses processes: EncodedBatch);
-    labels and indices become tensors. Also each JPEG's component count (0 for other files and unreadable headers),
-    read here in the worker: 4-component JPEGs (CMYK) go to the CPU decoder, and parsing 256 headers in the
-    training process would hold its interpreter."""
-    datas, labels, index = zip(*batch, strict=True)
-    return EncodedBatch(datas), torch.tensor(labels), torch.tensor(index), [_components(d) for d in datas]
+    labels and indices become tensors. Also each file's plan, made here in the worker by :func:`prepare` (reading
+    256 headers, and decoding the files that are not plain JPEGs, in the training process would hold its
+    interpreter)."""
+    files, labels, index = zip(*batch, strict=True)
+    datas, plans = zip(*(prepare(f) for f in files), strict=True)
+    return EncodedBatch(datas), torch.tensor(labels), torch.tensor(index), list(plans)
 
 
-def _components(data: torch.Tensor) -> int:
-    if not is_jpeg(data):
-        return 0
+def _decode_alone(data: torch.Tensor, components: int, device: torch.device) -> torch.Tensor | str:
+    """One JPEG: torchvision's decode, or, where it fails, PIL's on the CPU (a JPEG feature torchvision or nvJPEG
+    lacks, e.g. arithmetic coding), so that what the PIL pipeline takes, this one takes too; else why not."""
     try:
-        return jpeg_num_components(data)
-    except ValueError:
-        return 0
-
-
-def is_jpeg(data: torch.Tensor) -> bool:
-    return data.numel() >= 2 and (int(data[0]), int(data[1])) == _JPEG_MAGIC
-
-
-def _decode_one(data: torch.Tensor, device: torch.device) -> torch.Tensor | None:
-    try:
-        if is_jpeg(data):
-            return decode_jpegs([data], device)[0]
-        with quiet_torchvision_io():
-            return decode_image(data, mode=ImageReadMode.RGB).to(device, non_blocking=True)
-    except Exception:  # a corrupt file can fail in many ways; the caller reports it
-        return None
+        return decode_jpegs([data], device, [components])[0]
+    except Exception:  # a corrupt file can fail in many ways; PIL says why
+        try:
+            return _tensor(load_rgb(io.BytesIO(data.numpy()))).to(device, non_blocking=True)
+        except Exception as err:
+            return reason(err)
 
 
 def decode_batch(datas: list[torch.Tensor], device: torch.device,
-                 components: Sequence[int] | None = None) -> list[torch.Tensor | None]:
-    """RGB uint8 (3, H, W) images on ``device``, None where a file does not decode.
+                 plans: Sequence[Plan] | None = None) -> list[torch.Tensor | str]:
+    """RGB uint8 (3, H, W) images on ``device``; for a file refused or undecodable, why (a str).
 
-    JPEGs are decoded in one batched call (one nvJPEG call under CUDA; ``components``, as ``collate_encoded``
-    gives them, saves reading the headers again); if that call fails, each is retried alone so that one corrupt
-    file costs only itself.
+    ``plans``: each file's, as ``collate_encoded`` made them in the workers (made here from the bytes when not
+    given). JPEGs are decoded in one batched call (one nvJPEG call under CUDA); if that call fails, each is decoded
+    alone (:func:`_decode_alone`) so that one corrupt file costs only itself.
     """
-    images: list[torch.Tensor | None] = [None] * len(datas)
-    # With the workers' component counts, a JPEG whose header does not parse (0) goes to the lone decoder at once.
-    batched = [is_jpeg(d) for d in datas] if components is None else [count > 0 for count in components]
-    jpegs = [i for i, flag in enumerate(batched) if flag]
+    if plans is None:
+        prepared = [prepare(d) for d in datas]
+        datas, plans = [d for d, _ in prepared], [p for _, p in prepared]
+    images: list[torch.Tensor | str] = [""] * len(datas)
+    jpegs: list[int] = []  # positions of the JPEGs left to torchvision
+    counts: list[int] = []  # and their component counts
+    for i, (data, plan) in enumerate(zip(datas, plans, strict=True)):
+        if isinstance(plan, str):
+            images[i] = plan
+        elif plan == 0:  # decoded by PIL in the worker
+            images[i] = data.to(device, non_blocking=True)
+        else:
+            jpegs.append(i)
+            counts.append(plan)
     if jpegs:
-        counts = None if components is None else [components[i] for i in jpegs]
         try:
-            decoded: list[torch.Tensor | None] = list(decode_jpegs([datas[i] for i in jpegs], device, counts))
+            decoded: list[torch.Tensor | str] = list(decode_jpegs([datas[i] for i in jpegs], device, counts))
         except Exception:
-            decoded = [_decode_one(datas[i], device) for i in jpegs]
+            decoded = [_decode_alone(datas[i], count, device) for i, count in zip(jpegs, counts, strict=True)]
         for i, image in zip(jpegs, decoded, strict=True):
             images[i] = image
-    for i, flag in enumerate(batched):
-        if not flag:
-            images[i] = _decode_one(datas[i], device)
     return images
 
 
@@ -192,23 +220,24 @@ class DeviceAugmentLoader:
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
-    def _replace_undecodable(self, images: list[torch.Tensor | None], index: torch.Tensor) -> list[torch.Tensor]:
-        """Each file that did not decode is reported once and stands in as another image of its batch (the PIL
-        pipeline uses the next image of the dataset instead); a batch with no decodable image stops the run."""
-        bad = [i for i, image in enumerate(images) if image is None]
-        if not bad:
-            return images  # type: ignore[return-value]
+    def _replace_undecodable(self, images: list[torch.Tensor | str], index: torch.Tensor) -> list[torch.Tensor]:
+        """Each file that was refused or did not decode is reported once, with why, and stands in as another image
+        of its batch (the PIL pipeline uses the next image of the dataset instead); a batch with no decodable
+        image stops the run."""
+        good = [image for image in images if isinstance(image, torch.Tensor)]
+        if len(good) == len(images):
+            return good
         samples = getattr(getattr(self.loader, "dataset", None), "samples", None)
-        for i in bad:
-            name = samples[int(index[i])][0] if samples is not None else f"dataset item {int(index[i])}"
-            report_undecodable(name, "another image of its batch")
-        good = [image for image in images if image is not None]
+        for i, image in enumerate(images):
+            if isinstance(image, str):
+                name = samples[int(index[i])][0] if samples is not None else f"dataset item {int(index[i])}"
+                report_undecodable(name, "another image of its batch", image)
         if not good:
             raise DatasetError(f"no image of a batch of {len(images)} could be decoded (dataset items "
                                f"{index.tolist()[:5]}...); check the files (data.verify_images checks headers only)")
-        return [image if image is not None else good[i % len(good)] for i, image in enumerate(images)]
+        return [image if isinstance(image, torch.Tensor) else good[i % len(good)] for i, image in enumerate(images)]
 
-    def _augment(self, images: list[torch.Tensor | None], index: torch.Tensor,
+    def _augment(self, images: list[torch.Tensor | str], index: torch.Tensor,
                  generator: torch.Generator | None) -> Any:
         decoded = self._replace_undecodable(images, index)
         if self.views == 2:
@@ -225,8 +254,8 @@ class DeviceAugmentLoader:
         return self._inline(iter(self.loader))
 
     def _inline(self, batches: Iterator[Batch]) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
-        for datas, labels, index, components in batches:
-            yield self._augment(decode_batch(datas, self.device, components), index, None), labels, index
+        for datas, labels, index, plans in batches:
+            yield self._augment(decode_batch(datas, self.device, plans), index, None), labels, index
 
     def _ahead(self) -> Iterator[tuple[Any, torch.Tensor, torch.Tensor]]:
         """Decode and augment in two threads (each on its own CUDA stream under CUDA), ``prefetch`` ahead."""
@@ -239,29 +268,29 @@ class DeviceAugmentLoader:
             pipeline.close()
 
 
-def decode_apart(datas: list[torch.Tensor], device: torch.device, components: Sequence[int] | None,
-                 stream: Any) -> tuple[list[torch.Tensor | None], Any]:
+def decode_apart(datas: list[torch.Tensor], device: torch.device, plans: Sequence[Plan] | None,
+                 stream: Any) -> tuple[list[torch.Tensor | str], Any]:
     """``decode_batch`` on ``stream`` (a CUDA stream that runs nothing but decoding; None on the CPU), synchronised
     first so that nvJPEG's writes can overtake nothing (see the module docstring). Returns the images and an event
     recorded after them (None on the CPU); readers on other streams take them through :func:`hand_over`."""
     if stream is None:
-        return decode_batch(datas, device, components), None
+        return decode_batch(datas, device, plans), None
     with torch.cuda.stream(stream):
         stream.synchronize()
-        images = decode_batch(datas, device, components)
+        images = decode_batch(datas, device, plans)
         done = torch.cuda.Event()
         done.record(stream)
     return images, done
 
 
-def hand_over(tensors: Iterable[torch.Tensor | None], event: Any, reader: Any) -> None:
+def hand_over(tensors: Iterable[torch.Tensor | str], event: Any, reader: Any) -> None:
     """Let stream ``reader`` read ``tensors`` made on another stream: it waits for ``event``, and each tensor's
     block returns to its own stream's pool only after ``reader``'s work on it has run (nothing on the CPU)."""
     if reader is None:
         return
     reader.wait_event(event)
     for tensor in tensors:
-        if tensor is not None:
+        if isinstance(tensor, torch.Tensor):  # not the reason a file was refused
             tensor.record_stream(reader)
 
 
@@ -335,8 +364,8 @@ class _Pipeline:
         return event
 
     def _decode_one(self, batch: Batch, stream: Any) -> tuple[Any, ...]:
-        datas, labels, index, components = batch
-        images, decoded = decode_apart(datas, self.device, components, stream)
+        datas, labels, index, plans = batch
+        images, decoded = decode_apart(datas, self.device, plans, stream)
         return images, labels, index, decoded
 
     def _augment_one(self, item: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:

@@ -52,7 +52,9 @@ def quiet_torchvision_io() -> Iterator[None]:
 def _decode_rgb(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """``torchvision.io.decode_jpeg`` of a list, as RGB, on ``device`` (its deprecation warning silenced)."""
     with quiet_torchvision_io():
-        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
+        # EXIF orientation ignored, as by the official code's PIL loader and by the PIL pipeline (torchvision's
+        # default, said here because the two pipelines must agree on it)
+        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device, apply_exif_orientation=False))
 
 
 def decode_jpegs(datas: Sequence[torch.Tensor], device: torch.device | str = "cpu",

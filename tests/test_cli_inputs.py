@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from cli import app
 from moco_core.errors import MESSAGE_LIMIT
 from moco_core.terminal import is_printable
+from tests.moco_core import image_corpus as corpus
 from tests.test_flags import _options
 
 runner = CliRunner()
@@ -368,3 +369,115 @@ def test_a_run_never_writes_over_a_config_yaml_or_run_json_it_did_not_write(shap
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "holds a run.json that no moco run wrote" in result.output, result.output
     assert (tmp_path / "run.json").read_text() == '{"my": "notes"}'
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Odd images through both data pipelines (issue 32): a 16-bit PNG ended the tensor pipeline in a traceback, and a
+# PNG bomb was decoded in full when data.verify_images was false.
+
+# What PIL writes, format by format, of the modes it has; and the PNGs it does not write, by hand.
+WRITABLE = [(mode, fmt) for fmt in corpus.FORMATS for mode in corpus.MODES
+            if corpus.saved(corpus.picture(4, 3), mode, fmt) is not None]
+HAND_PNGS = {"gray16": (1, 0), "gray_alpha16": (2, 4), "rgb16": (3, 2), "rgba16": (4, 6)}
+LIMIT = 700  # Image.MAX_IMAGE_PIXELS in the property test: images over 1400 pixels are bombs
+
+
+@st.composite
+def odd_files(draw: st.DrawFn) -> tuple[str, bytes, int | None]:
+    """An image of a drawn mode, bit depth, size and format, saved with drawn options, maybe cut or with a byte
+    changed; with the name it is saved under and its number of pixels if it is whole (None if not)."""
+    width, height = draw(st.integers(1, 48)), draw(st.integers(1, 48))
+    img = corpus.picture(width, height, seed=draw(st.integers(0, 3)))
+    if draw(st.integers(0, 4)) == 0:
+        kind = draw(st.sampled_from(sorted(HAND_PNGS)))
+        channels, colour_type = HAND_PNGS[kind]
+        name, data = f"{kind}.png", corpus.wide_png(width, height, channels, colour_type, seed=width)
+    else:
+        mode, fmt = draw(st.sampled_from(WRITABLE))
+        options: dict[str, object] = {
+            "JPEG": {"quality": draw(st.integers(1, 100)), "progressive": draw(st.booleans()),
+                     "subsampling": draw(st.integers(0, 2))},
+            "WEBP": {"lossless": draw(st.booleans()), "quality": draw(st.integers(0, 100))},
+            "TIFF": {"compression": draw(st.sampled_from(["raw", "tiff_lzw", "tiff_deflate", "packbits"]))},
+            "PNG": {"compress_level": draw(st.integers(0, 9))},
+        }.get(fmt, {})
+        saved = corpus.saved(img, mode, fmt, **options)
+        assert saved is not None
+        name, data = f"{fmt.lower()}-{mode.replace(';', '_')}{corpus.FORMATS[fmt]}", saved
+    damage = draw(st.sampled_from(["none", "none", "cut", "byte"]))
+    if damage == "cut":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif damage == "byte":
+        at = draw(st.integers(0, len(data) - 1))
+        data = data[:at] + bytes([(data[at] + draw(st.integers(1, 255))) % 256]) + data[at + 1:]
+    return name, data, width * height if damage == "none" else None
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(file=odd_files())
+def test_both_pipelines_make_the_same_decision_on_any_image(file: tuple[str, bytes, int | None],
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Any generated image file: both pipelines refuse it, or both decode it to the same pixels; the header check
+    refuses nothing that decodes; a whole file is taken unless over the pixel limit, which all three refuse."""
+    import warnings
+
+    from PIL import Image
+
+    name, data, pixels = file
+    path = tmp_path_factory.getbasetemp() / "odd_files" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    with pytest.MonkeyPatch.context() as monkeypatch, warnings.catch_warnings():
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", LIMIT)
+        warnings.simplefilter("ignore")  # PIL's DecompressionBombWarning between the limit and twice it
+        pil, tensor, by_torchvision, header = corpus.answers(path)
+    corpus.assert_agree(name, pil, tensor, by_torchvision)
+    taken = not isinstance(pil, corpus.Refused)
+    assert header is None or not taken, (name, header)
+    if pixels is not None:
+        bomb = pixels > 2 * LIMIT
+        assert taken != bomb, (name, pil)
+        if bomb:
+            assert isinstance(tensor, corpus.Refused) and "exceeds limit" in tensor.reason, (name, tensor)
+            assert header is not None and "exceeds limit" in header, (name, header)
+
+
+@pytest.mark.parametrize("verify", ["false", "true"])
+def test_pretraining_on_the_tensor_pipeline_survives_a_16_bit_png_and_a_bomb(verify: str, tmp_path: Path,
+                                                                           shapes_root: Path) -> None:
+    """The issue's run, for real: 13 images of the embedded set, a 16-bit gray and a 16-bit colour PNG, and the
+    388 KB PNG of 20000 x 20000 pixels. The run ends in a checkpoint; stderr holds one line, the bomb's: refused
+    at start-up (verify_images true) or where its batch is decoded (false); its peak memory stays under 2 GiB (the
+    bomb alone decodes to 1.2 GB), under an address-space cap that stops a runaway long before the machine's."""
+    import resource
+    import shutil
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for image in sorted((shapes_root / "train").rglob("*.png"))[:13]:
+        shutil.copy(image, data / image.name)
+    (data / "deep-gray.png").write_bytes(corpus.wide_png(48, 40, 1, 0, seed=1))
+    (data / "deep-rgb.png").write_bytes(corpus.wide_png(48, 40, 3, 2, seed=2))
+    (data / "bomb.png").write_bytes(corpus.bomb_png())
+    args = [sys.executable, "-m", "cli", "pretrain", "-c", "embedded", "--data", str(data), "--output-dir",
+            str(tmp_path / "run"), *SMALL, "--set", "data.pipeline=tensor", "--set", f"data.verify_images={verify}",
+            "--device", "cpu"]  # a CUDA context reserves more address space than the cap below
+
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (5 * 2**30 if hard == resource.RLIM_INFINITY else min(5 * 2**30, hard),
+                                                hard))
+
+    root = Path(__file__).resolve().parents[1]
+    with open(tmp_path / "stderr", "w") as stderr:
+        process = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=cap,
+                                   env={**os.environ, "PYTHONPATH": str(root)})
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak memory, not the largest child's
+    lines = (tmp_path / "stderr").read_text().splitlines()
+    assert os.waitstatus_to_exitcode(status) == 0 and (tmp_path / "run" / "checkpoint_last.pth.tar").is_file(), lines
+    assert len(lines) == 1 and "bomb.png (DecompressionBombError: Image size (400000000 pixels) exceeds limit" in (
+        lines[0]), lines
+    assert lines[0].startswith("cannot decode " if verify == "false" else "warning: skipped 1 unreadable image")
+    assert usage.ru_maxrss * 1024 < 2 * 2**30

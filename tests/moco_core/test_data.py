@@ -307,9 +307,9 @@ def test_names_with_spaces_and_unicode(tmp_path: Path) -> None:
 
 def test_huge_jpegs_are_decoded_at_reduced_scale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Memory stays bounded: a JPEG beyond MAX_DECODE_SIDE is decoded by DCT scaling, not at full size."""
-    from moco_core import data
+    from moco_core import image_files
 
-    monkeypatch.setattr(data, "MAX_DECODE_SIDE", 64)  # a 'huge' image of 512 x 300 px, to keep the test small
+    monkeypatch.setattr(image_files, "MAX_DECODE_SIDE", 64)  # a 'huge' image of 512 x 300 px, to keep the test small
     path = tmp_path / "big.jpg"
     Image.new("RGB", (512, 300), (200, 30, 60)).save(path, quality=90)
     img = data.load_rgb(path)

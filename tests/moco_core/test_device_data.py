@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint
 from moco_core.config import AugmentConfig, ConfigError, replace
-from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_batch, is_jpeg
+from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_batch
 from moco_core.train import pretrain
 
 
@@ -29,7 +29,6 @@ def test_decode_batch_mixes_jpeg_png_gray_and_alpha() -> None:
     rgb = Image.fromarray(smooth, "RGB")
     datas = [_encoded(rgb, "JPEG"), _encoded(rgb, "PNG"), _encoded(rgb.convert("L"), "PNG"),
              _encoded(rgb.convert("RGBA"), "PNG"), _encoded(rgb.convert("L"), "JPEG")]
-    assert [is_jpeg(d) for d in datas] == [True, False, False, False, True]
     images = decode_batch(datas, torch.device("cpu"))
     assert all(im.shape == (3, 20, 30) and im.dtype == torch.uint8 for im in images)
     expected = torch.from_numpy(smooth).permute(2, 0, 1)
@@ -97,6 +96,9 @@ def test_undecodable_files_are_reported_once_and_replaced(tmp_path: Path, shapes
     assert q.shape == (5, 3, 16, 16) and torch.isfinite(q).all()
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 3 and all(f"{tmp_path}" in m and "using another image" in m for m in warned)
+    reasons = {name: next(m for m in warned if name in m) for name in bad}  # each with why, in PIL's words
+    assert "(empty file)" in reasons["empty.png"] and "(cannot identify image)" in reasons["notes.png"]
+    assert "truncated" in reasons["truncated.jpg"]
 
     only_bad = DataLoader(EncodedImages(samples[1:4]), batch_size=3, collate_fn=collate_encoded)
     from moco_core.data import DatasetError
@@ -258,8 +260,9 @@ def test_100_steps_on_cuda_from_jpegs_keep_a_finite_loss(tmp_path: Path, make_co
 
 
 def test_a_batch_crosses_processes_as_one_buffer() -> None:
-    """EncodedBatch pickles as one buffer and comes back as views into it, byte for byte; the component counts
-    the workers read are 3 for RGB JPEGs, 1 for grayscale, 4 for CMYK and 0 for anything else."""
+    """EncodedBatch pickles as one buffer and comes back as views into it, byte for byte and in shape; the plans
+    the workers make are the component count of the JPEGs left to torchvision (3 for RGB, 1 for grayscale), 0 for
+    a file they decoded with PIL (a CMYK JPEG, a PNG: its image travels), and why a file was refused."""
     import pickle
 
     from moco_core.device_data import EncodedBatch
@@ -268,9 +271,12 @@ def test_a_batch_crosses_processes_as_one_buffer() -> None:
     items = [(_encoded(rgb, "JPEG"), 0, 0), (_encoded(rgb.convert("L"), "JPEG"), 1, 1),
              (_encoded(rgb.convert("CMYK"), "JPEG"), 0, 2), (_encoded(rgb, "PNG"), 1, 3),
              (torch.tensor([0xFF, 0xD8, 1, 2], dtype=torch.uint8), 0, 4)]
-    datas, labels, index, components = collate_encoded(items)
-    assert components == [3, 1, 4, 0, 0] and labels.tolist() == [0, 1, 0, 1, 0] and index.tolist() == list(range(5))
+    datas, labels, index, plans = collate_encoded(items)
+    assert plans[:4] == [3, 1, 0, 0] and labels.tolist() == [0, 1, 0, 1, 0] and index.tolist() == list(range(5))
+    assert plans[4] == "cannot identify image" and datas[4].numel() == 0
+    assert torch.equal(datas[0], items[0][0]) and datas[2].shape == datas[3].shape == (3, 20, 30)
+    assert torch.equal(datas[3], torch.from_numpy(np.array(rgb)).permute(2, 0, 1))  # the PNG, decoded
     back = pickle.loads(pickle.dumps(datas))
     assert isinstance(back, EncodedBatch) and len(back) == 5
-    assert all(torch.equal(a, b) for a, b in zip(datas, back, strict=True))
+    assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(datas, back, strict=True))
     assert len({t.untyped_storage().data_ptr() for t in back}) == 1  # one buffer, five views
