@@ -8,5 +8,6 @@ self-contained report.html (plots as data URIs). Modules, in the order data flow
 * ``summary``: grouping trials by setting and pretraining; mean, sample std, n; differences to supervised.
 * ``published``: the paper's and the official repository's numbers (published.csv) and when they match a setting.
 * ``tables``: the tables as plain data; ``report``: building a report and the tidy CSV rows.
-* ``render``: Markdown, CSV, LaTeX, HTML with escaping; ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
+* ``render``: Markdown, CSV, LaTeX, HTML with escaping (``safe_text``: control characters, CSV formulas);
+  ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
 
+from reports.safe_text import printable  # noqa: E402
 from reports.tables import METRIC_HEADERS, AblationData, fmt_sweep  # noqa: E402
 
 FAILED_COLOR = "#c62828"
@@ -40,13 +42,15 @@ class Curves:
 
 
 def plain(text: str) -> str:
-    """Text for matplotlib: "$" would start mathtext, so it is escaped."""
-    return text.replace("$", r"\$")
+    """Text for matplotlib: control characters shown escaped; "$" would start mathtext, so it is escaped."""
+    return printable(text, newlines=False).replace("$", r"\$")
 
 
 def to_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
+    with warnings.catch_warnings():  # a name from a record in a script the font lacks: drawn as a box, no warning
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
 
 
