@@ -133,9 +133,10 @@ def _steps_per_epoch(lines: list[dict]) -> float | None:
 
 
 def curves_png(label: str, curves: Curves, *, supervised: bool = False,
-               linear: tuple[tuple[int, float], ...] = ()) -> bytes:
+               linear: tuple[tuple[int, float], ...] = (), linear_label: str = "linear") -> bytes:
     """Loss, training accuracy (instance discrimination; class accuracy for a supervised run), and top-1: the kNN
-    monitor's, and the linear protocol's on the checkpoints evaluated (``linear``: (epochs, top-1) pairs)."""
+    monitor's, and the linear evaluations' on the checkpoints evaluated (``linear``: (epochs, top-1) pairs, named
+    in the legend by ``linear_label``: what they ran)."""
     fig = Figure(figsize=(11.0, 3.2), layout="constrained")
     last = max((x for points in (curves.loss, curves.knn, linear) for x, _ in points), default=1.0)
     accuracy = "training class accuracy (%)" if supervised else "instance accuracy (%)"
@@ -148,7 +149,7 @@ def curves_png(label: str, curves: Curves, *, supervised: bool = False,
                     markersize=3, label="kNN monitor" if i == 2 else None)
         if i == 2 and linear:
             ax.plot([x for x, _ in linear], [y for _, y in linear], marker="s", markersize=4, linestyle="--",
-                    label="linear protocol")
+                    label=plain(linear_label))
             ax.legend(fontsize=8)
         elif not points:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")

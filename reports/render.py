@@ -232,7 +232,8 @@ def to_html(report: Report) -> str:
             if curves.empty:
                 continue
             note = f" ({curves.unreadable} unreadable lines skipped)" if curves.unreadable else ""
-            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear)
+            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear,
+                                   linear_label=curve.linear_label)
             out.append(figure(png, f"{curve.label}: {curve.path}{note}"))
         out.append("</section>")
     if report.skipped:

@@ -5,6 +5,9 @@
 * VOC detection: AP50, AP, AP75 with the difference to the supervised row; per-class AP50 when records carry it.
 * COCO: box and mask AP, AP50, AP75 per detector model and schedule, with the difference to the supervised row.
 * Ablations: accuracy against the queue size K or the momentum m, per mechanism; failed runs marked.
+
+Titles name what ran (``reports.protocols``); the linear and kNN tables give chance level, and a table without a
+random-init row says how to add one.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
+from reports.pretraining import method_name, short_arch
+from reports.protocols import chance_note, random_init_hint, setting_subtitle, setting_title
 from reports.published import PublishedRow, matching, matching_momentum
-from reports.records import TASK_METRICS, method_name, short_arch
+from reports.records import TASK_METRICS
 from reports.summary import Entry, Setting, Stat, delta, margins_over_random, supervised_reference
 
 MISSING = "–"
@@ -150,34 +155,6 @@ def source_note(row: PublishedRow) -> str:
     return f"source: {row.source}" + (" (secondary: re-typed copy of the paper)" if row.secondary else "")
 
 
-# --------------------------------------------------------------------------------------------------------- titles
-
-
-def setting_title(s: Setting) -> str:
-    if s.task == "linear":
-        if s.protocol == "linear":
-            head = "Linear classification (the paper's protocol)"
-        elif s.protocol == "linear-cached":
-            head = "Linear classification on cached features (NOT the paper's protocol)"
-        else:
-            head = f"Linear classification (protocol {s.protocol})"
-    elif s.task == "knn":
-        head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
-    elif s.task == "voc":
-        parts = [s.model, f"{s.schedule} schedule" if s.schedule else None, s.engine]
-        head = f"VOC detection ({', '.join(p for p in parts if p)})"
-    else:
-        head = f"COCO detection and instance segmentation ({s.model}, {s.schedule} schedule, {s.engine})"
-    return f"{head}: {s.dataset}"
-
-
-def setting_subtitle(s: Setting) -> str:
-    text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
-    if s.protocol == "linear-cached":
-        text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
-    return text
-
-
 # ----------------------------------------------------------------------------------------------------- main tables
 
 
@@ -222,6 +199,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                         "secondary" if row.secondary else "published"))
     if setting.task in DELTA_TASKS:
         notes.append(ref_note)
+    notes += [n for n in (chance_note(setting),) if n]
+    if not any(e.pretraining.kind == "random" for e in entries):
+        notes.append(random_init_hint(setting, {e.pretraining.arch for e in entries}))
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
@@ -265,7 +245,7 @@ def _drop_empty_note(table: Table) -> Table:
 def mechanism_label(entry: Entry) -> str:
     p = entry.pretraining
     assert entry.sweep is not None
-    details = ", ".join(x for x in (short_arch(p.arch), f"{p.epochs} ep" if p.epochs is not None else "", p.data) if x)
+    details = ", ".join(x for x in (short_arch(p.arch), p.epochs_text, p.data) if x)
     return f"{method_name(entry.sweep.method)} ({details})"
 
 
