@@ -1,7 +1,8 @@
 """PNG plots for the HTML report (matplotlib, Agg backend, no pyplot state): ablations and pretraining curves.
 
-* K against accuracy (log x) and m against accuracy (m values evenly spaced), one line per mechanism, with the
-  sample standard deviation as error bars; failed runs are a red cross on the x axis, labelled "failed".
+* K against accuracy (log x) and m against accuracy (m values evenly spaced), one line per mechanism (and recipe),
+  each point the mean of its trials with their sample standard deviation as error bars; failed runs are a red
+  cross on the x axis, labelled "failed".
 * Pretraining curves from a run's ``metrics.jsonl``: loss and instance-discrimination accuracy of the logged
   steps, and the kNN monitor's top-1 with the linear protocol's top-1 of the evaluated checkpoints (moco eval
   snapshots), against epochs (steps converted with the steps per epoch the file shows).
@@ -55,7 +56,12 @@ def to_png(fig: Figure) -> bytes:
 
 
 def ablation_png(data: AblationData) -> bytes:
-    """Accuracy against K (log scale) or m (evenly spaced values); failed runs marked on the x axis."""
+    return to_png(ablation_figure(data))
+
+
+def ablation_figure(data: AblationData) -> Figure:
+    """Accuracy against K (log scale) or m (evenly spaced values), mean ± std of each point's trials; failed runs
+    marked on the x axis."""
     fig = Figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     values = sorted({p.value for points in data.series.values() for p in points})
@@ -83,12 +89,13 @@ def ablation_png(data: AblationData) -> bytes:
     else:
         ax.set_xticks(range(len(values)), [fmt_sweep(v) for v in values])
         ax.set_xlabel("momentum m")
-    ax.set_ylabel(f"{METRIC_HEADERS.get(data.metric, data.metric)} (%)")
+    trials = any(p.n > 1 for points in data.series.values() for p in points)
+    ax.set_ylabel(f"{METRIC_HEADERS.get(data.metric, data.metric)} (%)" + (", mean ± std of trials" if trials else ""))
     ax.set_title(plain(data.title), fontsize=9)
     ax.grid(alpha=0.3)
     if data.series:
         ax.legend(fontsize=8)
-    return to_png(fig)
+    return fig
 
 
 def read_curves(path: Path) -> Curves:

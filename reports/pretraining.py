@@ -1,4 +1,4 @@
-"""Pretrainings: where a backbone's weights came from, how a row names them, and the digest that tells trials of
+"""Pretrainings: where a backbone's weights came from, how a row names them, and the digests that tell trials of
 one recipe (other seeds) from other recipes.
 
 Our pretrainings are labelled by the epochs they completed, against the epochs their config planned: a run stopped
@@ -135,3 +135,19 @@ def recipe_digest(config: dict[str, Any]) -> str:
             kept[section].pop(key, None)
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
+
+# The config field a sweep changes (sweeps.sweep.point_config): for end2end the dictionary is the batch.
+def swept_field(param: str, method: str) -> tuple[str, str]:
+    if param == "momentum":
+        return "model", "momentum"
+    return ("optim", "batch_size") if method == "end2end" else ("model", "queue_size")
+
+
+def series_digest(config: dict[str, Any], param: str, method: str) -> str | None:
+    """The recipe of a sweep's curve: the pretraining's config less its swept field (and less RECIPE_IGNORES)."""
+    if not config:
+        return None
+    section, key = swept_field(param, method)
+    values = config.get(section)
+    kept = {**config, section: {k: v for k, v in values.items() if k != key}} if isinstance(values, dict) else config
+    return recipe_digest(kept)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, recipe_digest
+from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, recipe_digest, series_digest
 from reports.protocols import eval_length
 
 SCHEMA = "moco.result"
@@ -63,6 +63,9 @@ class Sweep:
     param: str  # "queue_size" or "momentum"
     value: float
     method: str
+    # The pretraining's recipe less the swept field: the points of one curve share it, and trials of a point
+    # share it and the value (their seeds differ). None where the record carries no pretraining config.
+    series: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def parse_record(data: Any, shown: str) -> Record:
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
         dataset_path=dataset_path, pretraining=pretraining, metrics=metrics,
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
-        sweep=_sweep(data.get("sweep")),
+        sweep=_sweep(data.get("sweep"), _pretrain_config(backbone)),
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
         classes=_count(dataset.get("classes")),
     )
@@ -297,7 +300,7 @@ def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:
     return recipe_digest({**config, "dataset_version": data_version} if isinstance(data_version, str) else config)
 
 
-def _sweep(raw: Any) -> Sweep | None:
+def _sweep(raw: Any, config: dict[str, Any]) -> Sweep | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -311,4 +314,4 @@ def _sweep(raw: Any) -> Sweep | None:
     method = raw.get("method")
     if not isinstance(method, str) or not method:
         raise RecordError("field 'sweep.method' is not a non-empty string")
-    return Sweep(param=param, value=value, method=method)
+    return Sweep(param=param, value=value, method=method, series=series_digest(config, param, method))

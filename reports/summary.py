@@ -4,8 +4,8 @@ A *setting* is what was evaluated where and for how long: task, protocol, evalua
 classes), the epochs or iterations trained and, for detection, the engine, detector model and schedule. Within a
 setting, records of the same pretraining (method, arch, pretraining data, epochs, checkpoint SHA-256 or recipe)
 are trials of one row. Records carrying ``sweep`` are ablation runs: they are grouped by (mechanism, arch,
-pretraining data, epochs, swept value) instead, since each trial may be a new checkpoint, and appear only in the
-ablation tables. Failed records are counted and their reasons
+pretraining data, epochs, the recipe less the swept field, swept value) instead, since each trial is a new
+checkpoint of another seed, and appear only in the ablation tables. Failed records are counted and their reasons
 kept, but their numbers never enter a mean.
 """
 
@@ -104,7 +104,8 @@ def pretraining_identity(p: Pretraining) -> tuple[Any, ...]:
 
 
 def mechanism_identity(p: Pretraining, sweep: Sweep) -> tuple[Any, ...]:
-    return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs, p.partial_steps)
+    """One curve of an ablation: its points differ in the swept value, its trials of a point in their seeds."""
+    return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs, p.partial_steps, sweep.series)
 
 
 def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
@@ -157,7 +158,7 @@ def ablation_sort_key(entry: Entry) -> tuple[Any, ...]:
     assert sweep is not None
     p = entry.pretraining
     return (SWEEP_PARAMS.index(sweep.param), entry.setting.sort_key(), method_rank(sweep.method), p.arch,
-            p.data or "", p.epochs or 0, p.partial_steps, sweep.value)
+            p.data or "", p.epochs or 0, p.partial_steps, sweep.series or "", sweep.value)
 
 
 def supervised_reference(entries: list[Entry]) -> tuple[Entry | None, str]:
