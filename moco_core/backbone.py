@@ -31,7 +31,9 @@ class BackboneInfo:
     format: str  # "moco-suite", "official-moco", "torchvision", "random"
     arch: str
     sha256: str | None  # of the file, so results trace to the exact weights
-    pretrain: dict[str, Any]  # method, epochs, config of our checkpoints; what is known otherwise
+    # method, epochs (completed: the checkpoint's "epoch"), partial_epoch_steps, config of our checkpoints; what
+    # is known otherwise
+    pretrain: dict[str, Any]
 
 
 def file_sha256(path: Path) -> str:
@@ -64,6 +66,13 @@ def _describe(obj: dict[str, Any]) -> str:
     return f"a dict with keys {', '.join(map(str, keys))}{'...' if len(obj) > 4 else ''}{hint}"
 
 
+def partial_epoch_steps(obj: dict[str, Any]) -> int:
+    """Steps a mid-epoch checkpoint trained into the epoch after its ``epoch`` completed ones (its sampler
+    position; 0 at an epoch's end): a run stopped in its third epoch holds epoch 2 and these steps."""
+    position = obj.get("sampler", {}).get("position") if isinstance(obj.get("sampler"), dict) else None
+    return position if isinstance(position, int) and not isinstance(position, bool) and position > 0 else 0
+
+
 def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
     """(backbone state_dict without fc, format, pretraining facts) from a checkpoint file of any known format.
 
@@ -86,16 +95,17 @@ def _read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict
         backbone = {k[len(QUERY_PREFIX):]: v for k, v in state.items()
                     if k.startswith(QUERY_PREFIX) and not k.startswith(QUERY_PREFIX + "fc.")}
         config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
-        facts = {"method": obj.get("method", "moco"), "epochs": obj.get("epoch"), "arch": obj.get("arch"),
-                 "config": config, "code_version": obj.get("code_version")}
+        facts = {"method": obj.get("method", "moco"), "epochs": obj.get("epoch"),
+                 "partial_epoch_steps": partial_epoch_steps(obj), "arch": obj.get("arch"), "config": config,
+                 "code_version": obj.get("code_version")}
         return backbone, fmt, facts
     if isinstance(state, dict) and "conv1.weight" in state and "layer1.0.conv1.weight" in state:
         # our supervised baseline (or any wrapper around a torchvision ResNet state_dict)
         backbone = {k: v for k, v in state.items() if not k.startswith("fc.")}
         config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
         return backbone, "torchvision", {"method": obj.get("method", "supervised"), "epochs": obj.get("epoch"),
-                                         "arch": obj.get("arch"), "config": config,
-                                         "code_version": obj.get("code_version")}
+                                         "partial_epoch_steps": partial_epoch_steps(obj), "arch": obj.get("arch"),
+                                         "config": config, "code_version": obj.get("code_version")}
     if isinstance(state, dict) and any(k.startswith("module.") for k in state):
         raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* keys; not a MoCo "
                                          f"pretraining checkpoint")

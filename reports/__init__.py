@@ -4,9 +4,11 @@
 ``*.result.json`` below the directories and writes report.md, report.csv (long form), report.tex (booktabs) and a
 self-contained report.html (plots as data URIs). Modules, in the order data flows:
 
-* ``records``: finding and validating records; unusable files are listed with the reason.
+* ``records``: finding and validating records; unusable files are listed with the reason. ``pretraining``:
+  where weights came from and their labels; ``protocols``: what an evaluation ran, and the titles saying so.
 * ``summary``: grouping trials by setting and pretraining; mean, sample std, n; differences to supervised.
 * ``published``: the paper's and the official repository's numbers (published.csv) and when they match a setting.
 * ``tables``: the tables as plain data; ``report``: building a report and the tidy CSV rows.
-* ``render``: Markdown, CSV, LaTeX, HTML with escaping; ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
+* ``render``: Markdown, CSV, LaTeX, HTML with escaping (``safe_text``: control characters, CSV formulas);
+  ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
 """

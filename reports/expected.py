@@ -4,7 +4,7 @@ flags a run outside them: a quick answer to "is my install working?".
 A row of ``expected.csv`` applies to a row of our tables when the setting is the same (task, protocol, evaluation
 data, detector model and schedule) and so are the backbone (random init, or our MoCo or supervised pretraining of
 that arch) and both recipes: the pretraining's config and the evaluation's, each less its ``run`` section, seeds
-and paths (:func:`reports.records.recipe_digest`), with the version of generated data the record names (the
+and paths (:func:`reports.pretraining.recipe_digest`), with the version of generated data the record names (the
 embedded shapes' for linear and kNN, the scenes' for detection). Any change to a preset changes its recipe, and
 the row no longer applies: expected values are only claimed for the exact commands that measured them
 (``benchmarks/expected_ranges.py`` writes the file from a ``moco demo --trials N`` directory).

@@ -1,7 +1,8 @@
 """PNG plots for the HTML report (matplotlib, Agg backend, no pyplot state): ablations and pretraining curves.
 
-* K against accuracy (log x) and m against accuracy (m values evenly spaced), one line per mechanism, with the
-  sample standard deviation as error bars; failed runs are a red cross on the x axis, labelled "failed".
+* K against accuracy (log x) and m against accuracy (m values evenly spaced), one line per mechanism (and recipe),
+  each point the mean of its trials with their sample standard deviation as error bars; failed runs are a red
+  cross on the x axis, labelled "failed".
 * Pretraining curves from a run's ``metrics.jsonl``: loss and instance-discrimination accuracy of the logged
   steps, and the kNN monitor's top-1 with the linear protocol's top-1 of the evaluated checkpoints (moco eval
   snapshots), against epochs (steps converted with the steps per epoch the file shows).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,7 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
 
+from reports.safe_text import printable  # noqa: E402
 from reports.tables import METRIC_HEADERS, AblationData, fmt_sweep  # noqa: E402
 
 FAILED_COLOR = "#c62828"
@@ -40,18 +43,25 @@ class Curves:
 
 
 def plain(text: str) -> str:
-    """Text for matplotlib: "$" would start mathtext, so it is escaped."""
-    return text.replace("$", r"\$")
+    """Text for matplotlib: control characters shown escaped; "$" would start mathtext, so it is escaped."""
+    return printable(text, newlines=False).replace("$", r"\$")
 
 
 def to_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
+    with warnings.catch_warnings():  # a name from a record in a script the font lacks: drawn as a box, no warning
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
 
 
 def ablation_png(data: AblationData) -> bytes:
-    """Accuracy against K (log scale) or m (evenly spaced values); failed runs marked on the x axis."""
+    return to_png(ablation_figure(data))
+
+
+def ablation_figure(data: AblationData) -> Figure:
+    """Accuracy against K (log scale) or m (evenly spaced values), mean ± std of each point's trials; failed runs
+    marked on the x axis."""
     fig = Figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     values = sorted({p.value for points in data.series.values() for p in points})
@@ -79,12 +89,13 @@ def ablation_png(data: AblationData) -> bytes:
     else:
         ax.set_xticks(range(len(values)), [fmt_sweep(v) for v in values])
         ax.set_xlabel("momentum m")
-    ax.set_ylabel(f"{METRIC_HEADERS.get(data.metric, data.metric)} (%)")
+    trials = any(p.n > 1 for points in data.series.values() for p in points)
+    ax.set_ylabel(f"{METRIC_HEADERS.get(data.metric, data.metric)} (%)" + (", mean ± std of trials" if trials else ""))
     ax.set_title(plain(data.title), fontsize=9)
     ax.grid(alpha=0.3)
     if data.series:
         ax.legend(fontsize=8)
-    return to_png(fig)
+    return fig
 
 
 def read_curves(path: Path) -> Curves:
@@ -129,9 +140,10 @@ def _steps_per_epoch(lines: list[dict]) -> float | None:
 
 
 def curves_png(label: str, curves: Curves, *, supervised: bool = False,
-               linear: tuple[tuple[int, float], ...] = ()) -> bytes:
+               linear: tuple[tuple[int, float], ...] = (), linear_label: str = "linear") -> bytes:
     """Loss, training accuracy (instance discrimination; class accuracy for a supervised run), and top-1: the kNN
-    monitor's, and the linear protocol's on the checkpoints evaluated (``linear``: (epochs, top-1) pairs)."""
+    monitor's, and the linear evaluations' on the checkpoints evaluated (``linear``: (epochs, top-1) pairs, named
+    in the legend by ``linear_label``: what they ran)."""
     fig = Figure(figsize=(11.0, 3.2), layout="constrained")
     last = max((x for points in (curves.loss, curves.knn, linear) for x, _ in points), default=1.0)
     accuracy = "training class accuracy (%)" if supervised else "instance accuracy (%)"
@@ -144,7 +156,7 @@ def curves_png(label: str, curves: Curves, *, supervised: bool = False,
                     markersize=3, label="kNN monitor" if i == 2 else None)
         if i == 2 and linear:
             ax.plot([x for x, _ in linear], [y for _, y in linear], marker="s", markersize=4, linestyle="--",
-                    label="linear protocol")
+                    label=plain(linear_label))
             ax.legend(fontsize=8)
         elif not points:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")

@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports.records import short_arch
+from reports.pretraining import short_arch
+from reports.protocols import runs_preset_length
 from reports.summary import Setting
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
@@ -101,7 +102,10 @@ def _named(setting: Setting, *words: str) -> bool:
 
 
 def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
-    """The published rows to show in the main table of ``setting`` (whose rows have these archs)."""
+    """The published rows to show in the main table of ``setting`` (whose rows have these archs): none beside a
+    protocol shortened or lengthened from the paper's."""
+    if not runs_preset_length(setting):
+        return []
     if setting.task == "linear":
         if setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
             return []
@@ -118,7 +122,8 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
 
 def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
     """The published momentum-ablation rows to show in our momentum ablation table of ``setting``."""
-    if setting.task != "linear" or setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
+    if setting.task != "linear" or setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc") \
+            or not runs_preset_length(setting):
         return []
     shorts = {short_arch(a) for a in archs}
     return [r for r in rows if r.task == TASKS["linear"] and r.momentum is not None

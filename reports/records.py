@@ -17,13 +17,15 @@ holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, recipe_digest, series_digest
+from reports.protocols import eval_length
 
 SCHEMA = "moco.result"
 VERSION = 1
@@ -42,13 +44,6 @@ SWEEP_PARAMS = ("queue_size", "momentum")
 ENGINES = ("detectron2", "torchvision")
 DEFAULT_VOC_MODEL = "R50-C4"
 
-# Pretraining kinds, in the order rows appear in a table (the paper's: random init, supervised, then ours).
-KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "unknown")
-METHOD_NAMES = {"moco": "MoCo", "end2end": "end-to-end", "memory-bank": "memory bank", "supervised": "supervised"}
-METHOD_ORDER = ("moco", "end2end", "memory-bank")
-_ABSENT_METHODS = (None, "", "unknown")
-
-
 class RecordError(ValueError):
     """Why one record cannot be used (becomes a :class:`Skipped`)."""
 
@@ -62,57 +57,15 @@ class Skipped:
 
 
 @dataclass(frozen=True)
-class Pretraining:
-    """Where a backbone's weights came from: the identity trials are grouped by, and a readable label."""
-
-    kind: str  # one of KIND_ORDER
-    method: str | None
-    arch: str
-    data: str | None  # readable name of the pretraining data ("embedded", "imagenet", ...)
-    data_path: str | None
-    epochs: int | None
-    sha256: str | None
-    source: str
-    format: str
-    recipe: str | None = None  # our pretrainings: the config that made them, less its run section (seed, paths)
-
-    @property
-    def short_hash(self) -> str:
-        return (self.sha256 or "")[:6]
-
-    @property
-    def is_supervised(self) -> bool:
-        return self.kind in ("supervised", "torchvision")
-
-    @property
-    def label(self) -> str:
-        """E.g. "MoCo (R18, 15 ep, embedded) a1b2c3", "supervised (torchvision weights, R50) 0f1e2d", "random init
-        (R18)"."""
-        arch = short_arch(self.arch)
-        if self.kind == "random":
-            return f"random init ({arch})"
-        if self.kind == "torchvision":
-            return _with_hash(f"supervised (torchvision weights, {arch})", self.short_hash)
-        details = ", ".join(p for p in (arch, _epochs(self.epochs), self.data) if p)
-        if self.kind == "official":
-            name = method_name(self.method) if self.method not in _ABSENT_METHODS else "MoCo"
-            return _with_hash(f"{name} (official checkpoint, {details})", self.short_hash)
-        if self.kind == "unknown":
-            return _with_hash(f"unknown pretraining ({self.format}, {details})", self.short_hash)
-        return _with_hash(f"{method_name(self.method)} ({details})", self.short_hash)
-
-    def sort_key(self) -> tuple[Any, ...]:
-        return (KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "", self.epochs or 0,
-                self.sha256 or "", self.source)
-
-
-@dataclass(frozen=True)
 class Sweep:
     """An ablation run: which hyper-parameter was varied, its value, and the mechanism."""
 
     param: str  # "queue_size" or "momentum"
     value: float
     method: str
+    # The pretraining's recipe less the swept field: the points of one curve share it, and trials of a point
+    # share it and the value (their seeds differ). None where the record carries no pretraining config.
+    series: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,45 +87,12 @@ class Record:
     failure: str | None = None
     sweep: Sweep | None = None
     eval_recipe: str | None = None  # recipe_digest of the evaluation's own config
+    eval_length: int | None = None  # epochs (linear) or iterations (detection) the evaluation trained
+    classes: int | None = None  # of the evaluation data
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-
-def short_arch(arch: str) -> str:
-    """resnet50 -> R50, wide_resnet50_2 -> R50w2; anything else unchanged."""
-    if arch.startswith("resnet") and arch[6:].isdigit():
-        return f"R{arch[6:]}"
-    if arch.startswith("wide_resnet") and "_" in arch[11:]:
-        depth, width = arch[11:].split("_", 1)
-        return f"R{depth}w{width}"
-    return arch
-
-
-def method_name(method: str | None) -> str:
-    return METHOD_NAMES.get(method or "", method or "unknown")
-
-
-def method_rank(method: str | None) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method or "")
-
-
-def data_name(path: str | None) -> str | None:
-    """The readable name of a dataset path: "embedded" stays, a directory becomes its last component."""
-    if not path:
-        return None
-    if path == "embedded":
-        return path
-    return Path(path.rstrip("/\\")).name or path
-
-
-def _epochs(epochs: int | None) -> str:
-    return f"{epochs} ep" if epochs is not None else ""
-
-
-def _with_hash(text: str, short: str) -> str:
-    return f"{text} {short}" if short else text
 
 
 # ---------------------------------------------------------------------------------------------------------- finding
@@ -245,11 +165,15 @@ def parse_record(data: Any, shown: str) -> Record:
     name = dataset.get("name") if isinstance(dataset.get("name"), str) and dataset.get("name") else None
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     engine, model, schedule = _detection_setting(data, task, config)
+    backbone = _required(data, "backbone", dict)
+    pretraining = _pretraining(backbone, snapshot=isinstance(data.get("snapshot"), dict))
     return Record(
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
-        dataset_path=dataset_path, pretraining=_pretraining(_required(data, "backbone", dict)), metrics=metrics,
+        dataset_path=dataset_path, pretraining=pretraining, metrics=metrics,
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
-        sweep=_sweep(data.get("sweep")), eval_recipe=eval_recipe(config, dataset.get("version")),
+        sweep=_sweep(data.get("sweep"), _pretrain_config(backbone)),
+        eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
+        classes=_count(dataset.get("classes")),
     )
 
 
@@ -260,6 +184,11 @@ def _required(obj: dict[str, Any], key: str, kind: type, name: str | None = None
     if not isinstance(value, kind) or (kind is str and not value):
         raise RecordError(f"field {name or key!r} is not a {'non-empty string' if kind is str else kind.__name__}")
     return value
+
+
+def _count(value: Any) -> int | None:
+    """A whole number >= 0 (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _number(value: Any) -> float | None:
@@ -324,48 +253,43 @@ def _detection_setting(data: dict[str, Any], task: str,
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 
-def _pretraining(backbone: dict[str, Any]) -> Pretraining:
+def _pretrain_config(backbone: dict[str, Any]) -> dict[str, Any]:
+    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
+    return pretrain.get("config") if isinstance(pretrain.get("config"), dict) else {}
+
+
+def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretraining:
+    """``snapshot``: the record is of a snapshot kept on the way (its top-level ``snapshot`` field)."""
     fmt = _required(backbone, "format", str, "backbone.format")
     arch = _required(backbone, "arch", str, "backbone.arch")
     source = backbone.get("source") if isinstance(backbone.get("source"), str) else ""
     sha = backbone.get("sha256") if isinstance(backbone.get("sha256"), str) else None
     pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
     method = pretrain.get("method") if isinstance(pretrain.get("method"), str) else None
-    config = pretrain.get("config") if isinstance(pretrain.get("config"), dict) else {}
+    config = _pretrain_config(backbone)
     data_cfg = config.get("data") if isinstance(config.get("data"), dict) else {}
     data_path = data_cfg.get("path") if isinstance(data_cfg.get("path"), str) else None
-    epochs = pretrain.get("epochs")
-    epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+    optim = config.get("optim") if isinstance(config.get("optim"), dict) else {}
+    epochs, planned = _count(pretrain.get("epochs")), _count(optim.get("epochs"))
+    partial = _count(pretrain.get("partial_epoch_steps")) or 0  # absent from records written before it was
     if fmt == "random" or source == "random" or method == "random init":
         kind, method, sha, data_path, epochs = "random", "random init", None, None, None
     elif fmt == "official-moco":
         kind = "official"
-    elif fmt == "torchvision" and (method in _ABSENT_METHODS or not config):
+    elif fmt == "torchvision" and (method in ABSENT_METHODS or not config):
         kind, method, data_path, epochs = "torchvision", "supervised", None, None  # a plain state_dict
-    elif method in _ABSENT_METHODS:
+    elif method in ABSENT_METHODS:
         kind = "unknown"
     elif method == "supervised":
         kind = "supervised"
     else:
         kind = "ours"
     recipe = recipe_digest(config) if kind in ("ours", "supervised") and config else None
+    if epochs is None:
+        planned, partial = None, 0
     return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
-                       epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe)
-
-
-RECIPE_IGNORES = ("run", "data.workers", "data.verify_images", "data.knn_path")  # where, how: not what was trained
-
-
-def recipe_digest(config: dict[str, Any]) -> str:
-    """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
-    different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
-    kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()
-            if section not in RECIPE_IGNORES}
-    for name in RECIPE_IGNORES:
-        section, _, key = name.partition(".")
-        if key and isinstance(kept.get(section), dict):
-            kept[section].pop(key, None)
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+                       epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe, planned_epochs=planned,
+                       partial_steps=partial, snapshot=snapshot)
 
 
 def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:
@@ -376,7 +300,7 @@ def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:
     return recipe_digest({**config, "dataset_version": data_version} if isinstance(data_version, str) else config)
 
 
-def _sweep(raw: Any) -> Sweep | None:
+def _sweep(raw: Any, config: dict[str, Any]) -> Sweep | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -390,4 +314,4 @@ def _sweep(raw: Any) -> Sweep | None:
     method = raw.get("method")
     if not isinstance(method, str) or not method:
         raise RecordError("field 'sweep.method' is not a non-empty string")
-    return Sweep(param=param, value=value, method=method)
+    return Sweep(param=param, value=value, method=method, series=series_digest(config, param, method))

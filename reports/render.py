@@ -1,9 +1,11 @@
 """Rendering a report as Markdown, CSV (tidy, long form), LaTeX (booktabs) and one self-contained HTML file.
 
 Every string that comes from a record (labels, paths, class names, failure reasons) is escaped for the format it
-goes into: backslash escapes in Markdown (and newlines folded, which would break a table row), LaTeX's special
-characters replaced by their commands, HTML's by entities, CSV quoted by the csv module. The HTML embeds its CSS
-and its PNG plots (base64 data URIs): it loads nothing from anywhere.
+goes into: control characters shown as their escapes in every format (``reports.safe_text``), then backslash
+escapes in Markdown (and newlines folded, which would break a table row), LaTeX's special characters replaced by
+their commands, HTML's by entities; CSV cells are all quoted and a cell that would start a spreadsheet formula is
+neutralised (OWASP's CSV-injection guidance). The HTML embeds its CSS and its PNG plots (base64 data URIs): it
+loads nothing from anywhere.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from reports.records import Skipped
 from reports.report import CSV_COLUMNS, FILE_NAMES, Report
+from reports.safe_text import csv_cell, printable
 from reports.tables import Cell, Column, Row
 
 TITLE = "MoCo evaluation report"
@@ -52,7 +55,7 @@ def skipped_line(skipped: list[Skipped]) -> str:
 
 
 def md_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in one_line(text))
+    return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in printable(one_line(text), newlines=False))
 
 
 def md_table(columns: tuple[Column, ...], rows: list[list[str]]) -> list[str]:
@@ -91,10 +94,11 @@ def to_markdown(report: Report) -> str:
 
 
 def to_csv(report: Report) -> str:
+    """Every cell quoted (a carriage return or line feed in a field cannot end its row), formulas neutralised."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n", quoting=csv.QUOTE_ALL)
     writer.writeheader()
-    writer.writerows(report.tidy)
+    writer.writerows({column: csv_cell(value) for column, value in row.items()} for row in report.tidy)
     return buf.getvalue()
 
 
@@ -102,7 +106,7 @@ def to_csv(report: Report) -> str:
 
 
 def latex_escape(text: str) -> str:
-    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in one_line(text))
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in printable(one_line(text), newlines=False))
 
 
 def latex_cell(cell: Cell) -> str:
@@ -171,7 +175,7 @@ figcaption { color: #555; font-size: 0.85em; }
 
 
 def h(text: str) -> str:
-    return html.escape(text, quote=True)
+    return html.escape(printable(text), quote=True)
 
 
 def html_cell(cell: Cell) -> str:
@@ -228,7 +232,8 @@ def to_html(report: Report) -> str:
             if curves.empty:
                 continue
             note = f" ({curves.unreadable} unreadable lines skipped)" if curves.unreadable else ""
-            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear)
+            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear,
+                                   linear_label=curve.linear_label)
             out.append(figure(png, f"{curve.label}: {curve.path}{note}"))
         out.append("</section>")
     if report.skipped:

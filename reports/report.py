@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.expected import Expected
+from reports.protocols import PAPER_LINEAR_EPOCHS
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
@@ -20,8 +21,9 @@ FORMATS = ("md", "csv", "tex", "html")
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
     "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "engine", "model", "schedule",
-    "pretraining", "method", "arch", "pretrain_data", "pretrain_epochs", "sha256", "sweep_param", "sweep_value",
-    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
+    "eval_epochs", "eval_iterations", "pretraining", "method", "arch", "pretrain_data", "pretrain_epochs",
+    "pretrain_epochs_planned", "pretrain_unfinished", "sha256", "sweep_param", "sweep_value", "metric", "class",
+    "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
 )
 
 
@@ -33,6 +35,7 @@ class Curve:
     path: Path
     supervised: bool = False
     linear: tuple[tuple[int, float], ...] = ()  # (pretraining epochs, linear top-1) of its evaluated checkpoints
+    linear_label: str = "linear"  # what those evaluations ran: "linear protocol (100 ep)", "linear, 5 ep"
 
 
 @dataclass
@@ -84,14 +87,23 @@ def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
     return [{c: row.get(c, "") for c in CSV_COLUMNS} for row in rows]
 
 
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
 def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dict[str, str]]:
     s, p = entry.setting, entry.pretraining
+    known = p.epochs is not None and (p.planned_epochs is not None or p.partial_steps > 0)
     base = {
         "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
         "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "engine": s.engine or "",
         "model": s.model or "", "schedule": s.schedule or "",
+        "eval_epochs": _text(s.length) if s.task == "linear" else "",
+        "eval_iterations": _text(s.length) if s.task in ("voc", "coco") else "",
         "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",
-        "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": "" if p.epochs is None else str(p.epochs),
+        "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": _text(p.epochs),
+        "pretrain_epochs_planned": _text(p.planned_epochs),
+        "pretrain_unfinished": ("yes" if p.unfinished else "no") if known else "",
         "sha256": p.sha256 or "", "n": str(entry.n), "n_failed": str(len(entry.failures)),
         "note": "; ".join(dict.fromkeys(entry.failures)), "files": "; ".join(entry.files),
     }
@@ -132,9 +144,10 @@ def _published_rows(item: Shown) -> list[dict[str, str]]:
 
 def find_curves(entries: Iterable[Entry]) -> list[Curve]:
     """Each pretraining run whose metrics.jsonl lies beside its checkpoint, labelled by its latest checkpoint, with
-    the linear top-1 of each of its checkpoints that was evaluated (``moco eval snapshots``, the final one)."""
-    found: dict[Path, tuple[int, Curve]] = {}
-    linear: dict[Path, dict[int, float]] = {}
+    the linear top-1 of each of its checkpoints that was evaluated (``moco eval snapshots``, the final one): of the
+    evaluations of the paper's length where there are some, else of the longest."""
+    found: dict[Path, tuple[tuple[int, int], Curve]] = {}
+    linear: dict[Path, dict[int | None, dict[int, float]]] = {}  # run -> evaluation length -> epochs -> top-1
     for entry in entries:
         p = entry.pretraining
         if p.kind == "random" or not p.source:
@@ -144,14 +157,26 @@ def find_curves(entries: Iterable[Entry]) -> list[Curve]:
             continue
         key = path.resolve()
         label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
-        if key not in found or (p.epochs or 0) > found[key][0]:
-            found[key] = (p.epochs or 0, Curve(label, key, p.is_supervised))
+        progress = (p.epochs or 0, p.partial_steps)
+        if key not in found or progress > found[key][0]:
+            found[key] = (progress, Curve(label, key, p.is_supervised))
         top1 = entry.metrics.get("top1")
-        if entry.setting.task == "linear" and p.epochs is not None and top1 is not None and top1.n:
-            linear.setdefault(key, {})[p.epochs] = top1.mean
-    curves = [Curve(c.label, c.path, c.supervised, tuple(sorted(linear.get(key, {}).items())))
-              for key, (_, c) in found.items()]
+        if entry.setting.protocol == "linear" and p.epochs is not None and top1 is not None and top1.n:
+            linear.setdefault(key, {}).setdefault(entry.setting.length, {})[p.epochs] = top1.mean
+    curves = []
+    for key, (_, c) in found.items():
+        by_length = linear.get(key, {})
+        length = PAPER_LINEAR_EPOCHS if PAPER_LINEAR_EPOCHS in by_length else \
+            max((n for n in by_length if n is not None), default=None)
+        points = tuple(sorted(by_length.get(length, {}).items()))
+        curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(length)))
     return sorted(curves, key=lambda curve: curve.label)
+
+
+def _linear_label(length: int | None) -> str:
+    if length == PAPER_LINEAR_EPOCHS:
+        return f"linear protocol ({length} ep)"
+    return "linear" if length is None else f"linear, {length} ep (the paper's: {PAPER_LINEAR_EPOCHS})"
 
 
 def metrics_path(source: str, record_path: str) -> Path | None:

@@ -1,11 +1,12 @@
 """Grouping records into settings and trials: mean, sample standard deviation and trial count per group.
 
-A *setting* is what was evaluated where: task, protocol, evaluation dataset and, for detection, the engine,
-detector model and schedule. Within a setting, records of the same pretraining (method, arch, pretraining data,
-epochs, checkpoint SHA-256) are trials of one row. Records carrying ``sweep`` are ablation runs: they are
-grouped by (mechanism, arch, pretraining data, epochs, swept value) instead, since each trial may be a new
-checkpoint, and appear only in the ablation tables. Failed records are counted and their reasons kept, but their
-numbers never enter a mean.
+A *setting* is what was evaluated where and for how long: task, protocol, evaluation dataset (and its number of
+classes), the epochs or iterations trained and, for detection, the engine, detector model and schedule. Within a
+setting, records of the same pretraining (method, arch, pretraining data, epochs, checkpoint SHA-256 or recipe)
+are trials of one row. Records carrying ``sweep`` are ablation runs: they are grouped by (mechanism, arch,
+pretraining data, epochs, the recipe less the swept field, swept value) instead, since each trial is a new
+checkpoint of another seed, and appear only in the ablation tables. Failed records are counted and their reasons
+kept, but their numbers never enter a mean.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.records import SWEEP_PARAMS, TASK_ORDER, Pretraining, Record, Sweep, method_rank
+from reports.pretraining import Pretraining, method_rank
+from reports.protocols import length_key, paper_length
+from reports.records import SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
 PROTOCOL_ORDER = ("linear", "linear-cached", "knn", "voc", "coco")
 
@@ -53,22 +56,25 @@ class Setting:
     engine: str | None = None
     model: str | None = None
     schedule: str | None = None
+    length: int | None = None  # epochs (linear) or iterations (detection) trained; None: kNN, or not recorded
+    classes: int | None = None
 
     @classmethod
     def of(cls, record: Record) -> Setting:
         return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
-                   record.schedule)
+                   record.schedule, record.eval_length, record.classes)
 
     @property
     def key(self) -> str:
         """A short id of the setting, used as the CSV ``section`` column."""
-        parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule]
+        parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self)]
         return ":".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:
         protocol = PROTOCOL_ORDER.index(self.protocol) if self.protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER)
         return (TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
-                self.model or "", self.schedule or "")
+                self.model or "", self.schedule or "", self.length != paper_length(self), -(self.length or 0),
+                self.classes or 0)  # the preset's length first, then longer runs before shorter ones
 
 
 @dataclass
@@ -94,11 +100,12 @@ class Entry:
 def pretraining_identity(p: Pretraining) -> tuple[Any, ...]:
     """What makes two records trials of the same pretraining: the same weights, or for our pretrainings the same
     recipe (config less seed and paths: trials with other seeds). The checkpoint path does not."""
-    return (p.kind, p.method, p.arch, p.data_path, p.epochs, p.recipe or p.sha256)
+    return (p.kind, p.method, p.arch, p.data_path, p.epochs, p.partial_steps, p.recipe or p.sha256)
 
 
 def mechanism_identity(p: Pretraining, sweep: Sweep) -> tuple[Any, ...]:
-    return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs)
+    """One curve of an ablation: its points differ in the swept value, its trials of a point in their seeds."""
+    return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs, p.partial_steps, sweep.series)
 
 
 def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
@@ -151,7 +158,7 @@ def ablation_sort_key(entry: Entry) -> tuple[Any, ...]:
     assert sweep is not None
     p = entry.pretraining
     return (SWEEP_PARAMS.index(sweep.param), entry.setting.sort_key(), method_rank(sweep.method), p.arch,
-            p.data or "", p.epochs or 0, sweep.value)
+            p.data or "", p.epochs or 0, p.partial_steps, sweep.series or "", sweep.value)
 
 
 def supervised_reference(entries: list[Entry]) -> tuple[Entry | None, str]:

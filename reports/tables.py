@@ -4,7 +4,11 @@
 * Classification (linear, kNN): top-1 and top-5 per pretraining, one table per protocol and evaluation dataset.
 * VOC detection: AP50, AP, AP75 with the difference to the supervised row; per-class AP50 when records carry it.
 * COCO: box and mask AP, AP50, AP75 per detector model and schedule, with the difference to the supervised row.
-* Ablations: accuracy against the queue size K or the momentum m, per mechanism; failed runs marked.
+* Ablations: accuracy against the queue size K or the momentum m, per mechanism: the trials of a point (other
+  seeds) as mean ± std and n; failed runs marked.
+
+Titles name what ran (``reports.protocols``); the linear and kNN tables give chance level, and a table without a
+random-init row says how to add one.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
+from reports.pretraining import method_name, short_arch
+from reports.protocols import chance_note, random_init_hint, setting_subtitle, setting_title
 from reports.published import PublishedRow, matching, matching_momentum
-from reports.records import TASK_METRICS, method_name, short_arch
+from reports.records import TASK_METRICS
 from reports.summary import Entry, Setting, Stat, delta, margins_over_random, supervised_reference
 
 MISSING = "–"
@@ -63,8 +69,9 @@ class Row:
 class AblationPoint:
     value: float
     mean: float | None  # None for a failed point
-    std: float | None
+    std: float | None  # sample std of the point's trials; None for one trial
     failed: bool = False
+    n: int = 1
 
 
 @dataclass
@@ -150,34 +157,6 @@ def source_note(row: PublishedRow) -> str:
     return f"source: {row.source}" + (" (secondary: re-typed copy of the paper)" if row.secondary else "")
 
 
-# --------------------------------------------------------------------------------------------------------- titles
-
-
-def setting_title(s: Setting) -> str:
-    if s.task == "linear":
-        if s.protocol == "linear":
-            head = "Linear classification (the paper's protocol)"
-        elif s.protocol == "linear-cached":
-            head = "Linear classification on cached features (NOT the paper's protocol)"
-        else:
-            head = f"Linear classification (protocol {s.protocol})"
-    elif s.task == "knn":
-        head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
-    elif s.task == "voc":
-        parts = [s.model, f"{s.schedule} schedule" if s.schedule else None, s.engine]
-        head = f"VOC detection ({', '.join(p for p in parts if p)})"
-    else:
-        head = f"COCO detection and instance segmentation ({s.model}, {s.schedule} schedule, {s.engine})"
-    return f"{head}: {s.dataset}"
-
-
-def setting_subtitle(s: Setting) -> str:
-    text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
-    if s.protocol == "linear-cached":
-        text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
-    return text
-
-
 # ----------------------------------------------------------------------------------------------------- main tables
 
 
@@ -222,6 +201,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                         "secondary" if row.secondary else "published"))
     if setting.task in DELTA_TASKS:
         notes.append(ref_note)
+    notes += [n for n in (chance_note(setting),) if n]
+    if not any(e.pretraining.kind == "random" for e in entries):
+        notes.append(random_init_hint(setting, {e.pretraining.arch for e in entries}))
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
@@ -265,8 +247,23 @@ def _drop_empty_note(table: Table) -> Table:
 def mechanism_label(entry: Entry) -> str:
     p = entry.pretraining
     assert entry.sweep is not None
-    details = ", ".join(x for x in (short_arch(p.arch), f"{p.epochs} ep" if p.epochs is not None else "", p.data) if x)
+    details = ", ".join(x for x in (short_arch(p.arch), p.epochs_text, p.data) if x)
     return f"{method_name(entry.sweep.method)} ({details})"
+
+
+def curve_labels(entries: list[Entry]) -> list[str]:
+    """Each entry's mechanism label; where curves of one label differ in their recipe (the pretraining config less
+    the swept field), its first six hex digits follow, so that their points are not read as one curve."""
+    series: dict[str, set[str | None]] = {}
+    for entry in entries:
+        assert entry.sweep is not None
+        series.setdefault(mechanism_label(entry), set()).add(entry.sweep.series)
+    labels = []
+    for entry in entries:
+        assert entry.sweep is not None
+        label, recipe = mechanism_label(entry), entry.sweep.series
+        labels.append(f"{label} recipe {recipe[:6]}" if len(series[label]) > 1 and recipe else label)
+    return labels
 
 
 def ablation_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[list[Table], list[Shown]]:
@@ -289,17 +286,17 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
     title = f"Ablation: {SWEEP_TITLES[param]}, {setting_title(setting)}"
     data = AblationData(param, title, metrics[0])
     rows: list[Row] = []
-    for entry in entries:
+    for entry, label in zip(entries, curve_labels(entries), strict=True):
         assert entry.sweep is not None
-        label = mechanism_label(entry)
         value = entry.sweep.value
         if entry.failed:
             values = tuple(Cell("failed") for _ in metrics)
-            point = AblationPoint(value, None, None, failed=True)
+            point = AblationPoint(value, None, None, failed=True, n=0)
         else:
             values = tuple(stat_cell(entry.metrics.get(m)) for m in metrics)
             main = entry.metrics.get(metrics[0])
-            point = AblationPoint(value, main.mean if main else None, main.std if main else None)
+            point = AblationPoint(value, main.mean if main else None, main.std if main else None,
+                                  n=main.n if main else 0)
         data.series.setdefault(label, []).append(point)
         rows.append(Row((Cell(label), Cell(fmt_sweep(value)), Cell(str(entry.n)), *values,
                          Cell(failure_note(entry))), "failed" if entry.failed else "ours"))
@@ -311,6 +308,9 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
         data.series.setdefault(row.origin + ": " + row.backbone, []).append(
             AblationPoint(row.momentum, row.values.get(metrics[0]), None))
     notes = ["Failed runs are marked and never enter a mean."] if any(e.failures for e in entries) else []
+    if any(e.n > 1 for e in entries):
+        notes.append("A point's trials are pretrainings of one recipe with other seeds: mean ± sample std over "
+                      "n; the plot's error bars are that std.")
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means.")
     columns = (Column("Mechanism"), Column(SWEEP_HEADERS[param], True), Column("n", True),

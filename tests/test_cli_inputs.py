@@ -481,3 +481,48 @@ def test_pretraining_on_the_tensor_pipeline_survives_a_16_bit_png_and_a_bomb(ver
         lines[0]), lines
     assert lines[0].startswith("cannot decode " if verify == "false" else "warning: skipped 1 unreadable image")
     assert usage.ru_maxrss * 1024 < 2 * 2**30
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Characters a terminal or a reader acts on: C0 but newline and tab, DEL, C1, line separators, bidi controls,
+# lone surrogates (moco_core.terminal's set, restated here as the independent reference).
+RAW_CONTROL = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n")  # a cell starting so is a spreadsheet formula (OWASP)
+HOSTILE_TEXT = st.one_of(st.text(), st.sampled_from([
+    "\x1bc", "\x1b[2J", "\x1b]0;owned\x07", "\x9b31m", "\u202eevil", "\ud800", "a\rb", "=HYPERLINK(\"x\")",
+    "-1+1", "@SUM(A1)", "\t=1", "+cmd|' /C calc'!A0", "-1.5",
+]))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(text=HOSTILE_TEXT)
+def test_a_shared_record_cannot_drive_a_terminal_or_a_spreadsheet(text: str) -> None:
+    """A record field of any text (records are shared): ``moco report`` succeeds, prints and writes no control
+    character raw, and report.csv reads back whole (every row its columns) with no cell starting a formula but
+    plain numbers."""
+    import csv
+    import json
+    import re
+    import tempfile
+
+    from reports.safe_text import is_plain_number
+    from tests.reports.conftest import base_record
+
+    record = base_record(dataset={"path": text or "x", "name": text, "classes": 8}, status="failed", failure=text,
+                         sweep={"param": "momentum", "value": 0.9, "method": text or "x"})
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "runs").mkdir()
+        (Path(tmp) / "runs" / "r.result.json").write_text(json.dumps(record), encoding="utf-8")
+        (Path(tmp) / "runs" / "s.result.json").write_text(json.dumps(base_record(failure=text)), encoding="utf-8")
+        args = ["report", str(Path(tmp) / "runs"), "-o", str(Path(tmp) / "out")]
+        result = runner.invoke(app, args)
+        assert_clean(result, args)
+        assert result.exit_code == 0, result.output
+        assert re.search(RAW_CONTROL, result.output) is None
+        for name in ("report.md", "report.csv", "report.tex", "report.html"):
+            assert re.search(RAW_CONTROL, (Path(tmp) / "out" / name).read_text(encoding="utf-8")) is None, name
+        with (Path(tmp) / "out" / "report.csv").open(newline="", encoding="utf-8") as f:
+            cells = list(csv.reader(f))
+    assert all(len(line) == len(cells[0]) for line in cells)
+    assert len(cells) == 1 + 2 * 2  # the header; top-1 and top-5 of each of the two rows
+    assert all(not c.startswith(FORMULA) or is_plain_number(c) for line in cells for c in line)

@@ -109,3 +109,16 @@ def test_the_refusal_names_what_a_payload_would_call(tmp_path: Path, monkeypatch
     with pytest.raises(checkpoint.CheckpointError, match=r"would call posix\.mkdir \(only tensors and plain data"):
         load_backbone(str(evil), 10)
     assert not (tmp_path / "payload-ran").exists()
+
+
+def test_facts_give_the_steps_of_an_unfinished_epoch(moco_files: dict, tmp_path: Path) -> None:
+    """A run stopped in its third epoch writes epoch 2 (the epoch to run next) and its sampler position: the
+    record says 2 epochs completed and 6 steps into the third, not only "2"."""
+    stopped = tmp_path / "stopped.pth.tar"
+    saved = torch.load(moco_files["ours"], weights_only=True)
+    torch.save({**saved, "epoch": 2, "global_step": 36, "sampler": {"epoch": 2, "position": 6}}, stopped)
+    facts = {name: load_backbone(str(path), 10)[1].pretrain for name, path in
+             (("stopped", stopped), ("ours", moco_files["ours"]), ("official", moco_files["official"]))}
+    assert (facts["stopped"]["epochs"], facts["stopped"]["partial_epoch_steps"]) == (2, 6)
+    assert (facts["ours"]["epochs"], facts["ours"]["partial_epoch_steps"]) == (5, 0)  # written at an epoch's end
+    assert (facts["official"]["epochs"], facts["official"]["partial_epoch_steps"]) == (5, 0)  # main_moco.py's

@@ -25,7 +25,7 @@ def test_report_writes_every_format_and_prints_markdown(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.html", "report.md", "report.tex"]
     md = (out / "report.md").read_text()
     assert md in result.output  # the Markdown is printed as written
-    assert "## Linear classification (the paper's protocol): embedded" in md
+    assert "## Linear classification (the paper's protocol, 100 epochs): embedded" in md
     skipped = next(line for line in result.output.splitlines() if line.startswith("skipped"))
     assert skipped.startswith("skipped 7: ") and "version2.result.json (unknown version 2" in skipped
 

@@ -86,7 +86,8 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     from moco_core.config import PretrainConfig, load_config, replace, to_dict
     from moco_core.shapes import shapes_version
     from moco_demo.run import RANDOM_ARCH
-    from reports.records import eval_recipe, recipe_digest
+    from reports.pretraining import recipe_digest
+    from reports.records import eval_recipe
     from transfer.config import load_transfer_config
     from transfer.records import embedded_version, record_config
 

@@ -1,7 +1,9 @@
 """Golden files: the fixture records in golden/records give exactly golden/report.md and golden/report.csv.
 
-The fixtures cover several linear trials (mean ± std), supervised and random-init rows, linear-cached and kNN,
-ImageNet rows with published numbers, VOC and COCO with differences to supervised, K and m sweeps with a failed
+The fixtures cover several linear trials (mean ± std), supervised and random-init rows, a linear run shortened to
+5 epochs, linear-cached and kNN, a pretraining stopped in its third epoch of 20, ImageNet rows with published
+numbers, VOC and COCO with differences to supervised (one VOC record without its iterations, as records before
+they were written), K and m sweeps with trials of other seeds, a second K curve of another recipe and a failed
 m = 0 run, and malformed, unknown-version and incomplete records.
 
 After an intended change of the output, regenerate with
@@ -53,8 +55,10 @@ def test_csv_matches_golden(golden_report: Report) -> None:
 
 def test_golden_fixture_counts(golden_report: Report) -> None:
     """Guards the fixture set itself: every kind of record the goldens are meant to cover is there."""
-    assert len(golden_report.records) == 34
+    assert len(golden_report.records) == 38
     assert len(golden_report.skipped) == 7
     assert {r.task for r in golden_report.records} == {"linear", "knn", "voc", "coco"}
     assert any(r.status == "failed" and r.sweep and r.sweep.value == 0 for r in golden_report.records)
     assert all("unrelated_result.json" not in s.path for s in golden_report.skipped)
+    assert any(r.pretraining.unfinished for r in golden_report.records)
+    assert {r.eval_length for r in golden_report.records if r.task == "linear"} == {5, 100}

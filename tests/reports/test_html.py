@@ -36,7 +36,7 @@ def test_html_is_self_contained(golden_html: str) -> None:
 
 
 def test_html_has_every_table_and_marks(golden_html: str) -> None:
-    assert golden_html.count("<table>") == 12  # 11 result tables and the skipped records
+    assert golden_html.count("<table>") == 13  # 12 result tables and the skipped records
     assert '<span class="gain">(+2.4)</span>' in golden_html and '<span class="loss">(-21.3)</span>' in golden_html
     assert '<tr class="failed">' in golden_html and '<tr class="secondary">' in golden_html
     assert "Pretraining curves" in golden_html and "Skipped records" in golden_html

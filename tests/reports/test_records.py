@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.records import find_record_files, load_records, short_arch
+from reports.pretraining import short_arch
+from reports.records import find_record_files, load_records
 from reports.summary import group
 
 from .conftest import SHA, WriteRecord, base_record
@@ -123,9 +124,46 @@ def test_short_arch() -> None:
 
 
 def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
-    """Reports run where only records are (no torch): of our packages, only the one error path is shared."""
-    code = ("import sys, reports.cli, reports.render, reports.plots, reports.screenshot; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'moco_core', 'lincls', "
-            "'transfer') and m not in ('moco_core', 'moco_core.errors')]; print(bad); sys.exit(1 if bad else 0)")
+    """Reports run where only records are (no torch): the modules import nothing of ours; the command's module,
+    reports.cli, shares the one error path (moco_core.errors, which escapes through moco_core.terminal)."""
+    ours = "('torch', 'torchvision', 'moco_core', 'lincls', 'transfer', 'sweeps', 'moco_demo')"
+    code = ("import sys, reports.report, reports.render, reports.plots, reports.screenshot; "
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {ours}]; "
+            "import reports.cli; "
+            f"bad += [m for m in sys.modules if m.split('.')[0] in {ours} and m not in "
+            "('moco_core', 'moco_core.errors', 'moco_core.terminal')]; print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def pretrained(epochs: int, planned: int | None, partial: int | None = None, sha: str = SHA) -> dict:
+    """Our MoCo R18 backbone as BackboneInfo writes it: ``partial`` None is a record from before the field."""
+    config: dict = {"data": {"path": "embedded"}, **({"optim": {"epochs": planned}} if planned else {})}
+    pretrain = {"method": "moco", "epochs": epochs, "config": config,
+                **({"partial_epoch_steps": partial} if partial is not None else {})}
+    return {**base_record()["backbone"], "sha256": sha, "pretrain": pretrain}
+
+
+@pytest.mark.parametrize(("backbone", "extra", "label"), [
+    (pretrained(20, 20, 0), {}, "MoCo (R18, 20 ep, embedded) a1b2c3"),
+    # stopped by a signal in its third epoch of 20: the checkpoint's epoch 2, its sampler 6 steps in
+    (pretrained(2, 20, 6), {}, "MoCo (R18, 2 of 20 ep + 6 steps, unfinished, embedded) a1b2c3"),
+    (pretrained(3, 20, 0), {}, "MoCo (R18, 3 of 20 ep, unfinished, embedded) a1b2c3"),  # killed after epoch 3
+    (pretrained(2, 20, None), {}, "MoCo (R18, 2 of 20 ep, unfinished, embedded) a1b2c3"),  # an older record
+    (pretrained(15, None, None), {}, "MoCo (R18, 15 ep, embedded) a1b2c3"),  # no config: as before
+    (pretrained(10, 100, 0), {"snapshot": {"run": "/r", "epoch": 10}}, "MoCo (R18, 10 of 100 ep, snapshot, "
+                                                                       "embedded) a1b2c3"),
+])
+def test_a_pretraining_is_labelled_by_the_epochs_it_completed(write_record: WriteRecord, runs: Path, backbone: dict,
+                                                               extra: dict, label: str) -> None:
+    write_record("r.result.json", backbone=backbone, **extra)
+    (record,), _ = load_records([str(runs)])
+    assert record.pretraining.label == label
+
+
+def test_a_stopped_pretraining_is_not_a_trial_of_the_finished_one(write_record: WriteRecord, runs: Path) -> None:
+    """Two checkpoints of one run (one recipe): the one stopped mid-epoch and the one at the next epoch's end."""
+    write_record("stopped.result.json", backbone=pretrained(2, 20, 6, "57" * 32), metrics={"top1": 18.0, "top5": 70.0})
+    write_record("later.result.json", backbone=pretrained(2, 20, 0, "58" * 32), metrics={"top1": 19.0, "top5": 71.0})
+    main, _ = group(load_records([str(runs)])[0])
+    assert sorted((e.pretraining.partial_steps, e.n) for e in main) == [(0, 1), (6, 1)]

@@ -1,0 +1,153 @@
+"""Pretrainings: where a backbone's weights came from, how a row names them, and the digests that tell trials of
+one recipe (other seeds) from other recipes.
+
+Our pretrainings are labelled by the epochs they completed, against the epochs their config planned: a run stopped
+by a signal in its third epoch of 20 holds the checkpoint's ``epoch`` 2 (the epoch to run next, as main_moco.py
+writes it) and the steps it had trained of the third, "2 of 20 ep + 6 steps, unfinished".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Pretraining kinds, in the order rows appear in a table (the paper's: random init, supervised, then ours).
+KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "unknown")
+METHOD_NAMES = {"moco": "MoCo", "end2end": "end-to-end", "memory-bank": "memory bank", "supervised": "supervised"}
+METHOD_ORDER = ("moco", "end2end", "memory-bank")
+ABSENT_METHODS = (None, "", "unknown")
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """Where a backbone's weights came from: the identity trials are grouped by, and a readable label."""
+
+    kind: str  # one of KIND_ORDER
+    method: str | None
+    arch: str
+    data: str | None  # readable name of the pretraining data ("embedded", "imagenet", ...)
+    data_path: str | None
+    epochs: int | None  # completed: a checkpoint's "epoch", the epoch to run next (main_moco.py's field)
+    sha256: str | None
+    source: str
+    format: str
+    recipe: str | None = None  # our pretrainings: the config that made them, less its run section (seed, paths)
+    planned_epochs: int | None = None  # our pretrainings: their config's optim.epochs
+    partial_steps: int = 0  # steps trained into the unfinished epoch after ``epochs`` (a mid-epoch checkpoint)
+    snapshot: bool = False  # a snapshot kept on the way (moco eval snapshots), not where the run stopped
+
+    @property
+    def short_hash(self) -> str:
+        return (self.sha256 or "")[:6]
+
+    @property
+    def is_supervised(self) -> bool:
+        return self.kind in ("supervised", "torchvision")
+
+    @property
+    def unfinished(self) -> bool:
+        """Stopped before the epochs its config planned (a snapshot is not: the run went on)."""
+        if self.snapshot or self.epochs is None:
+            return False
+        return self.partial_steps > 0 or (self.planned_epochs is not None and self.epochs < self.planned_epochs)
+
+    @property
+    def epochs_text(self) -> str:
+        """"100 ep"; "2 of 20 ep + 6 steps, unfinished" for a run stopped in its third epoch; "10 of 100 ep,
+        snapshot"; "" where the record names no epochs."""
+        if self.epochs is None:
+            return ""
+        short = self.planned_epochs is not None and self.epochs < self.planned_epochs
+        text = f"{self.epochs} of {self.planned_epochs} ep" if short else f"{self.epochs} ep"
+        if self.partial_steps:
+            text += f" + {self.partial_steps} steps"
+        if self.snapshot:
+            return text + ", snapshot" if short else text
+        return text + ", unfinished" if self.unfinished else text
+
+    @property
+    def label(self) -> str:
+        """E.g. "MoCo (R18, 15 ep, embedded) a1b2c3", "MoCo (R18, 2 of 20 ep + 6 steps, unfinished, embedded)",
+        "supervised (torchvision weights, R50) 0f1e2d", "random init (R18)"."""
+        arch = short_arch(self.arch)
+        if self.kind == "random":
+            return f"random init ({arch})"
+        if self.kind == "torchvision":
+            return _with_hash(f"supervised (torchvision weights, {arch})", self.short_hash)
+        details = ", ".join(p for p in (arch, self.epochs_text, self.data) if p)
+        if self.kind == "official":
+            name = method_name(self.method) if self.method not in ABSENT_METHODS else "MoCo"
+            return _with_hash(f"{name} (official checkpoint, {details})", self.short_hash)
+        if self.kind == "unknown":
+            return _with_hash(f"unknown pretraining ({self.format}, {details})", self.short_hash)
+        return _with_hash(f"{method_name(self.method)} ({details})", self.short_hash)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "", self.epochs or 0,
+                self.partial_steps, self.planned_epochs or 0, self.sha256 or "", self.source)
+
+
+def short_arch(arch: str) -> str:
+    """resnet50 -> R50, wide_resnet50_2 -> R50w2; anything else unchanged."""
+    if arch.startswith("resnet") and arch[6:].isdigit():
+        return f"R{arch[6:]}"
+    if arch.startswith("wide_resnet") and "_" in arch[11:]:
+        depth, width = arch[11:].split("_", 1)
+        return f"R{depth}w{width}"
+    return arch
+
+
+def method_name(method: str | None) -> str:
+    return METHOD_NAMES.get(method or "", method or "unknown")
+
+
+def method_rank(method: str | None) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method or "")
+
+
+def data_name(path: str | None) -> str | None:
+    """The readable name of a dataset path: "embedded" stays, a directory becomes its last component."""
+    if not path:
+        return None
+    if path == "embedded":
+        return path
+    return Path(path.rstrip("/\\")).name or path
+
+
+def _with_hash(text: str, short: str) -> str:
+    return f"{text} {short}" if short else text
+
+
+RECIPE_IGNORES = ("run", "data.workers", "data.verify_images", "data.knn_path")  # where, how: not what was trained
+
+
+def recipe_digest(config: dict[str, Any]) -> str:
+    """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
+    different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
+    kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()
+            if section not in RECIPE_IGNORES}
+    for name in RECIPE_IGNORES:
+        section, _, key = name.partition(".")
+        if key and isinstance(kept.get(section), dict):
+            kept[section].pop(key, None)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# The config field a sweep changes (sweeps.sweep.point_config): for end2end the dictionary is the batch.
+def swept_field(param: str, method: str) -> tuple[str, str]:
+    if param == "momentum":
+        return "model", "momentum"
+    return ("optim", "batch_size") if method == "end2end" else ("model", "queue_size")
+
+
+def series_digest(config: dict[str, Any], param: str, method: str) -> str | None:
+    """The recipe of a sweep's curve: the pretraining's config less its swept field (and less RECIPE_IGNORES)."""
+    if not config:
+        return None
+    section, key = swept_field(param, method)
+    values = config.get(section)
+    kept = {**config, section: {k: v for k, v in values.items() if k != key}} if isinstance(values, dict) else config
+    return recipe_digest(kept)
