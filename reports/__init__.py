@@ -10,3 +10,5 @@ self-contained report.html (plots as data URIs). Modules, in the order data flow
 * ``tables``: the tables as plain data; ``report``: building a report and the tidy CSV rows.
 * ``render``: Markdown, CSV, LaTeX, HTML with escaping; ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
 """
+
+FORMATS = ("md", "csv", "tex", "html")  # what a report is written as (here: `moco --help` loads nothing more)
