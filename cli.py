@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -11,12 +11,16 @@ from typer.core import TyperGroup
 from cluster import cli as cluster_cli
 from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
-from moco_core.errors import print_error
+from moco_core.config import did_you_mean
+from moco_core.errors import UserError, print_error
 from moco_core.terminal import guard_process_output, guarded_output
 from moco_demo import cli as demo_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli
+
+# In the order of a study: pretrain, evaluate, tabulate; then the wrappers that repeat, sweep or submit those.
+WORKFLOW = ["pretrain", "eval", "report", "trials", "sweep", "demo", "launch", "convert"]
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -27,9 +31,25 @@ class OneLineUsageErrors(TyperGroup):
     every other error of the suite, instead of a usage box that repeats a value of any length; so is an OSError
     that no check named first (a file name too long for the filesystem, a path the system refuses)."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, args: list[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         with guarded_output():
-            return self._main(*args, **kwargs)
+            try:
+                argv = core_cli.old_forms(list(sys.argv[1:] if args is None else args))
+            except UserError as err:  # a --set without '=': said before the parser calls it an extra argument
+                print_error(err)
+                sys.exit(2)
+            return self._main(argv, *rest, **kwargs)
+
+    def list_commands(self, ctx: Any) -> list[str]:  # a study's order: typer would list sub-groups (eval) last
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: WORKFLOW.index(n) if n in WORKFLOW else len(WORKFLOW))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            ctx.fail(f"no such command {name!r}{did_you_mean(name, self.list_commands(ctx))}; commands: "
+                     f"{', '.join(self.list_commands(ctx))}")
+        return super().resolve_command(ctx, args)
 
     def _main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -52,14 +72,29 @@ class OneLineUsageErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _version(show: bool) -> None:
+    if show:
+        from moco_core import __version__
+
+        print(f"moco {__version__}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     name="moco", cls=OneLineUsageErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol.",
 )
-app.command("pretrain")(core_cli.pretrain_cli)
-app.command("sweep")(sweeps_cli.sweep_cli)
 
-eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a pretrained backbone.")
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol."""
+
+
+app.command("pretrain")(core_cli.pretrain_cli)
+
+eval_app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, help="Evaluate a pretrained backbone.")
 eval_app.command("linear")(lincls_cli.linear_cli)
 eval_app.command("knn")(lincls_cli.knn_cli)
 eval_app.command("snapshots")(lincls_cli.snapshots_cli)
@@ -67,13 +102,14 @@ eval_app.command("voc")(transfer_cli.voc_cli)
 eval_app.command("coco")(transfer_cli.coco_cli)
 app.add_typer(eval_app, name="eval")
 
-app.command("convert")(transfer_cli.convert_cli)
 app.command("report")(reports_cli.report_cli)
+app.command("trials", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    cluster_cli.trials_cli)
+app.command("sweep")(sweeps_cli.sweep_cli)
 app.command("demo")(demo_cli.demo_cli)
 app.command("launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     cluster_cli.launch_cli)
-app.command("trials", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-    cluster_cli.trials_cli)
+app.command("convert")(transfer_cli.convert_cli)
 
 
 def main() -> None:

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moco_core.cli import launch, report_result
-from moco_core.config import ConfigError, seed_problem
+from moco_core.cli import preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
 
+if TYPE_CHECKING:
+    from lincls.knn import KnnConfig
+
 Pretrained = Annotated[str, typer.Argument(
-    help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), or 'random'.")]
+    metavar="WEIGHTS", help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), a "
+    "pretraining's run directory (its last checkpoint), or 'random' (with --arch).")]
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -23,22 +27,26 @@ def _fail(err: Exception) -> typer.Exit:
 
 def linear_cli(
     pretrained: Pretrained,
-    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset (lincls_embedded). "
-                                               "Without it: the paper's protocol.")] = None,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('linear')}). Without it: the paper's protocol.")]
+    = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override a config value, e.g. optim.epochs=10.")] = None,
+        "--set", help="Override a config value, e.g. optim.epochs=10 (milestones follow).")] = None,
     data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
-    output_dir: Annotated[str | None, typer.Option(help="Where config, metrics and result.json go.")] = None,
-    arch: Annotated[str | None, typer.Option(help="Only needed for 'random' (default resnet50).")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where config, metrics and result.json go (default: runs/<preset>/<weights>).")] = None,
+    arch: Annotated[str | None, typer.Option(help="The ResNet of 'random' (a file names its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     cached_features: Annotated[bool, typer.Option(
         "--cached-features", help="Train fc on features extracted once (fast; NOT the paper's protocol, and "
         "labelled so).")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in --output-dir from its last "
-                                         "epoch, or extend a finished one (--set optim.epochs=N).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in its output directory from "
+                                         "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
     """Linear classification on frozen features (lr 30, 100 epochs, BN in eval mode), with the sanity check."""
     from lincls.linear import load_linear_config
@@ -47,11 +55,10 @@ def linear_cli(
         cfg = load_linear_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers},
             "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
+        cfg = with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch")
     except UserError as err:
         raise _fail(err) from None
-    if nproc < 1:
-        raise _fail(ConfigError("--nproc: must be >= 1"))
-    launch(nproc, run_linear, cfg, pretrained, quiet, resume)
+    print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume)
 
 
 def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
@@ -104,31 +111,45 @@ def snapshots_cli(
 
 def knn_cli(
     pretrained: Pretrained,
-    data: Annotated[str, typer.Option(help="Root with train/ (the bank) and val/ (the queries), or 'embedded'.")],
-    output_dir: Annotated[str, typer.Option(help="Where result.json goes.")] = "runs/knn",
-    k: Annotated[int, typer.Option(help="Neighbours (InstDisc: 200).")] = 200,
-    temperature: Annotated[float, typer.Option(help="Vote weight exp(sim / T) (InstDisc: 0.07).")] = 0.07,
-    crop_size: Annotated[int, typer.Option(help="Center-crop size.")] = 224,
-    resize: Annotated[int, typer.Option(help="Resize before the crop.")] = 256,
-    batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 256,
-    arch: Annotated[str | None, typer.Option(help="Only needed for 'random'.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    workers: Annotated[int, typer.Option(help="Data-loading worker processes.")] = 4,
-    seed: Annotated[int, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")] = 0,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('knn')}). Without it: InstDisc's k 200, T 0.07 "
+                                               "on 224-px center crops.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. k=20.")] = None,
+    data: Annotated[str | None, typer.Option(help="Root with train/ (the bank) and val/ (the queries), or "
+                                             "'embedded'.")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where result.json goes (default: runs/<preset>/<weights>).")] = None,
+    k: Annotated[int | None, typer.Option(help="Neighbours (k in the config).")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Vote weight exp(sim / T).")] = None,
+    crop_size: Annotated[int | None, typer.Option(help="Center-crop size (data.crop_size).")] = None,
+    resize: Annotated[int | None, typer.Option(help="Resize before the crop (data.resize).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Images per forward pass.")] = None,
+    arch: Annotated[str | None, typer.Option(help="The ResNet of 'random' (a file names its own).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")]
+    = None,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
     """Weighted kNN accuracy (InstDisc) of frozen features: a quality signal in minutes, no training."""
-    from lincls.knn import knn_eval
-    from lincls.linear import LinearDataConfig
+    from lincls.knn import load_knn_config
 
-    if k < 1 or not 0 < temperature < float("inf") or resize < crop_size or crop_size < 8 or batch_size < 1:
-        raise _fail(ConfigError("need --k >= 1, a finite --temperature > 0, 8 <= --crop-size <= --resize and "
-                                "--batch-size >= 1"))
-    if seed_problem(seed):
-        raise _fail(ConfigError(f"--seed: {seed_problem(seed)}"))
+    flags = {"arch": arch, "k": k, "temperature": temperature, "batch_size": batch_size,
+             "data": {"path": data, "crop_size": crop_size, "resize": resize, "workers": workers},
+             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:
-        data_cfg = LinearDataConfig(path=data, crop_size=crop_size, resize=resize, workers=workers)
-        record, _ = knn_eval(pretrained, data_cfg, Path(output_dir), k=k, temperature=temperature,
-                             batch_size=batch_size, arch=arch, device_name=device, seed=seed)
+        cfg = load_knn_config(config, set_ or [], flags=flags)
+        cfg = with_output_dir(cfg, config, "knn", pretrained, cfg.arch, "--arch")
     except UserError as err:
         raise _fail(err) from None
-    print(f"result: {record}")
+    print_or_launch(cfg, print_config, 1, run_knn, cfg, pretrained)
+
+
+def run_knn(cfg: KnnConfig, pretrained: str) -> None:
+    """One ``moco eval knn``: prints ``result: PATH``; a user error is one line, exit code 2."""
+    from lincls.knn import knn_eval
+
+    report_result(lambda: knn_eval(pretrained, cfg.data, Path(str(cfg.run.output_dir)), k=cfg.k,
+                                   temperature=cfg.temperature, batch_size=cfg.batch_size, arch=cfg.arch,
+                                   device_name=cfg.run.device, seed=cfg.run.seed)[0])

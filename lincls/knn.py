@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +12,49 @@ import torch
 
 from lincls.linear import LinearDataConfig, load_splits
 from moco_core.backbone import load_backbone
+from moco_core.config import load_config, require, run_checks
 from moco_core.knn import KnnMonitor
 from moco_core.records import write_record
 from moco_core.rundir import require_writable
 from moco_core.runtime import resolve_device
 from moco_core.shapes import shapes_version
+
+
+@dataclass(frozen=True)
+class KnnRunConfig:
+    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/naming.py)
+    device: str = "auto"
+    seed: int = 0  # draws the weights of "random" (as eval linear's run.seed)
+
+
+@dataclass(frozen=True)
+class KnnConfig:
+    """``moco eval knn``: InstDisc's weighted kNN (arXiv 1805.01978) on frozen pooled features."""
+
+    arch: str | None = None  # None: read from the weights ("random" needs it)
+    k: int = 200  # neighbours (InstDisc: 200)
+    temperature: float = 0.07  # vote weight exp(similarity / T) (InstDisc: 0.07)
+    batch_size: int = 256  # images per forward pass
+    # center crops: Resize(resize) + CenterCrop(crop_size), ImageNet's 256/224 (the embedded preset: 32)
+    data: LinearDataConfig = field(default_factory=lambda: LinearDataConfig(workers=4))
+    run: KnnRunConfig = field(default_factory=KnnRunConfig)
+
+
+def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, Any] | None = None) -> KnnConfig:
+    """Defaults < YAML < ``--set`` < explicit flags, validated: one-line errors naming the key."""
+    cfg: KnnConfig = load_config(KnnConfig, config, overrides, flags=flags)
+    d = cfg.data
+    require([
+        (cfg.k >= 1, "k", f"must be >= 1, got {cfg.k}"),
+        (0 < cfg.temperature < math.inf, "temperature", f"must be finite and > 0, got {cfg.temperature}"),
+        (cfg.batch_size >= 1, "batch_size", f"must be >= 1, got {cfg.batch_size}"),
+        (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
+        (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "
+         f"{d.resize}"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        *run_checks(cfg.run.device, cfg.run.seed),
+    ])
+    return cfg
 
 
 def knn_eval(

@@ -78,6 +78,7 @@ def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[
 
     Weights holding NaN or inf (a run that diverged after its last good checkpoint, a damaged file) are refused:
     every evaluation of them would be noise (a kNN of NaN features scored 50% on two classes)."""
+    path = checkpoint.resolve(path) if path.is_dir() else path
     state, fmt, facts = _read_backbone_state(path)
     broken = [key for key, value in state.items() if value.is_floating_point() and not torch.isfinite(value).all()]
     if broken:
@@ -121,17 +122,19 @@ def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000
                 arch_option: str = "--arch") -> tuple[torchvision.models.ResNet, BackboneInfo]:
     """A torchvision ResNet holding ``source``'s weights (a checkpoint path of any format read here, or "random").
 
-    ``arch`` is the ResNet asked for (the file must hold it; "random" defaults to resnet50), named in errors as
+    ``arch`` is the ResNet asked for (the file must hold it; "random" needs it), named in errors as
     ``arch_option``. Loading must leave exactly fc.weight and fc.bias missing (the check of the official
     main_lincls.py); anything else fails with a one-line CheckpointError. fc keeps torchvision's initialisation.
     """
     if source == "random":
-        chosen = arch or "resnet50"
+        if arch is None:
+            raise checkpoint.CheckpointError(f"'random' needs the ResNet to initialise: pass {arch_option}")
+        chosen = arch
         if chosen not in ARCHS:
             raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)}")
         model = getattr(torchvision.models, chosen)(num_classes=num_classes)
         return model, BackboneInfo("random", "random", chosen, None, {"method": "random init"})
-    path = Path(source)
+    path = checkpoint.resolve(source) if Path(source).is_dir() else Path(source)  # a run directory: its last
     state, fmt, facts = read_backbone_state(path)
     found = infer_arch(state)
     if arch is not None and arch != found:

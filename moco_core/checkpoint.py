@@ -354,7 +354,10 @@ def resolve(run_dir_or_ckpt: str | Path) -> Path:
     """A run directory means its last checkpoint; a file is itself."""
     path = Path(run_dir_or_ckpt)
     if path.is_dir():
-        path = path / LAST
+        if not (path / LAST).is_file():
+            raise CheckpointError(f"{path}: a directory without {LAST}; give a pretraining's run directory or a "
+                                  f"checkpoint file")
+        return path / LAST
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     return path

@@ -1,4 +1,7 @@
-"""``moco pretrain``: options in, a plain ``pretrain(cfg)`` call out."""
+"""``moco pretrain``: options in, a plain ``pretrain(cfg)`` call out.
+
+Nothing here imports torch at module level: ``moco --help`` and a bad option answer before it loads.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from moco_core import checkpoint, distributed
-from moco_core.config import PretrainConfig, load_config, to_dict
-from moco_core.errors import UserError, print_error
+from moco_core.config import ConfigError, PretrainConfig, load_config, presets_for, replace, to_dict
+from moco_core.errors import UserError, print_error, show
+from moco_core.naming import evaluation_dir
 
 
 def resolve_pretrain_config(
@@ -21,9 +24,11 @@ def resolve_pretrain_config(
     """Defaults < the resumed checkpoint's stored config < --config < --set < explicit flags.
 
     A resumed run writes where the user pointed: ``--output-dir`` or ``--set run.output_dir`` when given, else the
-    directory passed to ``--resume`` (or the checkpoint's own directory), never the directory recorded in the
+    directory passed to ``--resume-from`` (or the checkpoint's own directory), never the directory recorded in the
     checkpoint, which is where the run was before it was copied or moved.
     """
+    from moco_core import checkpoint
+
     base = None
     if resume:
         stored = checkpoint.load(checkpoint.resolve(resume)).get("config")
@@ -34,6 +39,55 @@ def resolve_pretrain_config(
             path = Path(resume)
             flags.setdefault("run", {})["output_dir"] = str(path if path.is_dir() else path.parent)
     return load_config(PretrainConfig, config, overrides, base=base, flags=flags)
+
+
+def old_forms(argv: list[str]) -> list[str]:
+    """The command line as the commands parse it: ``pretrain --resume PATH`` (the old form, when --resume took a
+    path) becomes ``--resume-from PATH``, with a note; a ``--set`` whose value has no '=' is a UserError saying so
+    (the parser would report the value after it as an unexpected extra argument). Arguments after ``--`` belong
+    to a wrapped command (trials, launch), which is parsed on its own."""
+    head, sep, tail = (argv[: argv.index("--")], ["--"], argv[argv.index("--") + 1:]) if "--" in argv else (
+        argv, [], [])
+    out: list[str] = []
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        value = head[i + 1] if i + 1 < len(head) else None
+        if arg == "--set" and value is not None and "=" not in value:
+            extra = f" {head[i + 2]}" if i + 2 < len(head) and not head[i + 2].startswith("-") else ""
+            raise ConfigError(f"--set {show(value)}{extra}: expected key=value, e.g. --set "
+                              f"{value or 'optim.lr'}={head[i + 2] if extra else '0.1'}")
+        if arg.startswith("--set=") and "=" not in arg[len("--set="):]:
+            raise ConfigError(f"{show(arg)}: expected --set key=value, e.g. --set optim.lr=0.1")
+        if head[:1] == ["pretrain"] and (arg == "--resume" and value is not None and not value.startswith("-")
+                                         or arg.startswith("--resume=")):
+            path = arg.partition("=")[2] if arg.startswith("--resume=") else value
+            print(f"note: --resume PATH is the old form; now --resume-from {path} (or --resume alone: the run in "
+                  f"--output-dir)", file=sys.stderr)
+            out += ["--resume-from", str(path)]
+            i += 1 if arg.startswith("--resume=") else 2
+            continue
+        out.append(arg)
+        i += 1
+    return out + sep + tail
+
+
+def preset_list(command: str) -> str:
+    """The presets of ``configs/`` a command takes, for its --help (``embedded, moco_v1_200ep, ...``)."""
+    return ", ".join(presets_for(command))
+
+
+def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch: str | None,
+                    arch_option: str) -> Any:
+    """``cfg`` with ``run.output_dir`` set: as given, else ``runs/<preset>/<weights>`` (:mod:`moco_core.naming`).
+
+    Also where 'random' without an arch stops, before any data is read: which ResNet to draw is not guessed."""
+    if weights == "random" and not arch:
+        raise ConfigError(f"'random' needs the ResNet to initialise: pass {arch_option} (resnet50 for the paper's "
+                          f"protocol, resnet18 for the embedded presets)")
+    if cfg.run.output_dir is not None:
+        return cfg
+    return replace(cfg, run={"output_dir": evaluation_dir(preset, task, weights, arch)})
 
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
@@ -48,6 +102,8 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
             print_error(err)
         sys.exit(err.exit_code)
     except RuntimeError as err:
+        from moco_core import distributed
+
         peer = distributed.lost_peer(err) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
         if peer is None:
             raise
@@ -59,8 +115,8 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
 
 def pretrain_cli(
     config: Annotated[str | None, typer.Option(
-        "--config", "-c", help="YAML file, or a preset of configs/: embedded, moco_v1_200ep, moco_v2_200ep, "
-        "moco_v2_800ep. Without it: the paper's defaults.")] = None,
+        "--config", "-c", help=f"YAML file, or a preset of configs/: {preset_list('pretrain')}. Without it: the "
+        "paper's defaults.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a config value, e.g. --set model.temperature=0.2 (repeatable).")] = None,
     data: Annotated[str | None, typer.Option(help="Dataset root (ImageFolder), or 'embedded'.")] = None,
@@ -68,8 +124,11 @@ def pretrain_cli(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes per training process.")] = None,
-    resume: Annotated[str | None, typer.Option(
-        help="Continue a run: its directory or a checkpoint (ours or official main_moco.py's).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in its output directory (--output-dir, "
+                                         "else the preset's), or extend it (--set optim.epochs=N).")] = False,
+    resume_from: Annotated[str | None, typer.Option(
+        help="Continue from a checkpoint elsewhere (ours, official main_moco.py's) or a run directory, writing to "
+        "--output-dir (default: that directory).")] = None,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     print_config: Annotated[bool, typer.Option("--print-config",
@@ -79,7 +138,12 @@ def pretrain_cli(
     flags = {"data": {"path": data, "workers": workers},
              "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:
-        cfg = resolve_pretrain_config(config, set_ or [], flags, resume)
+        if resume and resume_from:
+            raise ConfigError("--resume continues the run in --output-dir; --resume-from names another checkpoint: "
+                              "give one of them")
+        if resume:  # where the run is: --output-dir or --set run.output_dir, else the preset's (or default) one
+            resume_from = load_config(PretrainConfig, config, set_ or [], flags=flags, check=False).run.output_dir
+        cfg = resolve_pretrain_config(config, set_ or [], flags, resume_from)
         from moco_core.runtime import resolve_device
         from moco_core.train import check_run
 
@@ -89,7 +153,7 @@ def pretrain_cli(
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
-    print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume, quiet)
+    print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume_from, quiet)
 
 
 def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., None], *args: Any) -> None:
@@ -125,6 +189,8 @@ def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:
         fn(*args)
         return
     import torch.multiprocessing as mp
+
+    from moco_core import distributed
 
     try:
         distributed.launch(nproc, fn, *args)

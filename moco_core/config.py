@@ -7,11 +7,14 @@ overrides < explicit CLI flags. Unknown keys and wrong types are rejected with a
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import math
 import os
 import re
 import types
 import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +22,8 @@ from typing import Any, Literal
 import yaml
 
 from moco_core.errors import UserError, show
+
+logger = logging.getLogger("moco.config")
 
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
@@ -154,7 +159,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         choices = typing.get_args(annotation)
         if value not in choices:
             hint = " (YAML reads bare yes/no/on/off as booleans)" if isinstance(value, bool) else ""
-            raise ConfigError(f"{key}: expected one of {list(choices)}, got {show(value)}{hint}")
+            close = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
+            raise ConfigError(f"{key}: expected one of {list(choices)}, got {show(value)}{hint}{close}")
         return value
     if origin in (typing.Union, types.UnionType):
         errors = []
@@ -213,7 +219,8 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
             raise ConfigError(f"{prefix}{show(name)}: a key must be a name, got {type(name).__name__}")
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key{did_you_mean(unknown[0], names)} (known: "
+                          f"{', '.join(sorted(names))})")
     values = {}
     for name, value in data.items():
         annotation = hints[name]
@@ -239,7 +246,7 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 PRESETS = Path(__file__).resolve().parent.parent / "configs"
 
 
-def preset_path(name_or_path: str) -> Path:
+def preset_path(name_or_path: str, command: str | None = None) -> Path:
     """A YAML path, or the name of a preset shipped in ``configs/`` (``moco_v2_200ep``, ``embedded``...).
 
     A name that is both a preset and a folder here means the preset; a folder otherwise is refused as one."""
@@ -254,8 +261,9 @@ def preset_path(name_or_path: str) -> Path:
         raise ConfigError(f"config: {path} is a directory; give a YAML file or a preset name")
     if as_path or path.exists():
         raise ConfigError(f"config file not found: {path}")
-    known = sorted(p.stem for p in PRESETS.glob("*.yaml"))
-    raise ConfigError(f"unknown config preset {show(name_or_path)} (presets: {', '.join(known)})")
+    known = presets_for(command) if command else sorted(p.stem for p in PRESETS.glob("*.yaml"))
+    raise ConfigError(f"unknown config preset {show(name_or_path)}{did_you_mean(name_or_path, known)} (presets: "
+                      f"{', '.join(known)})")
 
 
 MAX_YAML_VALUES = 100_000  # a config has a few hundred; YAML anchors and aliases can make a billion from 400 bytes
@@ -308,8 +316,9 @@ def load_yaml(text: str, where: str) -> Any:
             loader.dispose()
 
 
-def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Read a YAML config, resolving ``_base_: other.yaml`` (relative to the file) recursively."""
+def read_yaml(path: Path, _seen: tuple[Path, ...] = (), cls: type | None = None) -> dict[str, Any]:
+    """Read a YAML config, resolving ``_base_: other.yaml`` (relative to the file) recursively. With ``cls``, a
+    file that changes its base's length (``optim.epochs``) has the base's schedule scaled, as ``--set`` does."""
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: _base_ chain loops")
@@ -322,7 +331,9 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a mapping at the top level")
     base = data.pop("_base_", None)
     if base is not None:
-        data = _merge(read_yaml(path.parent / base, (*_seen, path)), data)
+        inherited = read_yaml(path.parent / base, (*_seen, path), cls)
+        data = _merge(inherited, data) if cls is None else _scale_schedules(cls, inherited, data,
+                                                                            _merge(inherited, data))
     return data
 
 
@@ -338,20 +349,113 @@ def parse_override(text: str) -> dict[str, Any]:
     return nested
 
 
+# The presets of configs/ each command takes, by the file's name: lincls_* for eval linear, knn_* for eval knn,
+# voc_* and coco_* for the detection tasks, the rest (embedded, moco_*, supervised_*) for pretraining.
+_PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
+                    "detection": ("voc_", "coco_")}
+COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection"}
+
+
+def presets_for(command: str) -> list[str]:
+    """The names of the presets in ``configs/`` for ``command`` (pretrain, linear, knn, voc, coco), sorted."""
+    names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
+    if command in _PRESET_PREFIXES:
+        return [n for n in names if n.startswith(_PRESET_PREFIXES[command])]
+    taken = tuple({prefix for prefixes in _PRESET_PREFIXES.values() for prefix in prefixes})
+    return [n for n in names if not n.startswith(taken)]
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a mistyped ``word``, or ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# A run's length and what is laid out along it: (length key, keys scaled with it, when it applies, a label that
+# names the schedule). The scaled keys keep their fraction of the run; values that fall at or past its end go.
+Schedule = tuple[str, tuple[str, ...], "Callable[[dict[str, Any]], bool] | None", "str | None"]
+SCHEDULES: dict[str, list[Schedule]] = {}  # by config class name; each config's module adds its own
+
+
+def _get(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+def _default(cls: type, dotted: str) -> Any:
+    value: Any = cls()
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _scaled(value: Any, old: int, new: int) -> Any:
+    """``value`` (an int, or a list of them) moved from a run of ``old`` to one of ``new``: the same fraction."""
+    if isinstance(value, list):  # milestones: after the first epoch at the earliest; none past the run's end
+        moved = [max(1, round(v * new / old)) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        return [m for m in moved if not isinstance(m, int) or m < new]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    return min(max(round(value * new / old), 0), max(new - 1, 0))
+
+
+def _scale_schedules(cls: type, preset: dict[str, Any], explicit: dict[str, Any],
+                     merged: dict[str, Any]) -> dict[str, Any]:
+    for length_key, keys, applies, label in SCHEDULES.get(cls.__name__, []):
+        new = _get(explicit, length_key)
+        old = _get(preset, length_key)
+        old = _default(cls, length_key) if old is None else old
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (new, old)) or new == old:
+            continue
+        if applies is not None and not applies(merged):
+            continue
+        for key in keys:
+            if _get(explicit, key) is not None:
+                continue  # chosen with the length: as given (the validator refuses what falls outside the run)
+            before = _get(preset, key)
+            before = _default(cls, key) if before is None else before
+            after = _scaled(before, old, new)
+            if after != before:
+                _set(merged, key, after)
+                logger.warning("note: %s scaled with %s to %s (was %s of %s); set %s to choose it", key, length_key,
+                               after, before, old, key)
+        if label and _get(explicit, label) is None:
+            name = _get(preset, label) or _default(cls, label)
+            _set(merged, label, f"{name}, {new} it")  # not the preset's schedule: not reported as it
+    return merged
+
+
 def load_config(
     cls: type, config: str | None = None, overrides: tuple[str, ...] | list[str] = (),
-    base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None, *, check: bool = True,
 ) -> Any:
     """Defaults < ``base`` (a stored config, when resuming) < YAML file < overrides < ``flags`` (explicit CLI
     flags as a nested dict; None means "not given"). The result is validated once, after everything is merged:
-    a value that only a flag supplies (``--data``) must not be reported missing."""
+    a value that only a flag supplies (``--data``) must not be reported missing (``check=False``: not at all).
+
+    A schedule follows its length: when overrides or flags change ``optim.epochs`` (``solver.iterations``) and
+    leave the milestones (steps, warm-up) alone, these are scaled with it and a note says so (:data:`SCHEDULES`).
+    """
     data: dict[str, Any] = dict(base or {})
     if config:
-        data = _merge(data, read_yaml(preset_path(config)))
+        data = _merge(data, read_yaml(preset_path(config, COMMANDS.get(cls.__name__)), cls=cls))
+    explicit: dict[str, Any] = {}
     for text in overrides:
-        data = _merge(data, parse_override(text))
-    data = _merge(data, given(flags or {}))
-    return validated(from_dict(cls, data))
+        explicit = _merge(explicit, parse_override(text))
+    explicit = _merge(explicit, given(flags or {}))
+    merged = _scale_schedules(cls, data, explicit, _merge(data, explicit))
+    built = from_dict(cls, merged)
+    return validated(built) if check else built
 
 
 def given(flags: dict[str, Any]) -> dict[str, Any]:
@@ -416,7 +520,8 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
     """Reject impossible values with a one-line error naming the key."""
     m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
     checks = [
-        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {show(m.arch)}"),
+        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {show(m.arch)}"
+         f"{did_you_mean(m.arch, ARCHS)}"),
         (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
          f"{m.queue_size}"),
         (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),
@@ -430,6 +535,9 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (0 <= o.momentum < math.inf, "optim.momentum", f"must be finite and >= 0, got {o.momentum}"),
         (0 <= o.weight_decay < math.inf, "optim.weight_decay", f"must be finite and >= 0, got {o.weight_decay}"),
         (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (o.schedule != "step" or all(m < o.epochs for m in o.milestones), "optim.milestones",
+         f"{list(o.milestones)} fall outside a {o.epochs}-epoch run (the lr would never drop there): set them below "
+         f"optim.epochs, or leave them out to scale the preset's"),
         (a.crop_size >= 8, "augment.crop_size", f"must be >= 8, got {a.crop_size}"),
         (0 < a.crop_scale[0] <= a.crop_scale[1] <= 1, "augment.crop_scale", f"need 0 < min <= max <= 1, got "
          f"{list(a.crop_scale)}"),
@@ -455,3 +563,6 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}
+# The step schedule's milestones follow optim.epochs (a cosine schedule has none to move).
+SCHEDULES["PretrainConfig"] = [("optim.epochs", ("optim.milestones",),
+                                lambda c: _get(c, "optim.schedule") in (None, "step"), None)]

@@ -16,6 +16,7 @@ another order than it is stored, arXiv 2111.00169), and lone surrogates (undecod
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,8 @@ class EscapingStream:
         return self._stream
 
     def write(self, text: str) -> int:
+        if not isinstance(text, str):  # as a text stream does: click probes streams with write(b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         self._stream.write(printable(text))
         return len(text)
 
@@ -81,17 +84,51 @@ def guard(stream: TextIO) -> TextIO:
     return stream if isinstance(stream, EscapingStream) else EscapingStream(stream)  # type: ignore[return-value]
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """The suite's warnings and notes (loggers ``moco.*``), as the bare message, on whatever ``sys.stderr`` is when
+    they are emitted (the guard, a test's capture): not to logging's last resort, which a library or a test
+    harness that configures the root logger would take away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
+_LOGGER = logging.getLogger("moco")
+
+
 @contextlib.contextmanager
 def guarded_output() -> Iterator[None]:
-    """``sys.stdout`` and ``sys.stderr`` escape control characters until the block ends (nested: one guard)."""
+    """``sys.stdout`` and ``sys.stderr`` escape control characters until the block ends (nested: one guard), and the
+    ``moco`` loggers' messages go to ``sys.stderr``."""
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = guard(out), guard(err)
+    handler, propagate = _CurrentStderr(), _LOGGER.propagate
+    outermost = not any(isinstance(h, _CurrentStderr) for h in _LOGGER.handlers)
+    if outermost:
+        _LOGGER.addHandler(handler)
+        _LOGGER.propagate = False
     try:
         yield
     finally:
         sys.stdout, sys.stderr = out, err
+        if outermost:
+            _LOGGER.removeHandler(handler)
+            _LOGGER.propagate = propagate
 
 
 def guard_process_output() -> None:
-    """Guard ``sys.stdout`` and ``sys.stderr`` for the rest of this process (a spawned rank, a job's process)."""
+    """Guard ``sys.stdout`` and ``sys.stderr`` for the rest of this process (a spawned rank, a job's process), with
+    the ``moco`` loggers' messages on ``sys.stderr``."""
     sys.stdout, sys.stderr = guard(sys.stdout), guard(sys.stderr)
+    if not any(isinstance(h, _CurrentStderr) for h in _LOGGER.handlers):
+        _LOGGER.addHandler(_CurrentStderr())
+        _LOGGER.propagate = False

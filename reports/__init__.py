@@ -12,3 +12,5 @@ self-contained report.html (plots as data URIs). Modules, in the order data flow
 * ``render``: Markdown, CSV, LaTeX, HTML with escaping (``safe_text``: control characters, CSV formulas);
   ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
 """
+
+FORMATS = ("md", "csv", "tex", "html")  # what a report is written as (here: `moco --help` loads nothing more)

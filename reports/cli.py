@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 
 from moco_core.errors import print_error
-from reports.records import find_record_files
-from reports.render import skipped_line, to_markdown, write_report
-from reports.report import FORMATS, build_report, parse_formats
+from reports import FORMATS
 
 
 def _fail(message: str) -> typer.Exit:
@@ -28,6 +26,10 @@ def report_cli(
 ) -> None:
     """Paper-style tables (linear, kNN, VOC, COCO, ablations) from evaluation records, as Markdown, CSV, LaTeX and
     one self-contained HTML file with plots. The Markdown is also printed; skipped records are listed with why."""
+    from reports.records import find_record_files
+    from reports.render import skipped_line, to_markdown, write_report
+    from reports.report import build_report, parse_formats
+
     try:
         chosen = parse_formats(formats)
     except ValueError as err:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reports import FORMATS
 from reports.expected import Expected
 from reports.protocols import PAPER_LINEAR_EPOCHS
 from reports.published import PublishedRow, load_published
@@ -17,7 +18,6 @@ from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
 from reports.tables import Shown, Table, all_tables, mechanism_label
 
-FORMATS = ("md", "csv", "tex", "html")
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
     "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "engine", "model", "schedule",

@@ -48,8 +48,8 @@ def test_pretrain_help_shows_operational_flags() -> None:
 
 
 @pytest.mark.parametrize(("command", "message"), [
-    (["eval", "voc", "--weights", "absent.pth"], "data.path: not set"),  # the paper preset: VOC must be given
-    (["eval", "coco", "--weights", "absent.pth"], "data.path: not set"),
+    (["eval", "voc", "absent.pth"], "data.path: not set"),  # the paper preset: VOC must be given
+    (["eval", "coco", "absent.pth"], "data.path: not set"),
     (["convert", "absent.pth", "b.pkl"], "absent.pth"),
 ])
 def test_transfer_commands_fail_in_one_line(command: list[str], message: str) -> None:

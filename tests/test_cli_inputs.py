@@ -68,11 +68,11 @@ VALUES = ["0", "-1", "1", "3", "2", "99999999999999999999999", "1e309", "nan", "
           "model.arch=resnet18", "optim.epochs=-1", "model.queue_size=1000000000000", "=", "a.b.c=1", "[1,2",
           "run.seed=100000000000000000000000", "data.path=/nonexistent", "{a: 1}", "!!python/name:os.system",
           "annotations/train.json", "kit/ImageSets/Main/a.txt", "x.json:images"]
-PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--eval-config", "--eval-data", "--out", "-o",
-         "--train", "--test", "--resume"}
+PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--resume-from", "--eval-config", "--eval-data",
+         "--out", "-o", "--train", "--test", "--resume"}
 FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume"}
 ARGUMENTS = {  # positional arguments per command
-    "pretrain": 0, "sweep": 2, "eval linear": 1, "eval knn": 1, "eval voc": 0, "eval coco": 0, "convert": 2,
+    "pretrain": 0, "sweep": 2, "eval linear": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1, "convert": 2,
     "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
 }
 
@@ -164,7 +164,7 @@ def test_the_issues_inputs_fail_in_one_line(extra: list[str], message: str, host
 @pytest.mark.parametrize("args", [
     ["eval", "knn", "random", "--data", "{shapes}", "--device", "tpu"],
     ["eval", "knn", "random", "--data", "{shapes}", "--seed", "-1"],
-    ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--device", "cuda:x"],
+    ["eval", "voc", "-c", "voc_embedded", "random", "--device", "cuda:x"],
     ["eval", "linear", "random", "-c", "lincls_embedded", "--device", "cuda:x"],
     ["convert", "{text}", "{dir}/out.pkl"],
     ["convert", "{lfs}", "{dir}/out.pkl"],
@@ -185,7 +185,7 @@ def test_a_data_home_that_cannot_be_written_is_one_line(hostile: dict[str, str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOCO_DATA_HOME", hostile["under_a_file"])  # no folder can be made there
     for args in (["pretrain", "-c", "embedded", *SMALL, "--output-dir", str(tmp_path / "p")],
-                 ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--output-dir", str(tmp_path / "v")]):
+                 ["eval", "voc", "-c", "voc_embedded", "random", "--output-dir", str(tmp_path / "v")]):
         result = runner.invoke(app, args)
         assert_clean(result, args)
         assert result.exit_code == 2 and "cannot write the embedded " in result.output  # shapes, or VOC2007 scenes
@@ -339,8 +339,8 @@ def test_a_yaml_value_that_holds_itself_is_one_line(yaml_text: str, tmp_path: Pa
     ["pretrain", "-c", "embedded", "--set", "run.output_dir=''"],
     ["pretrain", "-c", "embedded", "--data", ""],
     ["eval", "linear", "random", "-c", "lincls_embedded", "--output-dir", ""],
-    ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--output-dir", ""],
-    ["eval", "coco", "-c", "coco_embedded", "--weights", "random", "--output-dir", ""],
+    ["eval", "voc", "-c", "voc_embedded", "random", "--output-dir", ""],
+    ["eval", "coco", "-c", "coco_embedded", "random", "--output-dir", ""],
 ])
 def test_an_empty_path_is_refused_not_read_as_the_current_directory(args: list[str], tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:

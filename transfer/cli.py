@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-Weights = Annotated[str | None, typer.Option(
-    help="Backbone weights (required, except with --print-config): a checkpoint (ours, official main_moco.py's, "
-    "a torchvision ResNet state_dict, our supervised baseline), or 'random'.")]
-Config = Annotated[str | None, typer.Option(
-    "--config", "-c", help="YAML file or preset (voc_embedded, voc_R50_C4_24k, coco_embedded, coco_R50_C4_1x, "
-    "coco_R50_C4_2x, coco_R50_FPN_1x, coco_R50_FPN_2x). Without it: the paper's setting.")]
+from moco_core.cli import preset_list
+from transfer.config import DEFAULT_PRESETS
+
+Weights = Annotated[str | None, typer.Argument(
+    metavar="WEIGHTS", show_default=False,
+    help="Backbone weights: a checkpoint (ours, official main_moco.py's, a torchvision ResNet state_dict, our "
+    "supervised baseline), a pretraining's run directory (its last checkpoint), or 'random'. Not needed with "
+    "--print-config.")]
+OldWeights = Annotated[str | None, typer.Option("--weights", hidden=True, help="The old form of WEIGHTS.")]
+Arch = Annotated[str | None, typer.Option(help="The ResNet of 'random' (detector.arch; a file names its own).")]
+
+
+def _config(task: str) -> Any:
+    return typer.Option("--config", "-c", help=f"YAML file or preset ({preset_list(task)}). Without it: the paper's "
+                        f"setting ({DEFAULT_PRESETS[task]}).")
+
+
+VocConfig = Annotated[str | None, _config("voc")]
+CocoConfig = Annotated[str | None, _config("coco")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
 Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
 Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/), "
@@ -24,28 +38,39 @@ Test = Annotated[str | None, typer.Option(help="The test set, in the forms --tra
 Classes = Annotated[str | None, typer.Option(
     help="A VOC-style devkit's class names in label order, comma-separated (default: VOC's 20 for the standard "
     "sets, else every name its XML files use, sorted).")]
-OutputDir = Annotated[str | None, typer.Option(help="Run directory (config, metrics, checkpoint, result.json).")]
+OutputDir = Annotated[str | None, typer.Option(help="Run directory (config, metrics, checkpoint, result.json; "
+                                               "default: runs/<preset>/<weights>).")]
 Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 Seed = Annotated[int | None, typer.Option(help="Random seed.")]
 Workers = Annotated[int | None, typer.Option(help="Data-loading worker processes per training process.")]
-Resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --output-dir from its last checkpoint.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue the run in its output directory from its last "
+                                      "checkpoint.")]
 Nproc = Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")]
 Quiet = Annotated[bool, typer.Option("--quiet", help="No progress output.")]
 PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")]
 
 
-def _transfer(task: str, weights: str | None, config: str | None, overrides: list[str], flags: dict[str, Any],
-              resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
+def _transfer(task: str, weights: str | None, old_weights: str | None, config: str | None, overrides: list[str],
+              flags: dict[str, Any], resume: bool, nproc: int, quiet: bool, print_config: bool) -> None:
     """Resolve the config (bad input: one line, exit 2), then run here or in ``nproc`` processes."""
-    from moco_core.cli import print_or_launch
+    from moco_core.cli import print_or_launch, with_output_dir
     from moco_core.config import ConfigError
     from moco_core.errors import UserError, print_error
-    from transfer.config import load_transfer_config
+    from transfer.config import DEFAULT_PRESETS, load_transfer_config
 
     try:
+        if old_weights is not None:
+            if weights is not None and weights != old_weights:
+                raise ConfigError(f"two weights given: {weights!r} and --weights {old_weights!r}")
+            print(f"note: --weights is the old form; give the weights first: moco eval {task} WEIGHTS ...",
+                  file=sys.stderr)
+            weights = old_weights
         if weights is None and not print_config:
-            raise ConfigError("--weights is required: a checkpoint, a torchvision ResNet state_dict, or 'random'")
+            raise ConfigError(f"no weights: moco eval {task} WEIGHTS, where WEIGHTS is a checkpoint, a run directory, "
+                              f"or 'random'")
         cfg = load_transfer_config(task, config, overrides, flags)
+        if weights is not None:
+            cfg = with_output_dir(cfg, config or DEFAULT_PRESETS[task], task, weights, cfg.detector.arch, "--arch")
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
@@ -61,29 +86,32 @@ def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
 
 
 def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,
-           device: str | None, seed: int | None, workers: int | None, classes: str | None = None) -> dict[str, Any]:
+           device: str | None, seed: int | None, workers: int | None, arch: str | None,
+           classes: str | None = None) -> dict[str, Any]:
     names = None if classes is None else [c.strip() for c in classes.split(",")]
-    return {"engine": engine, "data": {"path": data, "train": train or None, "test": test, "classes": names,
-                                       "workers": workers},
+    return {"engine": engine, "detector": {"arch": arch},
+            "data": {"path": data, "train": train or None, "test": test, "classes": names, "workers": workers},
             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
 
 
-def voc_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None, data: Data = None,
-            train: Train = None, test: Test = None, classes: Classes = None, output_dir: OutputDir = None,
-            device: Device = None, seed: Seed = None, workers: Workers = None, resume: Resume = False, nproc: Nproc = 1,
-            quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+def voc_cli(weights: Weights = None, config: VocConfig = None, set_: Sets = None, engine: Engine = None,
+            data: Data = None, train: Train = None, test: Test = None, classes: Classes = None,
+            output_dir: OutputDir = None, arch: Arch = None, device: Device = None, seed: Seed = None,
+            workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
+            print_config: PrintConfig = False, old_weights: OldWeights = None) -> None:
     """Faster R-CNN (R50-C4, the paper's VOC detector) fine-tuned from a backbone on VOC07+12, tested on VOC07."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, classes)
-    _transfer("voc", weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, classes)
+    _transfer("voc", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
-def coco_cli(weights: Weights = None, config: Config = None, set_: Sets = None, engine: Engine = None,
+def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = None, engine: Engine = None,
              data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
-             device: Device = None, seed: Seed = None, workers: Workers = None, resume: Resume = False,
-             nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False) -> None:
+             arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+             resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+             old_weights: OldWeights = None) -> None:
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers)
-    _transfer("coco", weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("coco", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 def convert_cli(

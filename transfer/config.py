@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, ConfigError, load_config, require, run_checks
-from transfer.datasets import parse_dataset
+from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
 
 TASKS = ("voc", "coco")
 ENGINES = ("auto", "detectron2", "torchvision")
@@ -120,6 +119,12 @@ class TransferConfig:
     run: TransferRunConfig = field(default_factory=TransferRunConfig)
 
 
+# The lr steps keep their fraction of solver.iterations when only it is changed; the schedule label then says so
+# ("embedded, 60 it"), so that the run is not reported or matched as the preset's schedule. The warm-up is a number
+# of iterations whatever the length (detectron2's 2x configs keep the 1x's 1000).
+SCHEDULES["TransferConfig"] = [("solver.iterations", ("solver.steps",), None, "schedule")]
+
+
 def transfer_run_dir(cfg: TransferConfig) -> Path:
     """The run directory: ``run.output_dir``, else ``runs/<task>``."""
     return Path(cfg.run.output_dir or f"runs/{cfg.task}")
@@ -140,6 +145,8 @@ def model_name(cfg: TransferConfig, arch: str) -> str:
 
 def validate_transfer(cfg: TransferConfig) -> TransferConfig:
     """Reject impossible values with a one-line error naming the key."""
+    from transfer.datasets import parse_dataset  # here: it loads torch, which `moco eval voc --help` must not
+
     d, i, s, r = cfg.detector, cfg.input, cfg.solver, cfg.run
     names = (*cfg.data.train, cfg.data.test)
     checks = [
@@ -167,7 +174,12 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (s.iterations >= 1, "solver.iterations", f"must be >= 1, got {s.iterations}"),
         (list(s.steps) == sorted(s.steps) and all(0 < m for m in s.steps), "solver.steps",
          f"need increasing positive iterations, got {list(s.steps)}"),
+        (all(m < s.iterations for m in s.steps), "solver.steps", f"{list(s.steps)} fall outside a run of "
+         f"{s.iterations} iterations (the lr would never drop there): set them below solver.iterations, or leave "
+         f"them out to scale the preset's"),
         (s.warmup_iters >= 0 and 0 < s.warmup_factor <= 1, "solver.warmup_iters", "need >= 0 (factor in (0, 1])"),
+        (s.warmup_iters < s.iterations, "solver.warmup_iters", f"{s.warmup_iters} is the whole run of "
+         f"{s.iterations} iterations or more: the lr would never reach solver.lr"),
         (s.precise_bn_iters >= 0, "solver.precise_bn_iters", f"must be >= 0, got {s.precise_bn_iters}"),
         (cfg.data.path is not None, "data.path", "not set: pass --data DIR (detectron2's datasets/ layout) or "
          "--data embedded"),

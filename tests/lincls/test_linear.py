@@ -20,7 +20,7 @@ def tiny_linear(shapes_root: Path, out: Path, **run: object) -> LinearConfig:
     cfg = load_linear_config("lincls_embedded", ["optim.epochs=2", "optim.batch_size=16", "optim.milestones=[1]",
                                                  "data.workers=0", "run.log_every=1", "data.crop_size=32",
                                                  "data.resize=32"])
-    return replace(cfg, data={"path": str(shapes_root)}, run={"output_dir": str(out), **run})
+    return replace(cfg, arch="resnet18", data={"path": str(shapes_root)}, run={"output_dir": str(out), **run})
 
 
 @pytest.fixture(scope="module")

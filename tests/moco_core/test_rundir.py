@@ -80,8 +80,8 @@ def test_every_command_that_writes_a_run_directory_refuses_a_held_one(held, shap
     commands = [
         ["pretrain", "-c", "embedded", "--data", str(shapes_root), *PRETRAIN],
         ["eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data", str(shapes_root)],
-        ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--engine", "torchvision"],
-        ["eval", "coco", "-c", "coco_embedded", "--weights", "random", "--engine", "torchvision", "--resume"],
+        ["eval", "voc", "-c", "voc_embedded", "random", "--engine", "torchvision"],
+        ["eval", "coco", "-c", "coco_embedded", "random", "--engine", "torchvision", "--resume"],
     ]
     for command in commands:
         result = runner.invoke(app, [*command, "--output-dir", str(run_dir)])
@@ -97,6 +97,7 @@ def test_a_finished_evaluation_is_kept_and_an_unfinished_one_starts_over(shapes_
             "--output-dir", str(out), "--quiet", "--set", "optim.epochs=1", "--set", "data.workers=0",
             "--set", "data.crop_size=32", "--set", "data.resize=32"]
     out.mkdir()
+    (out / "run.json").write_text('{"starts": [{"argv": ["moco"]}]}')  # a killed evaluation's: written first
     (out / "config.yaml").write_text("left by a killed evaluation\n")
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -118,7 +119,7 @@ def test_a_fine_tuning_is_continued_only_when_asked(tmp_path: Path) -> None:
     out = tmp_path / "voc"
     out.mkdir()
     (out / checkpoint.LAST).write_bytes(b"an earlier run's checkpoint")
-    result = runner.invoke(app, ["eval", "voc", "-c", "voc_embedded", "--weights", "random", "--engine",
+    result = runner.invoke(app, ["eval", "voc", "-c", "voc_embedded", "random", "--engine",
                                  "torchvision", "--output-dir", str(out)])
     assert result.exit_code == 2
     assert f"already holds a fine-tuning ({checkpoint.LAST}); pass --resume" in result.output

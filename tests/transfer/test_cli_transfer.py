@@ -39,14 +39,14 @@ def test_help_shows_the_flags() -> None:
     for task in ("voc", "coco"):
         result = runner.invoke(app, ["eval", task, "--help"])
         assert result.exit_code == 0
-        for flag in ("--weights", "--config", "--set", "--engine", "--data", "--output-dir", "--device", "--seed",
+        for flag in ("--config", "--set", "--engine", "--data", "--output-dir", "--device", "--seed",
                      "--resume", "--nproc"):
             assert flag in result.output
 
 
 def test_print_config_resolves_presets_and_flags() -> None:
-    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_R50_FPN_2x", "--data", "/d",
-                                 "--engine", "torchvision", "--set", "solver.lr=0.01", "--seed", "3",
+    result = runner.invoke(app, ["eval", "coco", "random", "--arch", "resnet50", "-c", "coco_R50_FPN_2x", "--data",
+                                 "/d", "--engine", "torchvision", "--set", "solver.lr=0.01", "--seed", "3",
                                  "--print-config"])
     assert result.exit_code == 0, result.output
     assert "schedule: 2x" in result.output and "head: FPN" in result.output and "lr: 0.01" in result.output
@@ -60,15 +60,15 @@ def test_print_config_resolves_presets_and_flags() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["eval", "voc", "--weights", "random", "--set", "solver.itterations=5", "--data", "x"],
+    (["eval", "voc", "random", "--set", "solver.itterations=5", "--data", "x"],
      "solver.itterations: unknown key"),
-    (["eval", "voc", "-c", "voc_embedded"], "--weights is required"),
-    (["eval", "coco", "-c", "coco_embedded", "--engine", "torchvision"], "--weights is required"),
-    (["eval", "voc", "--weights", "random", "-c", "coco_embedded"], "is for coco, not voc"),
-    (["eval", "voc", "--weights", "random", "-c", "voc_R50_C4_24k"], "data.path: not set"),
-    (["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--set", "solver.lr=.inf"],
+    (["eval", "voc", "-c", "voc_embedded"], "no weights: moco eval"),
+    (["eval", "coco", "-c", "coco_embedded", "--engine", "torchvision"], "no weights: moco eval"),
+    (["eval", "voc", "random", "-c", "coco_embedded"], "is for coco, not voc"),
+    (["eval", "voc", "random", "-c", "voc_R50_C4_24k"], "data.path: not set"),
+    (["eval", "voc", "random", "-c", "voc_embedded", "--set", "solver.lr=.inf"],
      "solver.lr: must be finite, got inf"),
-    (["eval", "coco", "--weights", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
+    (["eval", "coco", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
 ])
 def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = runner.invoke(app, args)
@@ -79,21 +79,21 @@ def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> Non
 def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) -> None:
     garbage = tmp_path / "weights.pth"
     garbage.write_bytes(b"\x00not a checkpoint")
-    result = runner.invoke(app, ["eval", "voc", "--weights", str(garbage), "-c", "voc_embedded", "--engine",
+    result = runner.invoke(app, ["eval", "voc", str(garbage), "-c", "voc_embedded", "--engine",
                                  "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert str(garbage) in error_line(result.output)
-    result = runner.invoke(app, ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--data",
+    result = runner.invoke(app, ["eval", "voc", "random", "-c", "voc_embedded", "--data",
                                  str(tmp_path), "--engine", "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert f"VOC directory not found: {tmp_path / 'VOC2007'}" in error_line(result.output)
-    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data",
+    result = runner.invoke(app, ["eval", "coco", "random", "-c", "coco_embedded", "--data",
                                  str(tmp_path), "--engine", "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert "coco/annotations/instances_train2017.json not found" in error_line(result.output)
     if importlib.util.find_spec("detectron2") is not None:
         return
-    result = runner.invoke(app, ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--engine",
+    result = runner.invoke(app, ["eval", "voc", "random", "-c", "voc_embedded", "--engine",
                                  "detectron2", "--quiet"])
     assert result.exit_code == 2
     assert "detectron2 is not installed" in error_line(result.output)
@@ -101,7 +101,7 @@ def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) ->
 
 def test_exit_code_through_a_real_process(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    args = ["eval", "coco", "--weights", str(tmp_path / "absent.pth"), "-c", "coco_embedded", "--engine",
+    args = ["eval", "coco", str(tmp_path / "absent.pth"), "-c", "coco_embedded", "--engine",
             "torchvision", "--quiet"]
     done = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2
@@ -111,13 +111,13 @@ def test_exit_code_through_a_real_process(tmp_path: Path) -> None:
 def test_coco_run_through_the_cli_into_the_report(tmp_path: Path) -> None:
     data = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
     out = tmp_path / "runs" / "coco_random"
-    result = runner.invoke(app, ["eval", "coco", "--weights", "random", "-c", "coco_embedded", "--data", str(data),
+    result = runner.invoke(app, ["eval", "coco", "random", "-c", "coco_embedded", "--data", str(data),
                                  "--output-dir", str(out), "--engine", "torchvision", "--workers", "0", "--quiet",
                                  *sets(*TINY)])
     assert result.exit_code == 0, result.output
     record = json.loads((out / "result.json").read_text())
     assert record["engine"] == "torchvision" and record["config"]["model"] == "R18-C4"
-    assert record["config"]["schedule"] == "embedded" and record["dataset"]["name"] == "COCO train2017"
+    assert record["config"]["schedule"] == "embedded, 4 it" and record["dataset"]["name"] == "COCO train2017"
     for name in ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"):
         assert 0 <= record["metrics"][name] <= 100
     assert record["metrics"]["bbox_APl"] is None  # no large object in 48-px images: null, not NaN

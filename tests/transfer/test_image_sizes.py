@@ -82,7 +82,7 @@ def test_the_cli_stops_before_training_with_one_line(tmp_path: Path) -> None:
     jpeg(voc / "JPEGImages" / "000002.jpg", 24, 16)
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [
-        "eval", "voc", "--weights", "random", "-c", "voc_embedded", "--data", str(tmp_path / "datasets"),
+        "eval", "voc", "random", "-c", "voc_embedded", "--data", str(tmp_path / "datasets"),
         "--set", f"data.classes=[{','.join(VOC_CLASSES)}]", "--engine", "torchvision", "--output-dir", str(out),
         "--quiet"])
     assert result.exit_code == 2, result.output

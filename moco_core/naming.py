@@ -1,0 +1,40 @@
+"""Default run directories of the evaluations, named after the preset and the weights, so that two evaluations
+typed one after the other (README: the MoCo checkpoint, then random init, with the same preset) never land in one
+directory. Lightning names its runs by version, detectron2 by an OUTPUT_DIR the user sets; here the name says what
+ran: ``runs/lincls_embedded/embedded``, ``runs/lincls_embedded/random_resnet18``, ``runs/voc_R50_C4_24k/CKPT``.
+
+Torch-free: the CLI resolves these before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+_SUFFIXES = (".tar", ".pth", ".pt", ".pkl", ".ckpt", ".bin", ".safetensors")
+_LAST = ("checkpoint_last", "checkpoint")  # a run's own checkpoint: the run's folder names it
+
+
+def weights_tag(weights: str, arch: str | None = None) -> str:
+    """A folder name for ``weights``: ``random_<arch>``; a run directory's or its last checkpoint's folder name;
+    ``<run>_<snapshot>`` for a kept snapshot (checkpoint_0019); else the file's name without its suffixes."""
+    if weights == "random":
+        return f"random_{arch}" if arch else "random"
+    path = Path(weights)
+    name = path.name
+    while name.lower().endswith(_SUFFIXES):
+        name = name[: name.rfind(".")]
+    if path.is_dir():
+        name = path.resolve().name
+    elif name in _LAST:
+        name = path.resolve().parent.name or name
+    elif re.fullmatch(r"checkpoint_\d+", name):
+        name = f"{path.resolve().parent.name}_{name}"
+    return _UNSAFE.sub("_", name).strip("._")[:80] or "weights"
+
+
+def evaluation_dir(preset: str | None, task: str, weights: str, arch: str | None = None) -> str:
+    """``runs/<preset, else the task>/<weights tag>``: where an evaluation writes when no directory is given."""
+    group = _UNSAFE.sub("_", Path(preset).stem if preset else task).strip("._") or task
+    return f"runs/{group}/{weights_tag(weights, arch)}"
