@@ -11,9 +11,10 @@ A resumed run continues after the checkpoint's step, as metrics.jsonl does (the 
 
 - TensorBoard: the new event file starts with a purge marker at that step + 1, so TensorBoard's readers drop what
   the killed run's files hold from there on; no step is shown twice.
-- W&B: the run directory keeps the W&B run id (``wandb_run_id``) and the resumed run continues that W&B run.
-  W&B keeps one row a step and does not take back a step it has: steps the killed run had logged after its
-  checkpoint keep its values there, and the resumed run's values for them are dropped (W&B says so).
+- W&B: the run directory keeps the W&B run id (``wandb_run_id``) and the resumed run continues that W&B run
+  (offline, in an ``offline-run-*`` directory of its own). W&B keeps one row a step and does not take back a step
+  it has: resumed online, steps the killed run had logged after its checkpoint keep its values there, and the
+  resumed run's values for them are dropped (W&B says so).
 """
 
 from __future__ import annotations
