@@ -63,6 +63,7 @@ class LinearRunConfig:
     # Not the paper's protocol: features of center crops are extracted once and fc is trained on them (no
     # augmentation). Much faster; results are labelled "linear-cached".
     cached_features: bool = False
+    loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb" (optional extras; README)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
         (d.crop_size >= 8 and d.resize >= d.crop_size, "data.crop_size", "need 8 <= crop_size <= resize"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
-        *run_checks(cfg.run.device, cfg.run.seed),
+        *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
     ]
     require(checks)
     return cfg
@@ -218,7 +219,6 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         require_fresh(run_dir, (LINEAR_LAST,), "an unfinished linear evaluation", hint)
     failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     run = _set_up(cfg, pretrained, device, failures)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
     if main:
         write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
                                                  "world_size": distributed.world_size(), "device": str(device)})
@@ -229,24 +229,27 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
                           f"to extend the evaluation")
     step, started = first * len(run.train_loader), time.perf_counter()
-    metrics.truncate_after(step)
     progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
                         enabled=main and show_progress)
-    for epoch in range(first, cfg.optim.epochs):
-        step, loss, lr = _train_epoch(cfg, run, epoch, step, device, progress)
-        acc = evaluate(run.head, run.val_source, device, cfg.run.amp, len(run.splits.classes))
-        history.append({"epoch": epoch, **acc})
-        metrics.write(epoch=epoch, step=step, loss=loss, lr=lr, **acc)
-        progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 {acc['top5']:.2f}")
-        note = failures.report(f"epoch {epoch + 1}") if main else None
-        if note:
-            print(f"warning: {note}", file=sys.stderr)
-        if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
-            checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": run.model.fc.state_dict(),
-                                    "optimizer": run.optimizer.state_dict(), "history": history,
-                                    "pretrained": pretrained, "rng": checkpoint.rng_state(), "config": to_dict(cfg)},
-                                   run_dir / LINEAR_LAST)
-    sanity_check(run.model, run.info, run.initial)
+    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
+                       config=to_dict(cfg)) as metrics:
+        metrics.start(step)
+        for epoch in range(first, cfg.optim.epochs):
+            step, loss, lr = _train_epoch(cfg, run, epoch, step, device, progress)
+            acc = evaluate(run.head, run.val_source, device, cfg.run.amp, len(run.splits.classes))
+            history.append({"epoch": epoch, **acc})
+            metrics.write(epoch=epoch, step=step, loss=loss, lr=lr, **acc)
+            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 "
+                             f"{acc['top5']:.2f}")
+            note = failures.report(f"epoch {epoch + 1}") if main else None
+            if note:
+                print(f"warning: {note}", file=sys.stderr)
+            if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
+                checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": run.model.fc.state_dict(),
+                                        "optimizer": run.optimizer.state_dict(), "history": history,
+                                        "pretrained": pretrained, "rng": checkpoint.rng_state(),
+                                        "config": to_dict(cfg)}, run_dir / LINEAR_LAST)
+        sanity_check(run.model, run.info, run.initial)
     if not main:
         return run_dir / "result.json"
     return _write_result(cfg, run, history, run_dir, started, extra)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import logging
 import math
 import os
@@ -118,6 +119,7 @@ class RunConfig:
     # Several processes: a collective that waits longer than this (another process died or hangs) fails the run
     # instead of hanging until the scheduler's wall-clock limit.
     dist_timeout_s: float = 600.0
+    loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb" (optional extras; README)
 
 
 @dataclass(frozen=True)
@@ -503,10 +505,29 @@ def seed_problem(seed: int) -> str | None:
 Check = tuple[bool, str, "str | None"]  # (holds, "section.key", what is wrong when it does not)
 
 
-def run_checks(device: str, seed: int) -> list[Check]:
-    """The checks every command's ``run`` section shares: a device this build knows, a seed torch accepts."""
+# run.loggers: each mirrors metrics.jsonl (moco_core/loggers.py); the package it needs, named as its extra too.
+LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def loggers_problem(names: tuple[str, ...]) -> str | None:
+    """Why ``names`` cannot be ``run.loggers`` here: an unknown name, one given twice, or a package not installed
+    (checked now, not when the run has trained for an hour)."""
+    for i, name in enumerate(names):
+        if name not in LOGGERS:
+            return f"unknown logger {name!r} (known: {', '.join(LOGGERS)})"
+        if name in names[:i]:
+            return f"{name} is named twice"
+        if importlib.util.find_spec(LOGGERS[name]) is None:
+            return f"{name} is not installed: pip install 'moco[{name}]' (or pip install {LOGGERS[name]})"
+    return None
+
+
+def run_checks(device: str, seed: int, loggers: tuple[str, ...]) -> list[Check]:
+    """The checks every command's ``run`` section shares: a device this build knows, a seed torch accepts,
+    loggers that exist and are installed."""
     return [(device_problem(device) is None, "run.device", device_problem(device)),
-            (seed_problem(seed) is None, "run.seed", seed_problem(seed))]
+            (seed_problem(seed) is None, "run.seed", seed_problem(seed)),
+            (loggers_problem(loggers) is None, "run.loggers", loggers_problem(loggers))]
 
 
 def require(checks: list[Check]) -> None:
@@ -525,7 +546,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
          f"{m.queue_size}"),
         (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),
-        *run_checks(r.device, r.seed),
+        *run_checks(r.device, r.seed, r.loggers),
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
         (0 < m.temperature < math.inf, "model.temperature", f"must be finite and > 0, got {m.temperature}"),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),

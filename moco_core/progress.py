@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from moco_core.checkpoint import CheckpointError, write_failure
+from moco_core.loggers import Loggers
 from moco_core.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
 
@@ -79,16 +80,31 @@ class Progress:
 
 
 class MetricsWriter:
-    """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing."""
+    """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing.
 
-    def __init__(self, path: Path, *, enabled: bool = True) -> None:
+    ``loggers`` (``run.loggers``) mirror each line's numbers (:mod:`moco_core.loggers`), from :meth:`start` on;
+    ``config`` is the resolved config they record. Used as a context manager: leaving it closes them (their buffers
+    flushed), on an error too.
+    """
+
+    def __init__(self, path: Path, *, enabled: bool = True, loggers: tuple[str, ...] = (),
+                 config: dict[str, Any] | None = None) -> None:
         self.path = path
         self.enabled = enabled
+        self.logger_names, self.config = loggers, config or {}
+        self.loggers: Loggers | None = None
 
-    def truncate_after(self, step: int) -> None:
-        """On resume, drop lines a killed run wrote after the checkpoint we resume from, and a line it tore."""
-        if not self.enabled or not self.path.exists():
+    def start(self, step: int) -> None:
+        """The run goes on after ``step`` (0: a new run): drop the lines a killed run wrote after the checkpoint we
+        resume from, and a line it tore; open the loggers, which continue after ``step`` too."""
+        if not self.enabled:
             return
+        if self.path.exists():
+            self._truncate_after(step)
+        if self.logger_names:
+            self.loggers = Loggers(self.logger_names, self.path.parent, start=step, config=self.config)
+
+    def _truncate_after(self, step: int) -> None:
         kept = []
         for line in self.path.read_text(errors="replace").splitlines():
             try:
@@ -107,3 +123,16 @@ class MetricsWriter:
                 f.write(json.dumps(record, sort_keys=False) + "\n")
         except OSError as err:
             raise CheckpointError(f"cannot append to {self.path}: {write_failure(err, self.path.parent)}") from None
+        if self.loggers is not None:
+            self.loggers.log(record)
+
+    def close(self, *, failed: bool = False) -> None:
+        if self.loggers is not None:
+            self.loggers.close(failed=failed)
+            self.loggers = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close(failed=kind is not None)

@@ -218,7 +218,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume {run_dir} to continue it, or choose "
                       f"another --output-dir")
     run = _set_up(cfg, device, resume_path)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main())
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
+                            config=to_dict(cfg))
     if distributed.is_main():
         write_run_files(run_dir, to_dict(cfg), {
             "world_size": distributed.world_size(), "device": str(device), "dataset": str(run.data_root),
@@ -227,9 +228,10 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
             "channels_last": run.speed.channels_last, "compiled": run.speed.compiled,
             **moved(run.start.output_dir, run_dir),
         })
-        metrics.truncate_after(run.start.step)
         checkpoint.remove_partial_writes(run_dir)
-    _train(cfg, run, device, metrics, show_progress)
+        metrics.start(run.start.step)
+    with metrics:  # the loggers are closed (flushed) at the end, and on an error
+        _train(cfg, run, device, metrics, show_progress)
     return run_dir
 
 

@@ -104,6 +104,7 @@ class TransferRunConfig:
     log_every: int = 20  # iterations between metrics.jsonl lines
     checkpoint_every: int = 5000  # iterations between checkpoint writes (detectron2's CHECKPOINT_PERIOD)
     test_batch_size: int = 1  # test images per forward pass and process (detectron2: 1)
+    loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb" (optional extras; README)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (all(c.strip() for c in cfg.data.classes) and len(set(cfg.data.classes)) == len(cfg.data.classes),
          "data.classes", "need distinct, non-empty names"),
         (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
-        *run_checks(r.device, r.seed),
+        *run_checks(r.device, r.seed, r.loggers),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (d.mask == (cfg.task == "coco"), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its COCO "

@@ -89,6 +89,8 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "run.log_every": "the period of our metrics.jsonl and progress lines (a hook argument in detectron2)",
     "run.checkpoint_every": ("SOLVER.CHECKPOINT_PERIOD",),
     "run.test_batch_size": "the batch of our test loader (a loader argument in detectron2, 1 by default)",
+    "run.loggers": "mirrors of our metrics.jsonl (TensorBoard, W&B), written by our logging hook, not detectron2's "
+    "writers",
 }
 
 

@@ -180,7 +180,8 @@ def _check_loaded(model: nn.Module, converted: dict[str, np.ndarray]) -> None:
 
 class _Log(HookBase):
     """Every ``every`` iterations and at the last: the losses averaged over the window (summed ``total_loss``
-    as ``loss``) and the lr to metrics.jsonl and the record's history; a progress line. Main process only."""
+    as ``loss``) and the lr to metrics.jsonl (and its loggers) and the record's history; a progress line. Main
+    process only."""
 
     def __init__(self, *, every: int, metrics: MetricsWriter, progress: Progress, batch_size: int,
                  epoch_size: int, history: list[dict[str, float]]) -> None:
@@ -191,7 +192,10 @@ class _Log(HookBase):
     def before_train(self) -> None:
         self.timer, self.last = time.perf_counter(), self.trainer.start_iter
         self.progress.start_done, self.progress.started = self.last, self.timer
-        self.metrics.truncate_after(self.last)  # resumed: drop what a killed run logged after its checkpoint
+        self.metrics.start(self.last)  # resumed: drop what a killed run logged after its checkpoint
+
+    def after_train(self) -> None:  # detectron2 calls it on an error too (in a finally): the loggers are flushed
+        self.metrics.close(failed=self.trainer.iter < self.trainer.max_iter)
 
     def after_step(self) -> None:
         storage, done, total = self.trainer.storage, self.trainer.iter + 1, self.trainer.max_iter
@@ -315,7 +319,7 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
                else SimpleTrainer(trained, loader(), optimizer))
     checkpointer = DetectionCheckpointer(trained, str(run_dir), trainer=trainer)
     s = cfg.solver
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg))
     steps = [hooks.IterationTimer(), hooks.LRScheduler(optimizer, build_lr_scheduler(d2cfg, optimizer))]
     if s.precise_bn_iters:  # after the last iteration, before the final checkpoint: the tested statistics
         steps.append(hooks.PreciseBN(0, trained, loader(), s.precise_bn_iters))

@@ -120,11 +120,11 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                         collate_fn=engine.collate, drop_last=True, pin_memory=device.type == "cuda",
                         persistent_workers=cfg.data.workers > 0)
     batches = engine.endless(loader, sampler, start)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main)
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg))
     if main:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
                                                  "torchvision", "world_size": world, "device": str(device)})
-        metrics.truncate_after(start)
+        metrics.start(start)
 
     def save(done: int) -> None:
         if main:
@@ -133,9 +133,10 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                                     "backbone": dataclasses.asdict(info)}, run_dir / checkpoint.LAST)
 
     progress = Progress(s.iterations, done_steps=start, every=cfg.run.log_every, enabled=main and show_progress)
-    history = engine.train(trained, optimizer, batches, solver=s, start=start, device=device, amp=cfg.run.amp,
-                           metrics=metrics, progress=progress, log_every=cfg.run.log_every,
-                           checkpoint_every=cfg.run.checkpoint_every, save=save, epoch_size=len(train_set))
+    with metrics:  # the loggers are closed (flushed) at the end, and on an error
+        history = engine.train(trained, optimizer, batches, solver=s, start=start, device=device, amp=cfg.run.amp,
+                               metrics=metrics, progress=progress, log_every=cfg.run.log_every,
+                               checkpoint_every=cfg.run.checkpoint_every, save=save, epoch_size=len(train_set))
     engine.precise_bn(trained, batches, s.precise_bn_iters, device=device, amp=cfg.run.amp)
     if s.precise_bn_iters:
         save(s.iterations)  # the tested weights: BN statistics recomputed

@@ -234,3 +234,16 @@ def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path
     shutil.copy(flat / "n99999999" / "x.JPEG", root / "train" / "x.JPEG")
     assert error(root) == (f"data.path: {root / 'train'} has no class folders; this evaluation needs labels "
                            f"(train/<class>/*.JPEG)")
+
+
+def test_tensorboard_mirrors_the_evaluations_metrics(shapes_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tests.moco_core.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
+
+    cfg = replace(tiny_linear(shapes_root, tmp_path / "lin", loggers=("tensorboard",)), arch="resnet18")
+    linear_eval(cfg, "random", show_progress=False)
+    lines = jsonl(tmp_path / "lin")
+    assert [line["step"] for line in lines] == [2, 4]  # 2 epochs of 2 steps: one line an epoch
+    shown = tensorboard_scalars(tmp_path / "lin" / "tensorboard")
+    assert set(shown) == {"epoch", "loss", "lr", "top1", "top5"}
+    assert shown == as_tensorboard_stores(expected_series(lines))

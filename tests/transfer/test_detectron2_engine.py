@@ -120,7 +120,7 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
     "data.train": (("voc_2007_trainval",), None), "data.test": ("voc_2012_val", None),
     "data.classes": (("a", "b"), None), "data.workers": (1, None), "run.output_dir": ("/elsewhere", None),
     "run.device": ("cuda", None), "run.seed": (1, None), "run.amp": (True, None), "run.log_every": (7, None),
-    "run.checkpoint_every": (10, None), "run.test_batch_size": (3, None),
+    "run.checkpoint_every": (10, None), "run.test_batch_size": (3, None), "run.loggers": (("tensorboard",), None),
 }
 
 

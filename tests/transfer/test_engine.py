@@ -135,6 +135,23 @@ def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_p
     assert torch.load(tmp_path / "run" / "checkpoint_last.pth.tar", weights_only=True)["iteration"] == 26
 
 
+def test_tensorboard_mirrors_the_fine_tunings_metrics_by_iteration(tiny_voc: Path, tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tests.moco_core.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
+
+    cfg = load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
+                                                       "solver.precise_bn_iters=0", "run.loggers=[tensorboard]",
+                                                       f"data.classes={list(CLASSES)}"],
+                               {"engine": "torchvision", "data": {"path": str(tiny_voc)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
+    evaluate(cfg, "random", show_progress=False)
+    lines = jsonl(tmp_path / "run")
+    assert [line["step"] for line in lines] == [1, 2, 3]  # x is the iteration
+    shown = tensorboard_scalars(tmp_path / "run" / "tensorboard")
+    assert {"loss", "loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg", "lr"} <= set(shown)
+    assert shown == as_tensorboard_stores(expected_series(lines))
+
+
 class _Crash(Exception):
     pass
 
