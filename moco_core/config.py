@@ -522,7 +522,7 @@ def loggers_problem(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def run_checks(device: str, seed: int, loggers: tuple[str, ...]) -> list[Check]:
+def run_checks(device: str, seed: int, loggers: tuple[str, ...] = ()) -> list[Check]:
     """The checks every command's ``run`` section shares: a device this build knows, a seed torch accepts,
     loggers that exist and are installed."""
     return [(device_problem(device) is None, "run.device", device_problem(device)),

@@ -76,8 +76,8 @@ class MoCo(nn.Module):
         else:
             queue = F.normalize(torch.randn(dim, queue_size), dim=0)
         # Keys still to enqueue before no column can be unwritten; the mask is skipped from then on (it would
-        # cost a (N, 1+K) copy of the logits every step). Counted on the host, so it needs no sync; a loaded
-        # queue may hold unwritten columns, so loading starts the count again.
+        # cost a (N, 1+K) copy of the logits every step). Counted on the host, so it needs no sync; loading
+        # a queue counts its unwritten (all-zero) columns again.
         self._unwritten_left = queue_size if self.mask_empty else 0
         self.register_load_state_dict_post_hook(lambda module, _keys: module._count_unwritten_again())
         self.register_buffer("queue", queue)  # (C, K)
@@ -129,7 +129,8 @@ class MoCo(nn.Module):
         return self._unwritten_left < self.queue_size
 
     def _count_unwritten_again(self) -> None:
-        self._unwritten_left = self.queue_size if self.mask_empty else 0
+        """After loading a queue: its columns never written (all zero) are counted, once (a host sync at load)."""
+        self._unwritten_left = int((~self.queue.any(dim=0)).sum()) if self.mask_empty else 0
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor) -> None:

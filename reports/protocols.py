@@ -10,18 +10,28 @@ since ``reports`` imports no other package of ours.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from reports.summary import Setting
+
+class Setting(Protocol):
+    """What is read here of a :class:`reports.summary.Setting` (named by its fields: summary imports this module)."""
+
+    task: str
+    schedule: str | None
+    length: int | None
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
-                 "voc": "moco eval voc --weights random --set detector.arch={arch}",
-                 "coco": "moco eval coco --weights random --set detector.arch={arch}"}
+                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}"}
+
+
+def preset_schedule(s: Setting) -> str:
+    """The preset a schedule label names: a run at another length is labelled "embedded, 60 it" (its config
+    says so when --set changed solver.iterations alone), the preset "embedded"."""
+    return (s.schedule or "").split(", ")[0]
 
 
 def _count(value: Any) -> int | None:
@@ -52,7 +62,7 @@ def paper_length(s: Setting) -> int | None:
     """The length of the preset a setting's protocol and schedule name; None where none is known."""
     if s.task == "linear":
         return PAPER_LINEAR_EPOCHS
-    return SCHEDULE_ITERATIONS.get((s.task, s.schedule or ""))
+    return SCHEDULE_ITERATIONS.get((s.task, preset_schedule(s)))
 
 
 def runs_preset_length(s: Setting) -> bool:
@@ -70,14 +80,15 @@ def _linear_length(s: Setting) -> str:
 
 def _schedule(s: Setting) -> str:
     """"24k schedule, 24000 iterations"; "60 iterations, not the embedded schedule's 200"."""
-    preset = SCHEDULE_ITERATIONS.get((s.task, s.schedule or ""))
+    preset = SCHEDULE_ITERATIONS.get((s.task, preset_schedule(s)))
+    named = preset_schedule(s)
     if s.length is None:
         return f"{s.schedule} schedule label, iterations not recorded" if s.schedule else "iterations not recorded"
     if preset is None:
         return f"schedule {s.schedule}, {s.length} iterations" if s.schedule else f"{s.length} iterations"
     if s.length == preset:
-        return f"{s.schedule} schedule, {s.length} iterations"
-    return f"{s.length} iterations, not the {s.schedule} schedule's {preset}"
+        return f"{named} schedule, {s.length} iterations"
+    return f"{s.length} iterations, not the {named} schedule's {preset}"
 
 
 def setting_title(s: Setting) -> str:

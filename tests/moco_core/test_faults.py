@@ -308,8 +308,8 @@ def test_a_full_disk_at_start_leaves_no_empty_file(tmp_path: Path, file_size_lim
 
     file_size_limit(64)
     try:
-        with pytest.raises(checkpoint.CheckpointError, match=r"cannot write config.yaml .*: File too large; no "
-                                                              r"config.yaml was written"):
+        with pytest.raises(checkpoint.CheckpointError, match=r"cannot write run.json .*: File too large; no "
+                                                              r"run.json was written"):
             write_run_files(tmp_path, {"model": {"arch": "resnet50" * 20}}, {})
     finally:
         file_size_limit(None)

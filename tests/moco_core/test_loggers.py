@@ -114,7 +114,7 @@ def rows_of(lines: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """metrics.jsonl as W&B keeps it: one row a step, a later line's field over an earlier one's."""
     rows: dict[int, dict[str, float]] = {}
     for line in lines:
-        rows.setdefault(line["step"], {}).update({k: v for k, v in line.items() if k != "step"})
+        rows.setdefault(line["step"], {}).update({k: v for k, v in line.items() if k != "step" and v is not None})
     return rows
 
 
@@ -172,7 +172,7 @@ def test_a_logger_whose_package_is_missing_is_refused_with_the_install_command(
     line = f"error: run.loggers: {name} is not installed: pip install 'moco[{name}]' (or pip install {name})\n"
     for command in (["pretrain", "-c", "embedded", "--print-config"],
                     ["eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded"],
-                    ["eval", "voc", "--weights", "random", "-c", "voc_embedded", "--print-config"]):
+                    ["eval", "voc", "random", "-c", "voc_embedded", "--print-config"]):
         result = CliRunner().invoke(app, [*command, "--data", str(tmp_path), "--output-dir", str(tmp_path / "out"),
                                           "--set", f"run.loggers=[{name}]"])
         assert result.exit_code == 2 and result.output == line, (command, result.output)

@@ -142,7 +142,7 @@ def test_a_table_without_random_init_says_how_to_add_it(write_record: WriteRecor
                                 "--set optim.epochs=5")
     (voc_hint,) = hints["VOC detection (R18-C4, 60 iterations, not the embedded schedule's 200, torchvision): "
                         "VOC2007"]
-    assert voc_hint.endswith(": moco eval voc --weights random --set detector.arch=resnet18 --data embedded "
+    assert voc_hint.endswith(": moco eval voc random --arch resnet18 --data embedded "
                              "--set solver.iterations=60")
 
 

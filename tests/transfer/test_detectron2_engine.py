@@ -65,7 +65,8 @@ COCO_FPN_1X = {**COCO, "MODEL.BACKBONE.NAME": "build_resnet_fpn_backbone",
 
 
 def paper(task: str, preset: str | None = None) -> TransferConfig:
-    return load_transfer_config(task, preset, [], {"data": {"path": "/datasets"}})
+    # an output directory of its own: without one it is runs/<task>, which would tie OUTPUT_DIR to the task field
+    return load_transfer_config(task, preset, [], {"data": {"path": "/datasets"}, "run": {"output_dir": "runs/x"}})
 
 
 @pytest.mark.parametrize(("task", "preset", "classes", "official"), [

@@ -140,8 +140,8 @@ def test_tensorboard_mirrors_the_fine_tunings_metrics_by_iteration(tiny_voc: Pat
     from tests.moco_core.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
 
     cfg = load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
-                                                       "solver.precise_bn_iters=0", "run.loggers=[tensorboard]",
-                                                       f"data.classes={list(CLASSES)}"],
+                                                       "solver.warmup_iters=1", "solver.precise_bn_iters=0",
+                                                       "run.loggers=[tensorboard]", f"data.classes={list(CLASSES)}"],
                                {"engine": "torchvision", "data": {"path": str(tiny_voc)},
                                 "run": {"output_dir": str(tmp_path / "run")}})
     evaluate(cfg, "random", show_progress=False)

@@ -103,7 +103,9 @@ def test_every_bn_is_trainable_batchnorm(head: str, mask: bool) -> None:
 
 
 def test_random_init_and_bad_files(tmp_path: Path, weight_files: dict[str, Path]) -> None:
-    resnet, info = load_resnet("random", None)
+    with pytest.raises(checkpoint.CheckpointError, match=r"'random' needs the ResNet to initialise: pass --arch"):
+        load_resnet("random", None)  # it drew a resnet50, whatever the other rows were
+    resnet, info = load_resnet("random", "resnet50")
     assert (info.source, info.format, info.arch, info.sha256) == ("random", "random", "resnet50", None)
     assert isinstance(resnet, torchvision.models.ResNet)
     with pytest.raises(checkpoint.CheckpointError,
