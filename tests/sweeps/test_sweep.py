@@ -164,7 +164,6 @@ def logged_steps(out: Path) -> int:
     return max((json.loads(line)["step"] for line in lines if line.endswith("}") and '"loss"' in line), default=0)
 
 
-@pytest.mark.slow
 def test_sigterm_stops_a_sweep_before_it_evaluates_the_stopped_pretraining(shapes_root: Path,
                                                                             tmp_path: Path) -> None:
     """Issue 32: the stopped pretraining returned, was evaluated as if finished (its record then skipped on every
