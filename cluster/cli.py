@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,8 @@ def launch_cli(
     max_timeouts: Annotated[int, typer.Option(help="Requeues after hitting the time limit (pre-emptions are not "
                                               "counted).")] = 20,
     folder: Annotated[str | None, typer.Option(help="Job scripts and logs (default: RUN_DIR/jobs).")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end; exit with its status.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end; exit with its status (128 + N "
+                                       "when signal N stopped the job, or this wait, which stops the job).")] = False,
 ) -> None:
     """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) as a job that requeues itself.
 
@@ -54,7 +56,13 @@ def launch_cli(
     print(f"submitted job {record['job_id']} ({cluster}, {record['tasks']} processes); run directory: "
           f"{record['run_dir']}; logs: {record['logs']}")
     if wait:
-        raise typer.Exit(wait_for(job))
+        from moco_core.preemption import Stopped, report_stop
+
+        try:
+            code = wait_for(job, cluster)
+        except Stopped as stop:
+            raise typer.Exit(report_stop(stop, ctx)) from None
+        raise typer.Exit(code)
 
 
 def trials_cli(
@@ -65,10 +73,12 @@ def trials_cli(
     """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) with N seeds, each into OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded
-    --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped.
+    --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped; SIGTERM
+    or SIGINT stops it as a whole (exit status 128 + the signal's number) with the command that continues.
     """
     from cluster.trials import run_trials
     from moco_core.config import seed_problem
+    from moco_core.preemption import Stopped, report_stop
 
     problem = seed_problem(seed) or (seed_problem(seed + trials - 1) if trials > 0 else None)
     if problem:
@@ -79,6 +89,8 @@ def trials_cli(
     except UserError as err:
         print_error(err)
         raise typer.Exit(err.exit_code) from None
+    except Stopped as stop:
+        raise typer.Exit(report_stop(stop, ctx)) from None
     raise typer.Exit(code)
 
 
@@ -149,14 +161,47 @@ def _executor(cluster: str, folder: Path, *, nodes: int, tasks: int, gpus_per_no
     return executor
 
 
-def wait_for(job: Any) -> int:
-    """Block until ``job`` ends: 0 when it succeeded, else 1 with the error its command printed (or raised)."""
-    try:
-        job.results()  # one per task
-    except Exception as err:  # submitit re-raises a failed task with its traceback as text
-        print_error(f"job {job.job_id} failed: {_cause(job, err)} (log: {job.paths.stderr})")
-        return 1
+def wait_for(job: Any, cluster: str) -> int:
+    """Block until ``job`` ends: 0 when it succeeded, else 1 with the error its command printed (or raised).
+
+    :class:`moco_core.preemption.Stopped` when a signal stopped the job's command (its tasks say so by their
+    status), or this process: the job is then told to stop too, so that submitting the same command again
+    continues it rather than meeting it still running.
+    """
+    from moco_core.preemption import Stopped, Stopper
+
+    with Stopper() as stopper:
+        stopper.doing = f"the wait for job {job.job_id}"
+        try:
+            statuses = job.results()  # one per task
+        except Stopped as stop:
+            stop_job(job, cluster)
+            raise Stopped(stop.signal_name, f"{stopper.doing} (the job was told to stop too)") from None
+        except Exception as err:  # submitit re-raises a failed task with its traceback as text
+            print_error(f"job {job.job_id} failed: {_cause(job, err)} (log: {job.paths.stderr})")
+            return 1
+    stopped = max((s for s in statuses if isinstance(s, int)), default=0)
+    if stopped > 128:
+        raise Stopped(signal.Signals(stopped - 128).name, f"job {job.job_id} (its checkpoint is written)")
     return 0
+
+
+STOP_WAIT_S = 60.0  # what schedulers leave between their stop and SIGKILL (SLURM's KillWait: 30 s), and more
+
+
+def stop_job(job: Any, cluster: str) -> None:
+    """SIGTERM to ``job``'s tasks, as ``scancel`` sends it, so a pretraining writes its checkpoint; then wait for
+    the job to end, ``STOP_WAIT_S`` at most. On this machine the signal goes to submitit's controller, which
+    forwards it (its own cancel sends SIGINT, then SIGKILL a second later: no time for a checkpoint)."""
+    if cluster == "local":
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(job.job_id), signal.SIGTERM)  # a local job's id is its controller's pid
+    else:
+        with contextlib.suppress(OSError):  # no scancel on this machine: the job ends at its time limit
+            job.cancel(check=False)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _cause(job: Any, err: Exception) -> str:

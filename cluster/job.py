@@ -104,6 +104,7 @@ class Job:
         self.command = command
 
     def __call__(self) -> int:
+        """0 when the command ran to its end; 128 + a signal's number when that signal stopped it (checkpointed)."""
         import submitit
 
         env = submitit.JobEnvironment()
@@ -121,10 +122,14 @@ class Job:
         if code != 0:
             raise RuntimeError(f"moco {self.command.name} exited with status {code} (its error is in this task's "
                                f"log)")
-        if preemption.last_stop == signal.Signals(preempt).name and env.global_rank == 0:
+        stopped = preemption.last_stop
+        if stopped == signal.Signals(preempt).name and env.global_rank == 0:
             # stopped cleanly with a checkpoint: hand over to submitit's handler, which requeues (or gives up
             # after too many time-outs) and exits
             signal.raise_signal(preempt)
+        if stopped is not None and stopped != signal.Signals(preempt).name:
+            # stopped by another signal (scancel's SIGTERM), not requeued: the status tells moco launch --wait
+            return 128 + signal.Signals[stopped].value
         return 0
 
     def checkpoint(self) -> Any:

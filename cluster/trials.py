@@ -5,6 +5,7 @@ linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the tria
 can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running it again
 continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does). ``moco
 report`` shows the trials as one row, mean ± std over n (pretrainings are grouped by recipe, not by weights).
+A stop signal stops the whole of it (:class:`moco_core.preemption.Stopper`): no further trial is started.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import sys
 
 from cluster.job import Command, LaunchError, run_moco
+from moco_core.preemption import Stopper
 
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
              "eval coco": ("--seed", "{}")}  # the two words that give a command its seed
@@ -22,6 +24,8 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
     """The command of each trial: its own run directory, its seed."""
     if trials < 1:
         raise LaunchError(f"N: the number of trials must be >= 1, got {trials}")
+    if argv[:1] == ["sweep"]:
+        raise LaunchError("moco trials does not run sweeps: use moco sweep --trials N (each trial in OUT/seed_<s>)")
     command = Command.parse(argv, runner="moco trials")
     if command.name not in SEED_ARGS:
         raise LaunchError(f"moco trials runs one of: {', '.join(SEED_ARGS)}; got {command.name!r}")
@@ -38,16 +42,24 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
 
 
 def run_trials(argv: list[str], trials: int, seed: int) -> int:
-    """Run each trial in turn, in this process; 0 when all succeeded, else 1 after trying every one."""
+    """Run each trial in turn, in this process; 0 when all succeeded, else 1 after trying every one.
+
+    A stop signal raises :class:`moco_core.preemption.Stopped` once the trial under way has stopped: a failed
+    trial lets the next one start, a stopped one does not.
+    """
     failed = []
-    for command in trial_commands(argv, trials, seed):
-        if command.finished():
-            print(f"{command.run_dir}: finished before", file=sys.stderr, flush=True)
-            continue
-        print(f"trial {command.run_dir.name}: moco {' '.join(command.argv())}", file=sys.stderr, flush=True)
-        code = run_moco(command.argv())
-        if code:
-            failed.append(f"{command.run_dir.name} (exit status {code})")
+    commands = trial_commands(argv, trials, seed)
+    with Stopper() as stopper:
+        for command in commands:
+            if command.finished():
+                print(f"{command.run_dir}: finished before", file=sys.stderr, flush=True)
+                continue
+            stopper.doing = f"trial {command.run_dir.name} (moco {command.name})"
+            print(f"trial {command.run_dir.name}: moco {' '.join(command.argv())}", file=sys.stderr, flush=True)
+            code = run_moco(command.argv())
+            stopper.check()  # a pretraining stopped by the signal returns with status 0, its checkpoint written
+            if code:
+                failed.append(f"{command.run_dir.name} (exit status {code})")
     if failed:
         print(f"error: {len(failed)} of {trials} trials failed: {', '.join(failed)}; run the same command again to "
               f"retry them (finished trials are kept)", file=sys.stderr)

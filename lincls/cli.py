@@ -82,9 +82,18 @@ def snapshots_cli(
     follow: Annotated[bool, typer.Option("--follow", help="Also wait for the snapshots the run is still to write, "
                                          "evaluating each as it appears.")] = False,
     poll: Annotated[float, typer.Option(help="With --follow: seconds between looks.")] = 60.0,
+    grace: Annotated[float, typer.Option(
+        help="With --follow: stop (exit status 1) once no live process has held the pretraining's run directory "
+        "(its .moco.lock) for this many seconds with no new snapshot; a requeued run may wait that long.")] = 3600.0,
+    timeout: Annotated[float | None, typer.Option(
+        help="With --follow: stop (exit status 1) after this many seconds with no new snapshot.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
 ) -> None:
-    """The linear protocol on every snapshot of a pretraining (checkpoint_NNNN.pth.tar), for the report's curve."""
+    """The linear protocol on every snapshot of a pretraining (checkpoint_NNNN.pth.tar), for the report's curve.
+
+    With --follow it ends with status 0 once every snapshot the run announces is evaluated, and with 1 and the
+    reason when they will not come: the pretraining has finished or is not running (--grace), or --timeout.
+    """
     from lincls.linear import linear_eval, load_linear_config
     from lincls.snapshots import evaluate_snapshots
 
@@ -99,14 +108,16 @@ def snapshots_cli(
     try:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("moco eval snapshots runs in one process (with moco launch: --gpus-per-node 1)")
-        if not poll > 0:
-            raise ConfigError(f"--poll: must be > 0 seconds, got {poll}")
+        for name, value, least in (("--poll", poll, 0.0), ("--grace", grace, 0.0), ("--timeout", timeout, 0.0)):
+            if value is not None and not least < value < float("inf"):
+                raise ConfigError(f"{name}: must be > 0 seconds, got {value}")
         load_linear_config(config, set_ or [], flags=flags)  # a bad option fails now, not at the first snapshot
         run = Path(run_dir)
         evaluate_snapshots(run, Path(output_dir) if output_dir else run / "linear_snapshots", evaluate,
-                           follow=follow, poll_s=poll)
+                           follow=follow, poll_s=poll, grace_s=grace, timeout_s=timeout)
     except UserError as err:
-        raise _fail(err) from None
+        print_error(err)
+        raise typer.Exit(err.exit_code) from None
 
 
 def knn_cli(

@@ -3,12 +3,17 @@
 Cluster schedulers send SIGTERM some time before they kill a job. The run then finishes its step, writes a
 checkpoint that records how far into the epoch it got, and exits with status 0; ``--resume`` continues with the
 samples of that epoch not yet seen (:class:`ResumableSampler`).
+
+The commands that run others in their process (``moco trials``, ``moco demo``, ``moco sweep``; ``moco launch
+--wait`` waits for a job) stop as a whole instead (:class:`Stopper`): they start nothing more and exit with
+128 + the signal's number (143 for SIGTERM, 130 for SIGINT), printing the command that continues.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -145,3 +150,102 @@ class StopSignal:
             return False
         flag = torch.tensor([1.0 if self.received else 0.0], device=self.device)
         return bool(distributed.all_reduce_max(flag).item() > 0)
+
+
+WRAPPER_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a scheduler's stop, and Ctrl-C
+
+
+class Stopped(BaseException):
+    """A command that runs others (trials, demo, sweep, launch --wait) was stopped by a signal during ``during``.
+
+    A BaseException, as KeyboardInterrupt is: the ``except Exception`` of the run it interrupts must not take it
+    for that run's own failure, nor click for a usage error.
+    """
+
+    def __init__(self, signal_name: str, during: str) -> None:
+        super().__init__(f"stopped by {signal_name} during {during}")
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, what a shell reports for a process that signal ended: a script or a
+        scheduler tells a stop (rerun to continue) from a failure (1) or refused input (2)."""
+        return 128 + signal.Signals[self.signal_name].value
+
+    def line(self, rerun: str) -> str:
+        return f"{self}; nothing more was started; continue with: {rerun}"
+
+
+class Stopper:
+    """While installed, SIGTERM and SIGINT stop the command that runs others in this process as a whole.
+
+    What runs when the signal comes ends: a pretraining finishes its step and writes its checkpoint (SIGINT, like
+    SIGTERM, is one of its stop signals meanwhile), then :meth:`check` raises :class:`Stopped`; anything else
+    (an evaluation, which checkpoints per epoch) is interrupted at once by the :class:`Stopped` the handler
+    raises. ``doing`` names the step under way, for the message. A second signal in a pretraining stops it at once.
+    """
+
+    def __init__(self) -> None:
+        self.doing = "start-up"
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+        self._added: list[int] = []
+
+    def __enter__(self) -> Stopper:
+        global last_stop
+        last_stop = None
+        self._added = [sig for sig in WRAPPER_SIGNALS if sig not in stop_signals()]
+        EXTRA_STOP_SIGNALS.extend(self._added)
+        if threading.current_thread() is threading.main_thread():  # signal handlers can only live there
+            for sig in WRAPPER_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        for sig in self._added:
+            EXTRA_STOP_SIGNALS.remove(sig)
+        if exc is not None and self.received and not isinstance(exc, Stopped):
+            # the signal reached the run's own processes too (loader workers), whose end became the run's error
+            raise Stopped(self.received, self.doing) from None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signal.Signals(signum).name
+        raise Stopped(self.received, self.doing)
+
+    def check(self) -> None:
+        """After a run that returned: raise :class:`Stopped` if a stop signal came meanwhile (a pretraining takes
+        it, checkpoints and returns: ``last_stop``)."""
+        stop = self.received or last_stop
+        if stop is not None:
+            raise Stopped(stop, self.doing)
+
+
+def rerun_command(ctx: Any) -> str:
+    """The command a click context ran, written back from its parsed values (shell-quoted), to run again.
+
+    Rebuilt rather than read from ``sys.argv``, which is another program's under ``CliRunner`` and a job's under
+    ``moco launch``. Options at their defaults are left out; what came after ``--`` (``ctx.args``) is kept.
+    """
+    arguments, options = [], []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.param_type_name == "argument":
+            arguments.append(str(value))
+        elif value is None or value == param.default or (param.multiple and not value):
+            continue
+        elif param.is_flag:
+            options.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            options += [a for v in (value if param.multiple else [value]) for a in (param.opts[0], str(v))]
+    if any(a.startswith("-") for a in arguments):  # would read as an option: after "--", with all that follows
+        return shlex.join(["moco", ctx.info_name, *options, "--", *arguments, *ctx.args])
+    return shlex.join(["moco", ctx.info_name, *arguments, *options, *(["--", *ctx.args] if ctx.args else [])])
+
+
+def report_stop(stop: Stopped, ctx: Any) -> int:
+    """Print the one line that says what stopped and what continues (stderr); the exit status."""
+    print(stop.line(rerun_command(ctx)), file=sys.stderr, flush=True)
+    return stop.exit_code

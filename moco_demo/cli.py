@@ -13,6 +13,7 @@ from moco_core.errors import UserError, print_error
 
 
 def demo_cli(
+    ctx: typer.Context,
     output_dir: Annotated[str, typer.Option(help="Every step's run directory, and report/, go here.")] = "runs/demo",
     tasks: Annotated[str, typer.Option(help="Comma-separated evaluations: some of linear,voc,coco.")] =
         "linear,voc,coco",
@@ -27,8 +28,10 @@ def demo_cli(
     seed: Annotated[int, typer.Option(help="Seed of the (first) trial: pretrainings, evaluations, random init.")] = 0,
 ) -> None:
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
-    init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped."""
-    from moco_demo.run import TASKS, DemoStopped, run_demo
+    init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped; SIGTERM or
+    SIGINT stops it as a whole (exit status 128 + the signal's number) with the command that continues."""
+    from moco_core.preemption import Stopped, report_stop
+    from moco_demo.run import TASKS, run_demo
 
     chosen = tuple(t.strip() for t in tasks.split(",") if t.strip())
     if not chosen or set(chosen) - set(TASKS):
@@ -45,9 +48,8 @@ def demo_cli(
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
-    except DemoStopped as stopped:  # a clean stop on a signal: status 0, as moco pretrain's
-        print(stopped, file=sys.stderr)
-        raise typer.Exit(0) from None
+    except Stopped as stop:  # the step under way stopped (a pretraining with its checkpoint); nothing more ran
+        raise typer.Exit(report_stop(stop, ctx)) from None
     print((report_dir / "report.md").read_text(encoding="utf-8"))  # written by the demo's last step
     print(f"report: {report_dir} (report.md, report.html, report.csv, report.tex); step times: {out / 'demo.json'}",
           file=sys.stderr)

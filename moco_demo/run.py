@@ -4,7 +4,8 @@ Pretrain MoCo v2 (the ``embedded`` preset) and the supervised baseline (``superv
 images; evaluate MoCo, supervised and random-init backbones with the linear protocol (``lincls_embedded``), VOC
 detection (``voc_embedded``) and COCO instance segmentation (``coco_embedded``); write the report. Every step
 writes into its own directory under the output directory, and a step whose result is already there is skipped, so
-an interrupted demo continues where it stopped. ``demo.json`` keeps each step's wall time.
+an interrupted demo continues where it stopped. ``demo.json`` keeps each step's wall time. A stop signal stops
+the whole demo once the step under way has stopped (:class:`moco_core.preemption.Stopper`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
+from moco_core.preemption import Stopper
 from moco_core.progress import LINE
 from moco_core.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
@@ -25,10 +27,6 @@ TASKS = ("linear", "voc", "coco")
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
 BACKBONES = ("moco", "supervised", "random")
 RANDOM_ARCH = "resnet18"  # the embedded presets' backbone, for random init
-
-
-class DemoStopped(Exception):
-    """A pretraining stopped early on a signal (SIGTERM), with its checkpoint: the demo stops there too."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +39,10 @@ class StepTime:
 class Demo:
     """Runs the steps in order; ``step`` skips one whose output exists and times the others."""
 
-    def __init__(self, output_dir: Path, total: int) -> None:
+    def __init__(self, output_dir: Path, total: int, stopper: Stopper) -> None:
         self.output_dir = output_dir
         self.total = total
+        self.stopper = stopper
         self.done = 0
         self.times: list[StepTime] = []
         path = output_dir / "demo.json"
@@ -58,8 +57,10 @@ class Demo:
             self.times.append(StepTime(name, self.before.get(name, 0.0), True))  # what it took then
             return
         print(f"{prefix} ...", file=sys.stderr, flush=True)
+        self.stopper.doing = f"demo step {self.done} of {self.total} ({name})"
         start = time.perf_counter()
         run()
+        self.stopper.check()  # a pretraining stopped by a signal returns, its checkpoint written: go no further
         took = time.perf_counter() - start
         if sys.stderr.isatty():  # a step's progress line (LINE) may still be there
             write_control(sys.stderr, CLEAR_LINE)
@@ -80,7 +81,7 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", "linear", "voc", "coco").
     ``trials`` > 1: the whole protocol once per seed (``seed``, ``seed + 1``, ...), each into ``seed_<s>/``;
     every row of the report is then the mean ± std of its trials (``moco report`` groups pretrainings of one
-    recipe with different seeds).
+    recipe with different seeds). A stop signal raises :class:`moco_core.preemption.Stopped`.
     """
     overrides = overrides or {}
     from reports.render import write_report
@@ -92,15 +93,17 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     if trials < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
     output_dir.mkdir(parents=True, exist_ok=True)
-    demo = Demo(output_dir, total=trials * (2 + len(tasks) * len(BACKBONES)) + 1)
     roots = [output_dir] if trials == 1 else [output_dir / f"seed_{seed + t}" for t in range(trials)]
     shown = True if show_progress else LINE  # without --progress, a terminal still sees each step's line move
-    for t, root in enumerate(roots):
-        seeded = {role: [*overrides.get(role, []), f"run.seed={seed + t}"] for role in ("moco", "supervised", *TASKS)}
-        _protocol(demo, root, device, engine, tasks, shown, seeded, f"seed {seed + t}: " if trials > 1 else "")
-    report_dir = output_dir / "report"
-    demo.step("report", lambda: write_report(build_report([str(root / task) for root in roots for task in tasks]),
-                                             report_dir, FORMATS))
+    with Stopper() as stopper:
+        demo = Demo(output_dir, total=trials * (2 + len(tasks) * len(BACKBONES)) + 1, stopper=stopper)
+        for t, root in enumerate(roots):
+            seeded = {role: [*overrides.get(role, []), f"run.seed={seed + t}"]
+                      for role in ("moco", "supervised", *TASKS)}
+            _protocol(demo, root, device, engine, tasks, shown, seeded, f"seed {seed + t}: " if trials > 1 else "")
+        report_dir = output_dir / "report"
+        demo.step("report", lambda: write_report(build_report([str(root / task) for root in roots for task in tasks]),
+                                                 report_dir, FORMATS))
     return report_dir
 
 
@@ -116,11 +119,8 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
                                 run={"output_dir": str(runs[name]), "device": device}))
         resume = runs[name] if (runs[name] / checkpoint.LAST).is_file() else None
 
-        def train(cfg: PretrainConfig = cfg, resume: Path | None = resume, run_dir: Path = runs[name]) -> None:
+        def train(cfg: PretrainConfig = cfg, resume: Path | None = resume) -> None:
             pretrain(cfg, resume=resume, show_progress=show_progress)
-            if not checkpoint.finished(run_dir, cfg.optim.epochs):  # a signal stopped it, after a checkpoint
-                raise DemoStopped(f"stopped during the pretraining in {run_dir} (its checkpoint is written); run the "
-                                  f"same moco demo command again to continue")
 
         demo.step(f"{label}pretrain {name} ({preset})", train, done=checkpoint.finished(runs[name], cfg.optim.epochs))
     weights = {"moco": str(runs["moco"] / checkpoint.LAST), "supervised": str(runs["supervised"] / checkpoint.LAST),

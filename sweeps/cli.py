@@ -12,6 +12,7 @@ from moco_core.errors import UserError, print_error
 
 
 def sweep_cli(
+    ctx: typer.Context,
     param: Annotated[str, typer.Argument(help="K (dictionary size; the batch size for end2end) or m (momentum).")],
     values: Annotated[str, typer.Argument(help="Comma-separated values, e.g. 256,1024,4096 or 0,0.9,0.99,0.999.")],
     config: Annotated[str | None, typer.Option(
@@ -25,13 +26,20 @@ def sweep_cli(
     eval_data: Annotated[str | None, typer.Option(
         help="Labelled root (train/, val/) to evaluate on; default data.knn_path, else data.path.")] = None,
     output_dir: Annotated[str, typer.Option(help="One folder per value goes here.")] = "runs/sweep",
+    trials: Annotated[int, typer.Option(help="Run the sweep this many times, with seeds --seed, --seed + 1, ..., "
+                                        "each into OUTPUT_DIR/seed_<s>: each point's mean ± std.")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed of the (first) trial's pretrainings and evaluations "
+                                             "(default: the config's run.seed).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     """The paper's ablations (Figure 3, the momentum table): pretrain once per value, evaluate each.
 
     Every point's record says whether its pretraining trained; `moco report` plots accuracy against the value.
+    Rerunning skips finished points; SIGTERM or SIGINT stops the sweep as a whole (exit status 128 + the signal's
+    number) with the command that continues.
     """
-    from moco_core.config import PretrainConfig, load_config
+    from moco_core.config import PretrainConfig, load_config, seed_problem
+    from moco_core.preemption import Stopped, report_stop
     from sweeps.sweep import parse_values, run_sweep, summary
 
     if evaluation not in ("knn", "linear"):
@@ -40,20 +48,27 @@ def sweep_cli(
     try:
         swept = parse_values(param, values)
         cfg = load_config(PretrainConfig, config, set_ or [])
+        first = cfg.run.seed if seed is None else seed
+        if trials < 1:
+            raise ConfigError(f"--trials: must be >= 1, got {trials}")
+        if seed_problem(first) or seed_problem(first + trials - 1):
+            raise ConfigError(f"--seed: {seed_problem(first) or seed_problem(first + trials - 1)}")
         root = eval_data or cfg.data.knn_path or cfg.data.path
         if not root:
             raise ConfigError("--eval-data: no labelled dataset to evaluate on (nor data.knn_path, data.path)")
         evaluate = _evaluator(evaluation, eval_config, root, cfg.augment.crop_size, cfg.data.workers, quiet)
         points = run_sweep(cfg, param, swept, Path(output_dir), evaluate, eval_name=evaluation,
-                           show_progress=not quiet)
+                           show_progress=not quiet, trials=trials, seed=first)
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
+    except Stopped as stop:
+        raise typer.Exit(report_stop(stop, ctx)) from None
     print(summary(points, param))
 
 
 def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers: int, quiet: bool) -> Any:
-    """evaluate(checkpoint, out_dir, extra) -> (record path, metrics) for the chosen evaluation."""
+    """evaluate(checkpoint, out_dir, extra, seed) -> (record path, metrics) for the chosen evaluation."""
     import json
 
     from lincls.knn import knn_eval
@@ -61,13 +76,14 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
     from moco_core.augment import eval_resize
     from moco_core.config import replace
 
-    def knn(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
+    def knn(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
         # center crops at the pretraining scale, as the pretraining's kNN monitor takes them
         data = LinearDataConfig(path=root, crop_size=crop, resize=eval_resize(crop), workers=workers)
-        return knn_eval(str(ckpt), data, out, extra=extra)
+        return knn_eval(str(ckpt), data, out, extra=extra, seed=seed)
 
-    def linear(ckpt: Path, out: Path, extra: dict[str, Any]) -> tuple[Path, dict[str, float]]:
-        cfg = replace(load_linear_config(eval_config, []), data={"path": root}, run={"output_dir": str(out)})
+    def linear(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
+        cfg = replace(load_linear_config(eval_config, []), data={"path": root},
+                      run={"output_dir": str(out), "seed": seed})
         resume = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted sweep left part-way
         record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra, resume=resume)
         return record, json.loads(record.read_text())["metrics"]

@@ -8,7 +8,12 @@ whose ``result.json`` carries a ``sweep`` field ({"param", "value", "method"}) a
 
 For end2end the dictionary is the mini-batch, so its K is the batch size (as the paper's Figure 3 plots it).
 A point whose pretraining already finished is not run again, and one whose evaluation already wrote its record
-is skipped: rerunning an interrupted sweep continues where it stopped.
+is skipped: rerunning an interrupted sweep continues where it stopped. A stop signal stops the whole sweep once
+the step under way has stopped (:class:`moco_core.preemption.Stopper`); a stopped pretraining is not evaluated.
+
+With several trials the whole sweep runs once per seed, into ``OUT/seed_<s>/``: the points' records then differ
+only in their pretraining's seed (``backbone.pretrain.config.run.seed``), and ``moco report`` gathers the records
+of one ``sweep`` field as trials of that point.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from moco_core import checkpoint
 from moco_core.config import ConfigError, PretrainConfig, replace, validated
 from moco_core.errors import NonFiniteLossError
+from moco_core.preemption import Stopper
 
 # The swept parameter as the command names it -> as records and the report name it
 RECORD_NAMES = {"K": "queue_size", "m": "momentum"}
@@ -37,6 +43,7 @@ class SweepPoint:
     """One value of the sweep and what came of it."""
 
     value: float
+    seed: int  # the pretraining's (and the evaluation's)
     run_dir: Path
     record: Path | None
     status: str  # "ok" or "failed"
@@ -103,50 +110,71 @@ def training_failure(cfg: PretrainConfig, run_dir: Path) -> str | None:
     return None
 
 
-Evaluate = Callable[[Path, Path, dict[str, Any]], tuple[Path, dict[str, float]]]
+Evaluate = Callable[[Path, Path, dict[str, Any], int], tuple[Path, dict[str, float]]]
 
 
 def run_sweep(
     cfg: PretrainConfig, param: str, values: list[float], output_dir: Path, evaluate: Evaluate, *,
-    eval_name: str, show_progress: bool = True,
+    eval_name: str, show_progress: bool = True, trials: int = 1, seed: int | None = None,
 ) -> list[SweepPoint]:
-    """Pretrain and evaluate each value; ``evaluate(checkpoint, out_dir, extra) -> (record, metrics)``."""
-    from moco_core.train import pretrain  # torch loads only when a sweep runs
+    """Pretrain and evaluate each value; ``evaluate(checkpoint, out_dir, extra, seed) -> (record, metrics)``.
 
-    name = RECORD_NAMES[param]
+    ``trials`` > 1: the whole sweep once per seed (``seed``, ``seed + 1``, ...; default from ``cfg.run.seed``),
+    each into ``output_dir/seed_<s>``. A stop signal raises :class:`moco_core.preemption.Stopped`.
+    """
+    if trials < 1:
+        raise ConfigError(f"--trials: must be >= 1, got {trials}")
+    first = cfg.run.seed if seed is None else seed
+    roots = [output_dir] if trials == 1 else [output_dir / f"seed_{first + t}" for t in range(trials)]
     points = []
-    for value in values:
-        point_dir = output_dir / f"{name}={value:g}"
-        run_dir, eval_dir = point_dir / "pretrain", point_dir / eval_name
-        pcfg = point_config(cfg, param, value, run_dir)
-        print(f"sweep: {name} = {value:g} ({cfg.method}) -> {point_dir}", file=sys.stderr)
-        failure = None
-        if not checkpoint.finished(run_dir, pcfg.optim.epochs):
-            resume = run_dir if (run_dir / checkpoint.LAST).is_file() else None
-            try:
-                pretrain(pcfg, resume=resume, show_progress=show_progress)
-            except NonFiniteLossError as err:
-                failure = f"the loss diverged: {err}"
-        failure = failure or training_failure(pcfg, run_dir)
-        extra = {"sweep": {"param": name, "value": value, "method": cfg.method},
-                 "status": "failed" if failure else "ok", "failure": failure}
-        record, metrics = None, {}
-        if (eval_dir / "result.json").is_file():
-            record = eval_dir / "result.json"
-            metrics = json.loads(record.read_text()).get("metrics", {})
-        elif (run_dir / checkpoint.LAST).is_file():
-            record, metrics = evaluate(run_dir / checkpoint.LAST, eval_dir, extra)
-        if failure:
-            print(f"sweep: {name} = {value:g} failed: {failure}", file=sys.stderr)
-        points.append(SweepPoint(value, run_dir, record, extra["status"], failure, metrics))
+    with Stopper() as stopper:
+        for t, root in enumerate(roots):
+            seeded = replace(cfg, run={"seed": first + t})
+            points += [_point(seeded, param, value, root, evaluate, eval_name, show_progress, stopper)
+                       for value in values]
     return points
 
 
+def _point(cfg: PretrainConfig, param: str, value: float, output_dir: Path, evaluate: Evaluate, eval_name: str,
+           show_progress: bool, stopper: Stopper) -> SweepPoint:
+    """One point: its pretraining (unless finished), then its evaluation (unless recorded)."""
+    from moco_core.train import pretrain  # torch loads only when a sweep runs
+
+    name, seed = RECORD_NAMES[param], cfg.run.seed
+    point_dir = output_dir / f"{name}={value:g}"
+    run_dir, eval_dir = point_dir / "pretrain", point_dir / eval_name
+    pcfg = point_config(cfg, param, value, run_dir)
+    print(f"sweep: {name} = {value:g} ({cfg.method}, seed {seed}) -> {point_dir}", file=sys.stderr)
+    failure = None
+    if not checkpoint.finished(run_dir, pcfg.optim.epochs):
+        stopper.doing = f"the pretraining of {point_dir}"
+        resume = run_dir if (run_dir / checkpoint.LAST).is_file() else None
+        try:
+            pretrain(pcfg, resume=resume, show_progress=show_progress)
+        except NonFiniteLossError as err:
+            failure = f"the loss diverged: {err}"
+        stopper.check()  # stopped part-way, its checkpoint written: not a result to evaluate
+    failure = failure or training_failure(pcfg, run_dir)
+    extra = {"sweep": {"param": name, "value": value, "method": cfg.method},
+             "status": "failed" if failure else "ok", "failure": failure}
+    record, metrics = None, {}
+    if (eval_dir / "result.json").is_file():
+        record = eval_dir / "result.json"
+        metrics = json.loads(record.read_text()).get("metrics", {})
+    elif (run_dir / checkpoint.LAST).is_file():
+        stopper.doing = f"the evaluation of {point_dir}"
+        record, metrics = evaluate(run_dir / checkpoint.LAST, eval_dir, extra, seed)
+    if failure:
+        print(f"sweep: {name} = {value:g} failed: {failure}", file=sys.stderr)
+    return SweepPoint(value, seed, run_dir, record, extra["status"], failure, metrics)
+
+
 def summary(points: list[SweepPoint], param: str) -> str:
-    """A plain table of the sweep: value, status, top-1."""
-    name = RECORD_NAMES[param]
-    lines = [f"{name:>12}  {'status':<7} top1"]
+    """A plain table of the sweep: value, status, top-1 (and the seed, with several trials)."""
+    name, seeds = RECORD_NAMES[param], len({p.seed for p in points}) > 1
+    lines = [f"{name:>12}  " + ("seed  " if seeds else "") + f"{'status':<7} top1"]
     for p in points:
         top1 = f"{p.metrics['top1']:.2f}" if "top1" in p.metrics else "-"
-        lines.append(f"{p.value:>12g}  {p.status:<7} {top1}" + (f"  ({p.failure})" if p.failure else ""))
+        lines.append(f"{p.value:>12g}  " + (f"{p.seed:<4}  " if seeds else "") + f"{p.status:<7} {top1}" +
+                     (f"  ({p.failure})" if p.failure else ""))
     return "\n".join(lines)

@@ -10,6 +10,8 @@ The cases of issue 16 are also run for real, each as its own test.
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -526,3 +528,228 @@ def test_a_shared_record_cannot_drive_a_terminal_or_a_spreadsheet(text: str) -> 
     assert all(len(line) == len(cells[0]) for line in cells)
     assert len(cells) == 1 + 2 * 2  # the header; top-1 and top-5 of each of the two rows
     assert all(not c.startswith(FORMULA) or is_plain_number(c) for line in cells for c in line)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Signals to every wrapper command: moco trials, demo, sweep and launch --wait run other runs in their process (or
+# wait for a job). A stop signal (SIGTERM: a scheduler's; SIGINT: Ctrl-C) must stop the whole command: the run
+# under way stops (a pretraining with its checkpoint), nothing more is started, the exit status is 128 + the
+# signal's number and the last line names the command that continues; run, that command finishes what is left
+# and redoes nothing finished. SIGUSR1 is left out: no command handles it (its default action ends the process).
+# The runs are stand-ins (below) that behave as the real ones do towards the wrapper, so each case takes
+# milliseconds; tests/cluster, tests/moco_demo and tests/sweeps signal real runs in processes of their own.
+
+class FakeRuns:
+    """Pretraining and evaluations as a wrapper sees them. A pretraining takes the stop signals (StopSignal), so it
+    stops after its epoch, writes its checkpoint and returns; an evaluation has no handler. ``sig`` is sent to
+    this process at ``point`` ("middle" or "end": its output written) of the first run of ``kind``."""
+
+    def __init__(self, sig: int | None = None, kind: str = "", point: str = "") -> None:
+        self.sig, self.kind, self.point = sig, kind, point
+        self.log: list[str] = []  # what was done, in order; "signal" where the signal was sent
+
+    def _send(self, kind: str, point: str) -> None:
+        if self.sig is not None and (kind, point) == (self.kind, self.point) and "signal" not in self.log:
+            self.log.append("signal")
+            signal.raise_signal(self.sig)
+
+    def pretrain(self, cfg: Any, resume: Any = None, show_progress: Any = False) -> Path:
+        import torch
+
+        from moco_core import checkpoint
+        from moco_core.preemption import StopSignal
+
+        run_dir = Path(cfg.run.output_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        epoch = checkpoint.load(run_dir / checkpoint.LAST)["epoch"] if resume else 0
+        with StopSignal(torch.device("cpu"), every=1) as stop:
+            while epoch < cfg.optim.epochs and not stop.requested(0):
+                epoch += 1
+                self.log.append(f"train {run_dir} epoch {epoch}")
+                self._send("pretrain", "middle")
+            torch.save({"epoch": epoch}, run_dir / checkpoint.LAST)
+            self._send("pretrain", "end" if epoch == cfg.optim.epochs else "")
+        return run_dir
+
+    def evaluate(self, out: Path) -> Path:
+        self.log.append(f"start {out}")
+        out.mkdir(parents=True, exist_ok=True)
+        self._send("eval", "middle")
+        (out / "result.json").write_text("{}")
+        self.log.append(f"record {out}")
+        self._send("eval", "end")
+        return out / "result.json"
+
+    def job(self) -> Any:
+        runs = self
+
+        class Job:  # a submitit job: its task's status, or the wait is signalled
+            job_id = "4242"
+
+            def results(self) -> list[int]:
+                runs.log.append("submitted")
+                runs._send("job", "middle")
+                if runs.sig is not None and runs.point == "end":  # the signal went to the job's tasks
+                    runs.log.append("signal")
+                    return [128 + runs.sig]  # the status of a command that signal stopped (cluster.job.Job)
+                return [0]
+
+            def cancel(self, check: bool = True) -> None:  # scancel: SIGTERM to the job's tasks
+                runs.log.append("job told to stop")
+
+            def done(self) -> bool:
+                return True
+
+        return Job()
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import cluster.cli
+        import lincls.knn
+        import lincls.linear
+        import moco_core.train
+        import reports.render
+        import reports.report
+
+        monkeypatch.setattr(moco_core.train, "pretrain", self.pretrain)
+        monkeypatch.setattr(lincls.linear, "linear_eval",
+                            lambda cfg, *a, **k: self.evaluate(Path(cfg.run.output_dir)))
+        monkeypatch.setattr(lincls.knn, "knn_eval", lambda w, d, out, **k: (self.evaluate(out), {"top1": 1.0}))
+        monkeypatch.setattr(reports.report, "build_report", lambda dirs: None)
+        monkeypatch.setattr(reports.render, "write_report",
+                            lambda report, out, formats: out.mkdir(parents=True) or (out / "report.md").write_text(""))
+        monkeypatch.setattr(cluster.cli, "_executor", lambda *a, **k: type("Executor", (), {
+            "submit": lambda executor, job: self.job()})())
+
+
+WRAPPERS = {  # a tiny command of each wrapper; {out} is its output directory
+    "trials pretrain": ["trials", "2", "--", "pretrain", "-c", "embedded", "--set", "optim.epochs=3", "--quiet",
+                        "--output-dir", "{out}"],
+    "trials eval": ["trials", "2", "--seed", "3", "--", "eval", "linear", "{out}/weights.pth.tar", "-c",
+                    "lincls_embedded", "--output-dir", "{out}"],
+    "demo": ["demo", "--tasks", "linear", "--output-dir", "{out}"],
+    "sweep": ["sweep", "m", "0.9,0.99", "-c", "embedded", "--set", "optim.epochs=3", "--trials", "2", "--output-dir",
+              "{out}"],
+    "launch --wait": ["launch", "--wait", "--", "pretrain", "-c", "embedded", "--output-dir", "{out}"],
+}
+CASES = [(wrapper, kind, point) for wrapper in WRAPPERS
+         for kind in (("job",) if wrapper.startswith("launch") else ("eval",) if wrapper == "trials eval" else
+                      ("pretrain",) if wrapper == "trials pretrain" else ("pretrain", "eval"))
+         for point in ("middle", "end")]
+
+
+def _outputs(root: Path) -> list[str]:
+    """What a run leaves: records and finished checkpoints (their epochs), relative to ``root``."""
+    import torch
+
+    found = [f"{p.relative_to(root)}" for p in root.rglob("result.json")]
+    found += [f"{p.relative_to(root)} epoch {torch.load(p)['epoch']}" for p in root.rglob("checkpoint_last.pth.tar")]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(("wrapper", "kind", "point"), CASES)
+def test_signals_to_every_wrapper_command(wrapper: str, kind: str, point: str, sig: int, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [a.format(out=tmp_path / "stopped") for a in WRAPPERS[wrapper]]
+    monkeypatch.chdir(tmp_path)
+    stopped = FakeRuns(sig, kind, point)
+    with monkeypatch.context() as patch:
+        stopped.install(patch)
+        result = runner.invoke(app, args)
+    name = signal.Signals(sig).name
+    assert result.exit_code == 128 + sig, result.output  # 143 for SIGTERM, 130 for SIGINT
+    after = stopped.log[stopped.log.index("signal") + 1:]
+    assert after == (["job told to stop"] if (kind, point) == ("job", "middle") else []), stopped.log
+    assert "Traceback" not in result.output and "error:" not in result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("stopped by")]
+    assert lines == [result.stderr.strip().splitlines()[-1]], result.output  # one line, the last of stderr
+    assert lines[0].startswith(f"stopped by {name} during ") and "; nothing more was started; continue with: " \
+        "moco " in lines[0]
+    rerun = shlex.split(lines[0].split("; continue with: ")[1])
+    assert rerun[:2] == ["moco", args[0]]
+
+    again = FakeRuns()
+    with monkeypatch.context() as patch:
+        again.install(patch)
+        finished = runner.invoke(app, rerun[1:])
+    assert finished.exit_code == 0, finished.output
+    work = [e for e in (*stopped.log, *again.log) if e.startswith(("train", "record"))]
+    assert len(work) == len(set(work)), work  # no epoch trained twice, no evaluation recorded twice
+    if kind != "job":  # a job is the scheduler's to continue: nothing of it is on disk here
+        outputs, count = _never_stopped(wrapper, tmp_path.parent / f"whole-{wrapper}", monkeypatch)
+        assert _outputs(tmp_path / "stopped") == outputs and len(work) == count  # all of it, as if never stopped
+
+
+_WHOLE: dict[str, tuple[list[str], int]] = {}
+
+
+def _never_stopped(wrapper: str, out: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], int]:
+    """The outputs of the wrapper's command never stopped, and how many epochs and records it made (once)."""
+    if wrapper not in _WHOLE:
+        runs = FakeRuns()
+        with monkeypatch.context() as patch:
+            runs.install(patch)
+            done = runner.invoke(app, [a.format(out=out) for a in WRAPPERS[wrapper]])
+        assert done.exit_code == 0, done.output
+        _WHOLE[wrapper] = _outputs(out), len([e for e in runs.log if e.startswith(("train", "record"))])
+    return _WHOLE[wrapper]
+
+
+WRAPPER_TEXT = ["0", "-1", "x y", "'", '"', "a\nb", "é✓", "--", "-c", "--set", "", "runs/a b", "linear,voc",
+                "model.queue_size=8", "{seed}", "$HOME", "*"]
+
+
+def _typed(param: Any) -> st.SearchStrategy[str]:
+    """Values a parameter of its type accepts: integers for an int, any text for the rest."""
+    if param is not None and param.type_descriptor.annotation is int:
+        return st.integers(-(2**40), 2**40).map(str)
+    return st.one_of(st.sampled_from(WRAPPER_TEXT), st.text(max_size=8))
+
+
+WRAPPER_COMMANDS = {name: typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+                    for name in ("trials", "demo", "sweep", "launch")}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_the_command_a_stop_names_parses_to_the_same_command(data: st.DataObject) -> None:
+    """``rerun_command`` writes a parsed wrapper command line back: parsed again, it gives the same values (the
+    case of a wrapper stopped with any options: its last line must be the command to paste)."""
+    from hypothesis import event
+
+    from moco_core.preemption import rerun_command
+
+    name = data.draw(st.sampled_from(sorted(WRAPPER_COMMANDS)))
+    command = WRAPPER_COMMANDS[name]
+    args = [data.draw(_typed(p)) for p in command.params if p.param_type_name == "argument"]
+    options = {o: p for p in command.params if p.param_type_name == "option" for o in p.opts}
+    for option in data.draw(st.lists(st.sampled_from(sorted(options)), max_size=6)):
+        flag = options[option].is_flag
+        args += [option] if flag else [option, data.draw(_typed(options[option]))]
+    if data.draw(st.booleans()):
+        args += ["--", *data.draw(st.lists(_typed(None), max_size=4))]
+    try:
+        ctx = command.make_context(name, list(args))
+    except Exception:  # refused as typed (an argument that looks like an option): nothing to run again
+        event("refused as typed")
+        return
+    line = rerun_command(ctx)
+    again = command.make_context(name, shlex.split(line)[2:])
+    assert line.startswith(f"moco {name}")
+    assert repr(sorted(again.params.items())) == repr(sorted(ctx.params.items())), (args, line)
+    assert again.args == ctx.args, (args, line)
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "0", "--", "--"],  # an argument after "--" that reads as one: "--" must come before it again
+    ["sweep", "m", "--", "-1"],
+    ["trials", "3", "--seed", "1", "--", "pretrain", "-c", "x y", "--", "--set"],
+    ["launch", "--wait", "--time", "5", "--", "pretrain", "--output-dir", "a\nb"],
+])
+def test_awkward_command_lines_are_named_so_that_they_parse_back(args: list[str]) -> None:
+    from moco_core.preemption import rerun_command
+
+    command = WRAPPER_COMMANDS[args[0]]
+    ctx = command.make_context(args[0], args[1:])
+    again = command.make_context(args[0], shlex.split(rerun_command(ctx))[2:])
+    assert sorted(again.params.items()) == sorted(ctx.params.items()) and again.args == ctx.args

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -179,3 +180,40 @@ def test_preemption_checkpoints_requeues_and_resumes_bit_identically(shapes_root
     assert failed.returncode == 1
     assert failed.stderr.startswith("error: job ") and "missing.pth.tar" in failed.stderr  # the command's own error
     assert len(failed.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_stop_ends_launch_wait_with_the_command_that_continues(shapes_root: Path, tmp_path: Path) -> None:
+    """SIGTERM to the job's task (what scancel sends), then to ``moco launch --wait`` itself: each time the run
+    checkpoints, the command exits 143 naming itself, and the last resubmission finishes the run. The wait used
+    to report a stopped job as a success."""
+    out = tmp_path / "run"
+    launch = ["launch", "--cluster", "local", "--gpus-per-node", "0", "--tasks-per-node", "1", "--time", "30",
+              "--wait", "--", *pretrain_args(shapes_root, out)]
+    rerun = shlex.join(["moco", *launch])
+
+    def stopped_by_sigterm(to_the_wait: bool) -> str:
+        with tempfile.TemporaryFile("w+") as log:  # the job's controller keeps the streams it inherits
+            proc = subprocess.Popen([sys.executable, "-m", "cli", *shlex.split(rerun)[1:]], cwd=ROOT, stdout=log,
+                                    stderr=log, text=True)
+            before = logged_steps(out)
+            wait_until(lambda: lock_pid(out) is not None and logged_steps(out) > before)
+            os.kill(proc.pid if to_the_wait else lock_pid(out), signal.SIGTERM)
+            assert proc.wait(timeout=120) == 143
+            log.seek(0)
+            return log.read().strip().splitlines()[-1]
+
+    line = stopped_by_sigterm(to_the_wait=False)
+    assert line.startswith("stopped by SIGTERM during job ") and line.endswith(
+        f"(its checkpoint is written); nothing more was started; continue with: {rerun}"), line
+    stopped_at = checkpoint.load(out / checkpoint.LAST)["global_step"]
+    assert 1 <= stopped_at < 12
+    line = stopped_by_sigterm(to_the_wait=True)
+    assert line.startswith("stopped by SIGTERM during the wait for job ") and line.endswith(
+        f"(the job was told to stop too); nothing more was started; continue with: {rerun}"), line
+    assert lock_pid(out) is None  # the job ended before the wait did: a resubmission finds the directory free
+    assert stopped_at < checkpoint.load(out / checkpoint.LAST)["global_step"] < 12
+    done = moco(*shlex.split(rerun)[1:])
+    assert done.returncode == 0, done.stderr
+    assert checkpoint.load(out / checkpoint.LAST)["global_step"] == 12
+    assert len(json.loads((out / "run.json").read_text())["starts"]) == 3  # each start resumed the last

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from moco_core import checkpoint
 from moco_demo.run import run_demo
 
 TINY_PRETRAIN = ["model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=1",
@@ -93,21 +94,61 @@ def test_trials_run_the_protocol_per_seed_and_the_report_gathers_them(shapes_roo
     assert bad.exit_code == 2 and "--trials: must be >= 1" in bad.output
 
 
-def test_a_pretraining_stopped_by_a_signal_stops_the_demo(shapes_root: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM stops a pretraining cleanly and pretrain() returns: the demo must not go on to evaluate it."""
-    import moco_core.train
-    from moco_demo.run import DemoStopped
-
-    real = moco_core.train.pretrain
-    monkeypatch.setattr(moco_core.train, "pretrain", lambda cfg, **kw: real(  # stops after 1 of its 2 epochs
-        dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, epochs=1)), **kw))
+def stoppable(shapes_root: Path) -> dict[str, list[str]]:
+    """``tiny`` with a MoCo pretraining of 4 steps (2 epochs of 2), each logged: one to stop part-way."""
     overrides = tiny(shapes_root)
-    overrides["moco"] = [*overrides["moco"], "optim.epochs=2"]
-    with pytest.raises(DemoStopped, match="run the same moco demo command again to continue"):
-        run_demo(tmp_path / "demo", device="cpu", tasks=("linear",), overrides=overrides)
-    assert not (tmp_path / "demo" / "pretrain" / "supervised").exists()  # nothing after the stopped step ran
-    assert not (tmp_path / "demo" / "demo.json").exists()  # and its time is not recorded as a step's
+    overrides["moco"] = [*overrides["moco"], "optim.epochs=2", "run.log_every=1"]
+    return overrides
+
+
+DEMO = """
+import functools, sys
+from pathlib import Path
+import moco_demo.run
+from tests.moco_demo.test_demo import stoppable
+moco_demo.run.run_demo = functools.partial(moco_demo.run.run_demo, overrides=stoppable(Path(sys.argv[1])))
+from cli import main
+sys.argv = ["moco", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_demo_with_the_command_that_continues_it(shapes_root: Path, tmp_path: Path) -> None:
+    """SIGTERM stops the pretraining under way cleanly and pretrain() returns: the demo must not go on to the next
+    step, and must say so with a non-zero status (it exited 0), naming the command that continues."""
+    import os
+    import signal
+    import subprocess
+
+    out, root = tmp_path / "demo", Path(__file__).resolve().parents[2]
+    args = ["demo", "--output-dir", str(out), "--tasks", "linear", "--device", "cpu"]
+    proc = subprocess.Popen([sys.executable, "-c", DEMO, str(shapes_root), *args], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    metrics = out / "pretrain" / "moco" / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.is_file() and '"loss"' in metrics.read_text()):  # its first step is logged
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (
+        "stopped by SIGTERM during demo step 1 of 6 (pretrain moco (embedded)); nothing more was started; continue "
+        f"with: moco demo --output-dir {out} --tasks linear --device cpu")
+    assert "Traceback" not in err
+    assert not (out / "pretrain" / "supervised").exists()  # nothing after the stopped step ran
+    assert not (out / "demo.json").exists()  # and its time is not recorded as a step's
+    assert checkpoint.load(out / "pretrain" / "moco" / checkpoint.LAST)["global_step"] < 4
+    run_demo(out, device="cpu", tasks=("linear",), overrides=stoppable(shapes_root))  # the rerun continues
+    starts = json.loads((out / "pretrain" / "moco" / "run.json").read_text())["starts"]
+    assert starts[-1]["resumed_from"] == str(out / "pretrain" / "moco" / checkpoint.LAST)
+    assert checkpoint.load(out / "pretrain" / "moco" / checkpoint.LAST)["global_step"] == 4
+    assert (out / "report" / "report.md").is_file()
 
 
 def test_unknown_tasks_are_refused(tmp_path: Path) -> None:

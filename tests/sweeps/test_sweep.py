@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,9 +70,9 @@ def test_sweep_runs_each_point_writes_records_and_resumes(tiny_cfg, shapes_root:
     data = LinearDataConfig(path=str(shapes_root), crop_size=32, resize=36, workers=0)
     calls = []
 
-    def evaluate(ckpt: Path, out: Path, extra: dict) -> tuple[Path, dict]:
+    def evaluate(ckpt: Path, out: Path, extra: dict, seed: int) -> tuple[Path, dict]:
         calls.append(ckpt)
-        return knn_eval(str(ckpt), data, out, k=5, extra=extra)
+        return knn_eval(str(ckpt), data, out, k=5, extra=extra, seed=seed)
 
     out = tmp_path / "sweep"
     points = run_sweep(tiny_cfg, "m", [0.0, 0.99], out, evaluate, eval_name="knn", show_progress=False)
@@ -103,3 +109,92 @@ def test_diverging_point_is_reported_failed_not_raised(tiny_cfg, tmp_path: Path,
     assert points[0].status == "failed" and "loss diverged: loss became nan" in points[0].failure
     assert points[0].record is None
     assert sweep.summary(points, "K").splitlines()[1].split()[:3] == ["8", "failed", "-"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# 32 images, batch 16 in 4 BN groups: 2 steps an epoch; the kNN evaluation on the same images
+TINY = ["model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=1", "augment.crop_size=32",
+        "run.knn_every=0", "data.workers=0", "run.device=cpu"]
+
+
+def sweep_args(shapes_root: Path, out: Path, values: str, *extra: str) -> list[str]:
+    sets = [a for s in (*TINY, f"data.path={shapes_root}", *extra) for a in ("--set", s)]
+    return ["sweep", "m", values, "--config", "embedded", *sets, "--eval-data", str(shapes_root), "--output-dir",
+            str(out)]
+
+
+def test_trials_of_a_sweep_write_a_record_per_point_and_seed(shapes_root: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: N trials of a sweep write N records per point, each with its pretraining's seed and the same
+    ``sweep`` field (what the report groups them by); run again, nothing is redone."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "sweep"
+    args = [*sweep_args(shapes_root, out, "0.9,0.99"), "--trials", "2", "--seed", "5", "--quiet"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("seed_*/momentum=*/knn/result.json"))]
+    assert len(records) == 4
+    for value in (0.9, 0.99):
+        of_point = [r for r in records if r["sweep"]["value"] == value]
+        assert [r["sweep"] for r in of_point] == [{"param": "momentum", "value": value, "method": "moco"}] * 2
+        assert [r["backbone"]["pretrain"]["config"]["run"]["seed"] for r in of_point] == [5, 6]
+        assert [r["config"]["seed"] for r in of_point] == [5, 6]  # the evaluation's too
+    table = done.stdout.strip().splitlines()
+    assert table[0].split() == ["momentum", "seed", "status", "top1"]
+    assert [row.split()[:2] for row in table[1:]] == [["0.9", "5"], ["0.99", "5"], ["0.9", "6"], ["0.99", "6"]]
+
+    def never(*args, **kwargs):
+        raise AssertionError("a finished point was run again")
+
+    monkeypatch.setattr("moco_core.train.pretrain", never)
+    monkeypatch.setattr("lincls.knn.knn_eval", never)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert again.stdout == done.stdout  # the same table, from the records
+
+
+def logged_steps(out: Path) -> int:
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return max((json.loads(line)["step"] for line in lines if line.endswith("}") and '"loss"' in line), default=0)
+
+
+def test_sigterm_stops_a_sweep_before_it_evaluates_the_stopped_pretraining(shapes_root: Path,
+                                                                            tmp_path: Path) -> None:
+    """Issue 32: the stopped pretraining returned, was evaluated as if finished (its record then skipped on every
+    rerun), and the sweep went on to the next point and exited 0."""
+    out = tmp_path / "sweep"
+    args = sweep_args(shapes_root, out, "0.9,0.99", "optim.epochs=2", "run.log_every=1")  # 4 steps, each logged
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    first = out / "momentum=0.9"
+    try:
+        deadline = time.monotonic() + 120
+        while logged_steps(first / "pretrain") < 1:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143, err
+    rerun = shlex.join(["moco", *args])  # every option as given: none at its default
+    assert err.strip().splitlines()[-1] == (f"stopped by SIGTERM during the pretraining of {first}; nothing more was "
+                                            f"started; continue with: {rerun}")
+    assert sorted(p.name for p in out.rglob("*") if p.is_dir()) == ["momentum=0.9", "pretrain"]  # no knn/
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    done = CliRunner().invoke(app, shlex.split(rerun)[1:])
+    assert done.exit_code == 0, done.output
+    assert len(list(out.glob("momentum=*/knn/result.json"))) == 2
+    starts = json.loads((first / "pretrain" / "run.json").read_text())["starts"]
+    assert starts[1]["resumed_from"] == str(first / "pretrain" / "checkpoint_last.pth.tar")  # continued, not redone
