@@ -128,7 +128,8 @@ def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000
     """
     if source == "random":
         if arch is None:
-            raise checkpoint.CheckpointError(f"'random' needs the ResNet to initialise: pass {arch_option}")
+            also = f" ({arch_option})" if arch_option != "--arch" else ""
+            raise checkpoint.CheckpointError(f"'random' needs the ResNet to initialise: pass --arch{also}")
         chosen = arch
         if chosen not in ARCHS:
             raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)}")

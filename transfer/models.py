@@ -39,7 +39,7 @@ FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-
 
 def load_resnet(weights: str, arch: str | None = None) -> tuple[torchvision.models.ResNet, BackboneInfo]:
     """:func:`moco_core.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``."""
-    return backbone.load_resnet(weights, arch=arch, arch_option="--arch (detector.arch)")
+    return backbone.load_resnet(weights, arch=arch, arch_option="detector.arch")
 
 
 def stage_channels(stage: nn.Sequential) -> int:
