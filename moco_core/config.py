@@ -98,9 +98,12 @@ class DataConfig:
     pipeline: Literal["auto", "pil", "tensor"] = "auto"
 
 
+DEFAULT_PRETRAIN_DIR = "runs/pretrain"  # a pretraining given no preset and no directory
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    output_dir: str = "runs/pretrain"
+    output_dir: str | None = None  # None: runs/<preset> from `moco pretrain -c PRESET`, else runs/pretrain
     device: str = "auto"  # "auto": CUDA when available, else CPU
     seed: int = 0
     amp: bool = True  # bf16 autocast on CUDA; always fp32 on CPU

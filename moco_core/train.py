@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
+from moco_core.config import DEFAULT_PRETRAIN_DIR, ConfigError, OptimConfig, PretrainConfig, RunConfig, replace, to_dict
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
@@ -206,6 +207,8 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
 
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool | str = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
+    if cfg.run.output_dir is None:  # the CLI names it after the preset (moco_core.cli.pretrain_dir)
+        cfg = replace(cfg, run={"output_dir": DEFAULT_PRETRAIN_DIR})
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device, cfg.run.dist_timeout_s), run_dir_lock(Path(cfg.run.output_dir), device):
         return _pretrain(cfg, device, resume, show_progress)
@@ -215,8 +218,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
-        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume {run_dir} to continue it, or choose "
-                      f"another --output-dir")
+        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it (moco pretrain --resume "
+                      f"--output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
     run = _set_up(cfg, device, resume_path)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
                             config=to_dict(cfg))
@@ -344,7 +347,8 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
             if stats.stopped:
                 if main:
                     print(f"stopped by {stop.received or 'a signal to another process'} after step {step} (epoch "
-                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume {run_dir}",
+                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume --output-dir "
+                          f"{shlex.quote(str(run_dir))}",
                           file=sys.stderr, flush=True)
                 break
 
