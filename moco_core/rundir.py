@@ -21,7 +21,7 @@ import torch
 import yaml
 
 import moco_core
-from moco_core import distributed
+from moco_core import distributed, smoke
 from moco_core.checkpoint import write_atomic
 from moco_core.config import ConfigError
 
@@ -52,6 +52,7 @@ def environment() -> dict[str, Any]:
         "argv": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **({"scheduler_job": job} if job else {}),
+        **smoke.marker(),
     }
 
 

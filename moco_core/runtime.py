@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from moco_core import smoke
 from moco_core.config import ConfigError, device_problem
 from moco_core.shapes import ensure_shapes
 
@@ -33,7 +34,9 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_data(path: str) -> Path:
     """The dataset root; "embedded" generates (once) the shapes dataset in the data cache."""
-    return ensure_shapes() if path == "embedded" else Path(os.path.expanduser(path))
+    if path == "embedded":  # MOCO_SMOKE=1: a small set of its own, beside the full one
+        return ensure_shapes(**smoke.SHAPES) if smoke.enabled() else ensure_shapes()
+    return Path(os.path.expanduser(path))
 
 
 def autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:
