@@ -482,6 +482,10 @@ def _smoke(cls: type, explicit: dict[str, Any], merged: dict[str, Any]) -> tuple
             _set(given_length, *shortened)
             explicit = _merge(explicit, given_length)
             changes = _merge(changes, given_length)
+    for key in smoke.INTERVALS.get(cls.__name__, ()):
+        value = _get(merged, key)
+        if value is not None and smoke.interval(value) != value:
+            _set(changes, key, smoke.interval(value))
     return explicit, _merge(merged, changes)
 
 

@@ -6,7 +6,7 @@ What it changes, after the preset and the command's own ``--set`` and flags are 
 
 - lengths: a pretraining or linear evaluation runs 1 epoch per 100 of its schedule (at least 1: the embedded
   preset's 100 epochs become 1, a 200-epoch preset 2), a detection fine-tuning 2 iterations; milestones, lr steps
-  and labels follow the length as they do for ``--set optim.epochs=N``;
+  and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN intervals;
 - sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
   no DataLoader workers, detection at 48-64 pixels with few proposals;
 - the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection scenes, generated
@@ -53,6 +53,9 @@ LENGTHS = {
     "TransferConfig": ("solver.iterations", lambda n: min(n, 2)),
 }
 
+# Intervals counted in epochs, shortened with the run (keep a snapshot every 20 epochs of 100: every epoch of 1).
+INTERVALS = {"PretrainConfig": ("run.keep_every", "run.knn_every")}
+
 
 def enabled() -> bool:
     """Whether ``MOCO_SMOKE`` is set to anything but empty or 0."""
@@ -70,6 +73,13 @@ def length(cls_name: str, configured: int) -> tuple[str, int] | None:
         return None
     key, shorten = LENGTHS[cls_name]
     return key, int(shorten(configured))
+
+
+def interval(value: Any) -> Any:
+    """An epoch interval of a smoke run: 1 per 100, at least 1; 0 (off) stays 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return value
+    return max(1, math.ceil(value / 100))
 
 
 def sizes(cls_name: str, explicit: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,10 @@ def test_pretraining_is_shortened_and_shrunk(smoking: None) -> None:
             v1.data.workers) == ("resnet18", 32, 2, 8, 32, 0)
     embedded = load_config(PretrainConfig, "embedded")
     assert embedded.optim.epochs == 1  # 100 -> 1
+    # epoch intervals shortened with it: a snapshot every 20 of 100 epochs -> every epoch; 0 (off) stays off
+    kept = load_config(PretrainConfig, "embedded", ["run.keep_every=20", "run.knn_every=250"])
+    assert (kept.run.keep_every, kept.run.knn_every) == (1, 3)
+    assert load_config(PretrainConfig, "embedded", ["run.keep_every=0"]).run.keep_every == 0
     # what the command chose stays; its length is shortened all the same (300 -> 3, 101 -> 2)
     chosen = load_config(PretrainConfig, "embedded", ["model.arch=resnet50", "optim.epochs=300",
                                                       "optim.batch_size=16"])
