@@ -25,7 +25,7 @@ from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method, split_bn_groups
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
-from moco_core.progress import MetricsWriter, Progress
+from moco_core.progress import MetricsWriter, Progress, SlowdownWatch
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import resolve_data, resolve_device
 
@@ -321,6 +321,7 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
     progress = Progress(steps_per_epoch * cfg.optim.epochs, done_steps=run.start.step, every=cfg.run.log_every,
                         enabled=main and show_progress)
     step = run.start.step
+    watch = SlowdownWatch(torch.get_num_threads()) if device.type == "cpu" else None  # a shared CPU, named
     with StopSignal(device, every=cfg.run.log_every) as stop:
         for epoch in range(run.start.epoch, cfg.optim.epochs):
             lr = learning_rate(cfg.optim, epoch)
@@ -334,7 +335,8 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
             stats = train_one_epoch(run.model, run.method, run.loader, run.optimizer, epoch=epoch,
                                     epochs=cfg.optim.epochs, step=step, lr=lr, device=device, amp=cfg.run.amp,
                                     log_every=cfg.run.log_every, channels_last=run.speed.channels_last,
-                                    progress=progress, metrics=metrics, resume=partial, checkpoints=saver)
+                                    progress=progress, metrics=metrics, resume=partial, checkpoints=saver,
+                                    watch=watch)
             run.sampler.start = 0
             step = stats.step
             if main and stats.complete:  # a stop mid-epoch has already written its checkpoint
