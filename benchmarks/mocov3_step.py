@@ -1,7 +1,7 @@
 """CPU step speed (images/s) of MoCo v3 on the embedded data: ResNet-18 and the tiny ViT against MoCo v2.
 
 Each preset (``embedded``: v2 ResNet-18, K 1024; ``mocov3_embedded``: v3 ResNet-18; ``mocov3_vit_embedded``: v3
-vit_tiny_d6_p4) is built as ``moco pretrain`` builds it (``build_method``, ``build_optimizer``), and its step is
+vit_nano_p4) is built as ``moco pretrain`` builds it (``build_method``, ``build_optimizer``), and its step is
 the engine's own ``train_step`` (v3: with the per-step lr and momentum schedule first). All three train on the
 same views: ``--batches`` batches of the embedded images, decoded and augmented once beforehand by the tensor
 pipeline with the v2 preset's augmentation (the views' content does not change a step's cost), so the figures
@@ -37,7 +37,7 @@ from moco_core.methods import build_method
 from moco_core.runtime import resolve_data
 from moco_core.train import StepSchedule, build_optimizer
 
-PRESETS = {"v2 resnet18": "embedded", "v3 resnet18": "mocov3_embedded", "v3 vit_tiny_d6_p4": "mocov3_vit_embedded"}
+PRESETS = {"v2 resnet18": "embedded", "v3 resnet18": "mocov3_embedded", "v3 vit_nano_p4": "mocov3_vit_embedded"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

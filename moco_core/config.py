@@ -30,7 +30,7 @@ ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
 )
 # Vision Transformers (timm, the optional extra "vit"; moco_core/vit.py): MoCo v3 only.
-VIT_ARCHS = ("vit_small", "vit_base", "vit_tiny_p4", "vit_tiny_d6_p4")
+VIT_ARCHS = ("vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")
 
 
 class ConfigError(UserError, ValueError):

@@ -9,12 +9,14 @@ split in two:
   to the ratio range), whether colour jitter applies (``color_jitter_prob``), the four jitter factors
   (brightness, contrast and saturation uniform in ``[max(0, 1 - x), 1 + x]``, hue uniform in ``[-h, h]``) and a
   random order of the four jitter ops (torchvision's ColorJitter applies them in a random order), the grayscale
-  flag, the blur flag and sigma (uniform in ``blur_sigma``) and the flip flag.
+  flag, the blur flag and sigma (uniform in ``blur_sigma``), the flip flag and, where the config solarizes either
+  view (MoCo v3), the solarize flag; view 1 takes the second view's blur and solarize probabilities.
 * :func:`apply_params` does the pixel work on the images' device: crop and antialiased bilinear resize (batched),
   then batched colour jitter (each sample with its own factors and op order), grayscale (ITU-R 601-2 luma
   ``0.299 R + 0.587 G + 0.114 B``, as PIL's ``convert("L")``), Gaussian blur (a depthwise convolution with a
-  per-sample kernel), horizontal flip, and normalisation with ``cfg.mean`` / ``cfg.std``. The colour order follows
-  ``cfg.grayscale_before_jitter`` (v1: grayscale, then jitter; v2: jitter, then grayscale), as the PIL path.
+  per-sample kernel), solarize (values at or above 128/255 inverted, as PIL's), horizontal flip, and normalisation
+  with ``cfg.mean`` / ``cfg.std``. The colour order follows ``cfg.grayscale_before_jitter`` (v1: grayscale, then
+  jitter; v2: jitter, then grayscale), as the PIL path.
 
 :class:`TensorTwoCrops` draws two independent parameter sets for the same decoded images (the query and key
 views); :mod:`moco_core.jpeg` decodes the JPEG bytes they start from (batched with nvJPEG on CUDA).

@@ -86,7 +86,7 @@ def test_heads_have_the_official_layout() -> None:
 
 def test_vit_heads_have_the_official_layout() -> None:
     pytest.importorskip("timm")
-    method = build_method(v3_config("vit_tiny_d6_p4"), world_size=1, num_classes=0, dataset_size=0)
+    method = build_method(v3_config("vit_nano_p4"), world_size=1, num_classes=0, dataset_size=0)
     state = method.state_dict()
     keys = [k for k in state if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
     # the official MoCo_ViT: a 3-layer projector as head, a predictor ending in a BN without affine parameters
@@ -95,7 +95,7 @@ def test_vit_heads_have_the_official_layout() -> None:
         "module.base_encoder.head.3.weight", "module.base_encoder.head.4.weight", "module.base_encoder.head.4.bias",
         "module.base_encoder.head.6.weight"]
     assert "module.base_encoder.head.7.running_mean" in state and "module.predictor.4.running_mean" in state
-    assert state["module.base_encoder.head.0.weight"].shape == (32, 192)
+    assert state["module.base_encoder.head.0.weight"].shape == (32, 96)
 
 
 def _reference_lars(params: list[nn.Parameter], state: dict[int, torch.Tensor], *, lr: float, wd: float,
@@ -131,7 +131,7 @@ def _reference_loss(base: nn.Module, momentum: nn.Module, predictor: nn.Module, 
     return ctr(q1, k2) + ctr(q2, k1)
 
 
-@pytest.mark.parametrize(("arch", "optimizer"), [("resnet18", "lars"), ("vit_tiny_d6_p4", "adamw"),
+@pytest.mark.parametrize(("arch", "optimizer"), [("resnet18", "lars"), ("vit_nano_p4", "adamw"),
                                                  ("resnet18", "adamw")])
 def test_steps_match_an_independent_reference(arch: str, optimizer: str) -> None:
     if arch.startswith("vit"):

@@ -63,12 +63,12 @@ def test_our_vit_checkpoint_is_in_the_official_layout(shapes_root: Path, tmp_pat
     timm = pytest.importorskip("timm")
     run = pretrain(v3_cfg(shapes_root, tmp_path / "run", "mocov3_vit_embedded", "optim.epochs=1",
                           "optim.warmup_epochs=0"), show_progress=False)
-    model = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=4, embed_dim=192, depth=6,
+    model = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=4, embed_dim=96, depth=6,
                                                              num_heads=3, num_classes=8)
     result = model.load_state_dict(official_lincls_state(run / checkpoint.LAST, "head"), strict=False)
     assert set(result.missing_keys) == {"head.weight", "head.bias"} and not result.unexpected_keys
     loaded, info = load_backbone(str(run), num_classes=8)  # eval linear and eval knn read it
-    assert info.arch == "vit_tiny_d6_p4" and loaded(torch.randn(2, 3, 32, 32)).shape == (2, 8)
+    assert info.arch == "vit_nano_p4" and loaded(torch.randn(2, 3, 32, 32)).shape == (2, 8)
 
 
 class OfficialResNetMoCo(nn.Module):

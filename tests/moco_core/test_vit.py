@@ -32,13 +32,13 @@ def test_sincos_embedding_by_hand() -> None:
 
 
 def test_the_vit_holds_the_fixed_embedding_with_a_zero_class_token() -> None:
-    model = build_vit("vit_tiny_d6_p4", img_size=32)
-    assert model.pos_embed.shape == (1, 1 + 64, 192) and not model.pos_embed.requires_grad
-    assert torch.equal(model.pos_embed[0, 0], torch.zeros(192))
-    torch.testing.assert_close(model.pos_embed[0, 1:], sincos_position_embedding((8, 8), 192))
+    model = build_vit("vit_nano_p4", img_size=32)
+    assert model.pos_embed.shape == (1, 1 + 64, 96) and not model.pos_embed.requires_grad
+    assert torch.equal(model.pos_embed[0, 0], torch.zeros(96))
+    torch.testing.assert_close(model.pos_embed[0, 1:], sincos_position_embedding((8, 8), 96))
     # patch 9 is row 1, column 1: its first frequency's terms are sin(1), cos(1) for the row and for the column
     assert model.pos_embed[0, 1 + 9, 0].item() == pytest.approx(math.sin(1))
-    assert model.pos_embed[0, 1 + 9, 96].item() == pytest.approx(math.sin(1))
+    assert model.pos_embed[0, 1 + 9, 48].item() == pytest.approx(math.sin(1))
 
 
 def test_attention_runs_through_scaled_dot_product_attention(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,10 +50,10 @@ def test_attention_runs_through_scaled_dot_product_attention(monkeypatch: pytest
         return original(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
-    model = build_vit("vit_tiny_d6_p4", img_size=32)
+    model = build_vit("vit_nano_p4", img_size=32)
     model(torch.randn(2, 3, 32, 32))
     assert len(calls) == 6  # one per block
-    assert calls[0] == (2, 3, 65, 64)  # (batch, heads, 1 + 8 x 8 tokens, 192 / 3)
+    assert calls[0] == (2, 3, 65, 32)  # (batch, heads, 1 + 8 x 8 tokens, 96 / 3)
 
 
 def test_timm_loads_our_backbones_with_only_the_head_missing() -> None:

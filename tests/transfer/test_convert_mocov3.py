@@ -27,15 +27,15 @@ def v3_checkpoint(tmp_path: Path, arch: str) -> tuple[Path, dict[str, torch.Tens
 
 def test_a_vit_converts_to_a_state_dict_timm_loads(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm")
-    src, encoder = v3_checkpoint(tmp_path, "vit_tiny_d6_p4")
+    src, encoder = v3_checkpoint(tmp_path, "vit_nano_p4")
     dst = tmp_path / "vit.pth"
     result = CliRunner().invoke(app, ["convert", str(src), str(dst), "--to", "timm"])
     assert result.exit_code == 0, result.output
-    assert "arch: vit_tiny_d6_p4" in result.output
+    assert "arch: vit_nano_p4" in result.output
     state = torch.load(dst, weights_only=True)
-    # timm's own ViT-Ti family at the same shape (6 blocks, 4-px patches of 32-px images)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, depth=6,
-                              num_classes=10)
+    # timm's own ViT-Ti family at the same shape (width 96 in 6 blocks, 4-px patches of 32-px images)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, embed_dim=96,
+                              depth=6, num_classes=10)
     loaded = model.load_state_dict(state, strict=False)
     assert set(loaded.missing_keys) == {"head.weight", "head.bias"} and not loaded.unexpected_keys
     for key, value in state.items():
@@ -54,7 +54,7 @@ def test_a_v3_resnet_converts_to_torchvision(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("arch", "to", "message"), [
-    ("vit_tiny_d6_p4", "detectron2", "holds a ViT (vit_tiny_d6_p4): convert it --to timm"),
+    ("vit_nano_p4", "detectron2", "holds a ViT (vit_nano_p4): convert it --to timm"),
     ("resnet18", "timm", "holds a ResNet: convert it --to torchvision or --to detectron2"),
 ])
 def test_the_wrong_target_is_one_line(tmp_path: Path, arch: str, to: str, message: str) -> None:
@@ -70,7 +70,7 @@ def test_detection_refuses_a_vit_in_one_line(tmp_path: Path) -> None:
     from moco_core.checkpoint import CheckpointError
     from transfer.models import load_resnet
 
-    src, _ = v3_checkpoint(tmp_path, "vit_tiny_d6_p4")
+    src, _ = v3_checkpoint(tmp_path, "vit_nano_p4")
     with pytest.raises(CheckpointError) as err:
         load_resnet(str(src))
-    assert str(err.value) == f"{src}: holds a ViT (vit_tiny_d6_p4), not a ResNet: this command takes ResNets only"
+    assert str(err.value) == f"{src}: holds a ViT (vit_nano_p4), not a ResNet: this command takes ResNets only"
