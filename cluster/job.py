@@ -85,7 +85,7 @@ class Command:
     def resume_args(self) -> list[str]:
         d = self.run_dir
         if self.name == "pretrain":
-            return ["--resume", str(d)] if (d / LAST).is_file() else []
+            return ["--resume"] if (d / LAST).is_file() else []  # the run in --output-dir, which args name
         if self.name == "eval linear":
             return ["--resume"] if (d / LINEAR_LAST).is_file() else []
         if self.name == "eval snapshots":  # skips what is evaluated and resumes what is not, by itself

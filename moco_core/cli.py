@@ -6,6 +6,7 @@ Nothing here imports torch at module level: ``moco --help`` and a bad option ans
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +14,26 @@ from typing import Annotated, Any
 
 import typer
 
-from moco_core.config import ConfigError, PretrainConfig, load_config, presets_for, replace, to_dict
+from moco_core.config import (
+    DEFAULT_PRETRAIN_DIR,
+    ConfigError,
+    PretrainConfig,
+    load_config,
+    presets_for,
+    replace,
+    to_dict,
+)
 from moco_core.errors import UserError, print_error, show
 from moco_core.naming import evaluation_dir
+
+
+def pretrain_dir(config: str | None) -> str:
+    """Where ``moco pretrain -c PRESET`` writes when no directory is given: ``runs/<preset>`` (``runs/embedded``,
+    ``runs/moco_v2_200ep``; a YAML file by its name), else ``runs/pretrain``."""
+    if not config:
+        return DEFAULT_PRETRAIN_DIR
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", Path(config).name.removesuffix(".yaml").removesuffix(".yml"))
+    return f"runs/{name.strip('._') or 'pretrain'}"
 
 
 def resolve_pretrain_config(
@@ -142,8 +160,11 @@ def pretrain_cli(
             raise ConfigError("--resume continues the run in --output-dir; --resume-from names another checkpoint: "
                               "give one of them")
         if resume:  # where the run is: --output-dir or --set run.output_dir, else the preset's (or default) one
-            resume_from = load_config(PretrainConfig, config, set_ or [], flags=flags, check=False).run.output_dir
+            resume_from = load_config(PretrainConfig, config, set_ or [], flags=flags,
+                                      check=False).run.output_dir or pretrain_dir(config)
         cfg = resolve_pretrain_config(config, set_ or [], flags, resume_from)
+        if cfg.run.output_dir is None:
+            cfg = replace(cfg, run={"output_dir": pretrain_dir(config)})
         from moco_core.runtime import resolve_device
         from moco_core.train import check_run
 

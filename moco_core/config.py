@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from moco_core import smoke
 from moco_core.errors import UserError, show
 
 logger = logging.getLogger("moco.config")
@@ -112,9 +113,12 @@ class DataConfig:
     pipeline: Literal["auto", "pil", "tensor"] = "auto"
 
 
+DEFAULT_PRETRAIN_DIR = "runs/pretrain"  # a pretraining given no preset and no directory
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    output_dir: str = "runs/pretrain"
+    output_dir: str | None = None  # None: runs/<preset> from `moco pretrain -c PRESET`, else runs/pretrain
     device: str = "auto"  # "auto": CUDA when available, else CPU
     seed: int = 0
     amp: bool = True  # bf16 autocast on CUDA; always fp32 on CPU
@@ -486,9 +490,34 @@ def load_config(
     for text in overrides:
         explicit = _merge(explicit, parse_override(text))
     explicit = _merge(explicit, given(flags or {}))
-    merged = _scale_schedules(cls, data, explicit, _merge(data, explicit))
+    merged = _merge(data, explicit)
+    if smoke.enabled():
+        explicit, merged = _smoke(cls, explicit, merged)
+    merged = _scale_schedules(cls, data, explicit, merged)
     built = from_dict(cls, merged)
     return validated(built) if check else built
+
+
+def _smoke(cls: type, explicit: dict[str, Any], merged: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``MOCO_SMOKE=1`` (:mod:`moco_core.smoke`): the shortened length, as if given with ``--set`` (so that the
+    schedule follows it), and the small sizes the command did not choose."""
+    changes: dict[str, Any] = {}
+    for key, value in smoke.sizes(cls.__name__, explicit, merged).items():
+        _set(changes, key, value)
+    if cls.__name__ in smoke.LENGTHS:
+        key = smoke.LENGTHS[cls.__name__][0]
+        configured = _get(merged, key)
+        shortened = smoke.length(cls.__name__, _default(cls, key) if configured is None else configured)
+        if shortened is not None:
+            given_length: dict[str, Any] = {}
+            _set(given_length, *shortened)
+            explicit = _merge(explicit, given_length)
+            changes = _merge(changes, given_length)
+    for key in smoke.INTERVALS.get(cls.__name__, ()):
+        value = _get(merged, key)
+        if value is not None and smoke.interval(value) != value:
+            _set(changes, key, smoke.interval(value))
+    return explicit, _merge(merged, changes)
 
 
 def given(flags: dict[str, Any]) -> dict[str, Any]:

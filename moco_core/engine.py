@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -15,8 +16,10 @@ from torch import nn
 from moco_core import checkpoint, distributed
 from moco_core.errors import NonFiniteLossError
 from moco_core.methods import Method
-from moco_core.progress import MetricsWriter, Progress
+from moco_core.progress import MetricsWriter, Progress, SlowdownWatch
 from moco_core.runtime import autocast
+
+logger = logging.getLogger("moco.engine")
 
 
 @dataclass
@@ -69,6 +72,7 @@ def train_one_epoch(
     resume: EpochState | None = None,
     checkpoints: StepCheckpoints | None = None,
     channels_last: bool = False,
+    watch: SlowdownWatch | None = None,
     before_step: Callable[[int], float] | None = None,
 ) -> EpochStats:
     """Train ``model`` (``method.module``, possibly wrapped in DDP) for one pass over ``loader``.
@@ -83,6 +87,7 @@ def train_one_epoch(
     seen, and the RNG states are restored after the loader's iterator exists (creating it draws a seed), so on
     CPU with ``data.workers`` 0 the rest of the epoch is bit-identical to an uninterrupted run's.
     ``channels_last`` puts the images in the layout the encoders were given (``run.channels_last``).
+    ``watch`` (CPU runs) is shown each logged window's images/s and warns once when they collapse.
     ``checkpoints`` is asked after every step whether to save (every ``checkpoints.every`` steps, never on the
     epoch's last batch: the caller's epoch checkpoint follows) and whether to stop (SIGTERM); a stop saves first.
     ``before_step`` (MoCo v3) is called with the batch's index in the epoch before each step; it sets the lr (and
@@ -91,7 +96,7 @@ def train_one_epoch(
     model.train()
     world = distributed.world_size()
     so_far = resume or EpochState()
-    window = _LogWindow(device, metrics, lr)
+    window = _LogWindow(device, metrics, lr, watch)
     epoch_images, wait, epoch_start, resumed_batches = 0, 0.0, time.perf_counter(), so_far.batches
     remaining = len(loader) if hasattr(loader, "__len__") else None  # type: ignore[arg-type]
     loader_iter = iter(loader)
@@ -169,9 +174,10 @@ class _LogWindow:
     their accuracy 100% by construction. A window of such steps alone logs null for both, not a perfect score.
     """
 
-    def __init__(self, device: torch.device, metrics: MetricsWriter, lr: float) -> None:
+    def __init__(self, device: torch.device, metrics: MetricsWriter, lr: float,
+                 watch: SlowdownWatch | None = None) -> None:
         self.sums = torch.zeros(2, dtype=torch.float64, device=device)
-        self.metrics, self.lr = metrics, lr
+        self.metrics, self.lr, self.watch = metrics, lr, watch
         self.steps, self.counted, self.images, self.start = 0, 0, 0, time.perf_counter()
         # What the progress line shows: None ("-") until the first window is logged, so that a run's first
         # log_every steps (or a whole short epoch) do not read "loss nan"; a real NaN stops the run at its log.
@@ -191,6 +197,9 @@ class _LogWindow:
         rate = self.images / (now - self.start)
         self.metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=self.lr, images_per_s=rate)
         self.shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
+        warning = self.watch.observe(rate) if self.watch is not None else None
+        if warning is not None and distributed.is_main():
+            logger.warning("%s", warning)
         self.images, self.start = 0, now
 
     def close(self, state: EpochState, epoch: int, step: int) -> tuple[float | None, float | None]:

@@ -79,6 +79,42 @@ class Progress:
         self.stream.flush()
 
 
+class SlowdownWatch:
+    """On CPU, says once when a run's images/s fall far below what it did at its start, and names the likely cure.
+
+    A CPU shared with other work slows PyTorch's thread pool far more than the share it lost: on a 2-core machine
+    with another job, the default 2 threads fell to 7-8 images/s where OMP_NUM_THREADS=1 kept 47-75
+    (benchmarks/cpu_threads.py measures it). The first window is the warm-up and is not counted; the best of the
+    next ``baseline`` windows is what the machine did at the start; ``patience`` windows in a row below a
+    ``factor``-th of it give one message (None otherwise).
+    """
+
+    def __init__(self, threads: int, *, factor: float = 3.0, baseline: int = 3, patience: int = 3) -> None:
+        self.threads, self.factor, self.baseline_windows, self.patience = threads, factor, baseline, patience
+        self.seen = 0
+        self.best = 0.0
+        self.low = 0
+        self.said = False
+
+    def observe(self, rate: float) -> str | None:
+        """One window's images/s; the warning, the first time the slowdown lasts."""
+        self.seen += 1
+        if self.seen == 1 or self.said or not math.isfinite(rate):
+            return None
+        if self.seen <= 1 + self.baseline_windows:
+            self.best = max(self.best, rate)
+            return None
+        self.low = self.low + 1 if rate * self.factor < self.best else 0
+        if self.low < self.patience:
+            return None
+        self.said = True
+        advice = ("OMP_NUM_THREADS=1 before the command often runs several times faster on a shared CPU"
+                  if self.threads > 1 else "fewer processes, or a quieter machine, would help")
+        return (f"warning: {rate:.0f} images/s, down from {self.best:.0f} at the start of this run: the CPU is "
+                f"likely busy with other work; this run uses {self.threads} thread{'s' * (self.threads > 1)} a "
+                f"process, and {advice}")
+
+
 class MetricsWriter:
     """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing.
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from moco_core import smoke
 from moco_core.backbone import BackboneInfo
 from moco_core.rundir import code_version
 
@@ -40,6 +41,7 @@ def write_record(
         "config": config,
         "history": history or [],
         **(extra or {}),
+        **smoke.marker(),  # MOCO_SMOKE=1: a shortened run whose numbers mean nothing
         "code_version": code_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -21,7 +21,7 @@ import torch
 import yaml
 
 import moco_core
-from moco_core import distributed
+from moco_core import distributed, smoke
 from moco_core.checkpoint import write_atomic
 from moco_core.config import ConfigError
 
@@ -49,9 +49,11 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "host": socket.gethostname(),
+        "cpu_threads": torch.get_num_threads(),  # chosen for the machine's load (runtime.cpu_threads)
         "argv": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **({"scheduler_job": job} if job else {}),
+        **smoke.marker(),
     }
 
 

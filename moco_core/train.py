@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,16 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
-from moco_core.config import VIT_ARCHS, ConfigError, OptimConfig, PretrainConfig, RunConfig, to_dict
+from moco_core.config import (
+    DEFAULT_PRETRAIN_DIR,
+    VIT_ARCHS,
+    ConfigError,
+    OptimConfig,
+    PretrainConfig,
+    RunConfig,
+    replace,
+    to_dict,
+)
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
@@ -25,7 +35,7 @@ from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method, build_method, split_bn_groups
 from moco_core.optimizers import make_optimizer, resolve_optimizer
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
-from moco_core.progress import MetricsWriter, Progress
+from moco_core.progress import MetricsWriter, Progress, SlowdownWatch
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import resolve_data, resolve_device
 
@@ -241,6 +251,8 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
 
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool | str = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
+    if cfg.run.output_dir is None:  # the CLI names it after the preset (moco_core.cli.pretrain_dir)
+        cfg = replace(cfg, run={"output_dir": DEFAULT_PRETRAIN_DIR})
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device, cfg.run.dist_timeout_s), run_dir_lock(Path(cfg.run.output_dir), device):
         return _pretrain(cfg, device, resume, show_progress)
@@ -250,8 +262,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
-        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume {run_dir} to continue it, or choose "
-                      f"another --output-dir")
+        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it (moco pretrain --resume "
+                      f"--output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
     run = _set_up(cfg, device, resume_path)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
                             config=to_dict(cfg))
@@ -353,6 +365,7 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
     progress = Progress(steps_per_epoch * cfg.optim.epochs, done_steps=run.start.step, every=cfg.run.log_every,
                         enabled=main and show_progress)
     step = run.start.step
+    watch = SlowdownWatch(torch.get_num_threads()) if device.type == "cpu" else None  # a shared CPU, named
     with StopSignal(device, every=cfg.run.log_every) as stop:
         for epoch in range(run.start.epoch, cfg.optim.epochs):
             lr = learning_rate(cfg.optim, epoch)
@@ -371,7 +384,7 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
                                     epochs=cfg.optim.epochs, step=step, lr=lr, device=device, amp=cfg.run.amp,
                                     log_every=cfg.run.log_every, channels_last=run.speed.channels_last,
                                     progress=progress, metrics=metrics, resume=partial, checkpoints=saver,
-                                    before_step=schedule)
+                                    watch=watch, before_step=schedule)
             run.sampler.start = 0
             step = stats.step
             if main and stats.complete:  # a stop mid-epoch has already written its checkpoint
@@ -384,7 +397,8 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
             if stats.stopped:
                 if main:
                     print(f"stopped by {stop.received or 'a signal to another process'} after step {step} (epoch "
-                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume {run_dir}",
+                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume --output-dir "
+                          f"{shlex.quote(str(run_dir))}",
                           file=sys.stderr, flush=True)
                 break
 

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import WORKFLOW, app
-from moco_core.config import PretrainConfig, load_config, presets_for
+from moco_core.config import PRESETS, PretrainConfig, load_config, presets_for
 from moco_core.naming import evaluation_dir, weights_tag
 
 runner = CliRunner()
@@ -202,3 +202,13 @@ def test_help_and_argument_errors_do_not_import_torch() -> None:
                   "'pandas', 'matplotlib') if m in sys.modules)\nprint('HEAVY', heavy)")
         done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
         assert "HEAVY []" in done.stdout, (args, done.stdout[-500:], done.stderr[-500:])
+
+
+def test_pretrainings_of_two_presets_get_two_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: pretrain -c moco_v1_200ep, then -c moco_v2_200ep: both wrote runs/pretrain, the second refused."""
+    monkeypatch.chdir(tmp_path)
+    dirs = [printed_config(["pretrain", "-c", preset, "--data", "x"])["run"]["output_dir"]
+            for preset in ("moco_v1_200ep", "moco_v2_200ep", "embedded", str(PRESETS / "embedded.yaml"))]
+    assert dirs == ["runs/moco_v1_200ep", "runs/moco_v2_200ep", "runs/embedded", "runs/embedded"]
+    assert printed_config(["pretrain", "--data", "x"])["run"]["output_dir"] == "runs/pretrain"
+    assert printed_config(["pretrain", "-c", "embedded", "--output-dir", "mine"])["run"]["output_dir"] == "mine"

@@ -48,3 +48,24 @@ def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
     expected |= {f"reports/{p.name}" for p in (ROOT / "reports").glob("*.csv")}
     assert {"configs/moco_v2_200ep.yaml", "reports/published.csv", "cluster/job.py"} <= expected
     assert sorted(expected - shipped) == []
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_and_docs_links_lead_somewhere() -> None:
+    """Every relative link of README.md and docs/*.md names a file that exists, and a heading of it after '#'."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert len(pages) > 1
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.is_file(), f"{page.name}: {target}"
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), re.M)
+                assert anchor in {_anchor(h) for h in headings}, f"{page.name}: {target}"

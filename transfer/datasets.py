@@ -27,6 +27,7 @@ from typing import Any
 
 from PIL import Image
 
+from moco_core import smoke
 from moco_core.config import ConfigError
 from moco_core.data import DatasetError, show_value
 
@@ -97,7 +98,8 @@ def dataset_root(cfg: Any) -> Path:
     if cfg.data.path == "embedded":
         from transfer.embedded import ensure_coco, ensure_voc
 
-        return ensure_voc() if cfg.task == "voc" else ensure_coco()
+        scenes = smoke.SCENES[cfg.task] if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
+        return ensure_voc(**scenes) if cfg.task == "voc" else ensure_coco(**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
 

@@ -52,7 +52,8 @@ def test_the_command_names_its_run_directory_and_resumes_from_what_it_holds(tmp_
     assert cmd.argv() == ["pretrain", "-c", "moco_v2_200ep", "--data", "/data/imagenet", "--output-dir", str(out)]
     out.mkdir()
     (out / checkpoint.LAST).write_bytes(b"")
-    assert cmd.argv()[-2:] == ["--resume", str(out)]  # a requeued or resubmitted job continues the run
+    # a requeued or resubmitted job continues the run in its --output-dir
+    assert cmd.argv()[-3:] == ["--output-dir", str(out), "--resume"]
     linear = Command.parse(["eval", "linear", "ckpt.pth.tar", "--output-dir", str(out)])
     assert linear.name == "eval linear" and "--resume" not in linear.argv()
     (out / "linear_last.pth.tar").write_bytes(b"")

@@ -157,7 +157,7 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes_exactly(shapes_root:
     assert proc.wait(timeout=60) == 0
     took = time.monotonic() - sent
     err = proc.stderr.read() if proc.stderr else ""
-    assert "SIGTERM received" in err and "stopped by SIGTERM" in err and f"--resume {out}" in err
+    assert "SIGTERM received" in err and "stopped by SIGTERM" in err and f"--resume --output-dir {out}" in err
     assert took < 30, took  # one step and one checkpoint write
     saved = checkpoint.load(out / checkpoint.LAST)
     assert 6 <= saved["global_step"] < 12

@@ -165,3 +165,24 @@ def test_the_embedded_preset_runs_and_resumes_through_the_cli(shapes_root: Path,
                "--output-dir", str(tmp_path / "bad"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: model.queue_size: not used by method mocov3 (it has no queue)"]
+
+
+@pytest.mark.parametrize("preset", ["mocov3_r50_100ep", "mocov3_r50_300ep", "mocov3_r50_1000ep", "mocov3_embedded",
+                                    "mocov3_vit_small_300ep", "mocov3_vit_base_300ep", "mocov3_vit_embedded"])
+def test_smoke_runs_of_the_v3_presets_stay_v3(monkeypatch: pytest.MonkeyPatch, preset: str) -> None:
+    monkeypatch.setenv("MOCO_SMOKE", "1")
+    cfg = load_config(PretrainConfig, preset, ["data.path=x"])  # validated: no queue set, a ViT stays a ViT
+    assert cfg.method == "mocov3" and cfg.model.arch == ("vit_nano_p4" if "vit" in preset else "resnet18")
+    assert cfg.optim.warmup_epochs < cfg.optim.epochs and cfg.v3.mlp_dim == 64
+
+
+def test_a_smoke_run_of_the_vit_small_preset(shapes_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("timm")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MOCO_SMOKE": "1"}
+    out = tmp_path / "vit_s"
+    result = subprocess.run([sys.executable, "-m", "cli", "pretrain", "-c", "mocov3_vit_small_300ep", "--data",
+                             str(shapes_root), "--output-dir", str(out), "--quiet"], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    ckpt = checkpoint.load(out / checkpoint.LAST)
+    assert (ckpt["epoch"], ckpt["arch"], ckpt["config"]["optim"]["optimizer"]) == (3, "vit_nano_p4", "adamw")

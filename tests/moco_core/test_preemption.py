@@ -94,7 +94,7 @@ def test_a_stop_request_checkpoints_mid_epoch_and_resumes_exactly(tiny_cfg: Pret
     ckpt = checkpoint.load(run / checkpoint.LAST)
     assert (ckpt["global_step"], ckpt["epoch"], ckpt["sampler"]["position"]) == (5, 1, 1)
     err = capsys.readouterr().err
-    assert "stopped by" in err and "after step 5 (epoch 2)" in err and f"--resume {run}" in err
+    assert "stopped by" in err and "after step 5 (epoch 2)" in err and f"--resume --output-dir {run}" in err
     monkeypatch.undo()
     resumed = pretrain(step_cfg(tiny_cfg, run, checkpoint_steps=0), resume=run, show_progress=False)
     assert_same_weights(straight, resumed)

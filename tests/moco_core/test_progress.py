@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from moco_core.progress import LINE, Progress
+from moco_core.progress import LINE, Progress, SlowdownWatch
 
 CLEAR = "\r\033[K"
 
@@ -60,3 +60,36 @@ def test_line_mode_writes_nothing_to_a_log() -> None:
     _run(Progress(4, every=1, stream=log, enabled=LINE))
     Progress(4, stream=log, enabled=False).message("hidden")
     assert log.getvalue() == ""
+
+
+# --- SlowdownWatch: images/s that collapse on a shared CPU are named, once, with OMP_NUM_THREADS ---------------
+
+
+def _feed(watch: SlowdownWatch, rates: list[float]) -> list[tuple[int, str]]:
+    return [(i, msg) for i, rate in enumerate(rates) if (msg := watch.observe(rate)) is not None]
+
+
+def test_slowdown_is_named_once_after_three_low_windows() -> None:
+    # window 0 is the warm-up (not counted, whatever it was); windows 1-3 set the start: best 75;
+    # then 20, 20, 24 are each below 75 / 3 = 25: the third in a row warns, naming the rate and the start
+    said = _feed(SlowdownWatch(2), [400.0, 60.0, 75.0, 70.0, 20.0, 20.0, 24.0, 5.0, 5.0, 5.0, 5.0])
+    assert len(said) == 1 and said[0][0] == 6
+    assert said[0][1].startswith("warning: 24 images/s, down from 75 at the start")
+    assert "2 threads a process" in said[0][1] and "OMP_NUM_THREADS=1" in said[0][1]
+
+
+def test_a_recovery_starts_the_count_again_and_25_is_not_low() -> None:
+    # 25 * 3 = 75 is not below 75; 30 recovers: the count restarts, so only the last three lows warn
+    rates = [10.0, 75.0, 75.0, 75.0, 20.0, 25.0, 20.0, 20.0, 30.0, 20.0, 20.0, 20.0]
+    said = _feed(SlowdownWatch(2), rates)
+    assert [i for i, _ in said] == [11]
+
+
+def test_one_thread_names_no_thread_setting_and_nan_is_ignored() -> None:
+    said = _feed(SlowdownWatch(1), [50.0, 90.0, 90.0, 90.0, float("nan"), 10.0, 10.0, 10.0])
+    assert [i for i, _ in said] == [7]
+    assert "1 thread a process" in said[0][1] and "OMP_NUM_THREADS" not in said[0][1]
+
+
+def test_a_steady_run_says_nothing() -> None:
+    assert _feed(SlowdownWatch(2), [80.0 + (i % 7) for i in range(200)]) == []

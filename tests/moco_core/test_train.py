@@ -238,3 +238,27 @@ def test_channels_last_run_resumes_from_an_nchw_checkpoint(make_config, shapes_r
                        show_progress=False)
     ckpt = checkpoint.load(resumed / checkpoint.LAST)
     assert ckpt["epoch"] == 2 and not any(group["fused"] for group in ckpt["optimizer"]["param_groups"])
+
+
+def test_a_cpu_run_warns_when_its_images_per_second_collapse(tiny_cfg: PretrainConfig, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """The watch sees every logged window's rate, across epochs, and its warning reaches the log once."""
+    from moco_core.progress import SlowdownWatch
+
+    seen: list[float] = []
+    observe = SlowdownWatch.observe
+
+    def spying(self: SlowdownWatch, rate: float) -> str | None:
+        seen.append(rate)
+        # the rates of a machine that slows down from the 5th window on (the real ones of this tiny run are noise)
+        return observe(self, 10.0 if len(seen) >= 5 else 100.0)
+
+    monkeypatch.setattr(SlowdownWatch, "observe", spying)
+    cfg = replace(tiny_cfg, optim={"epochs": 4})
+    with caplog.at_level("WARNING", logger="moco.engine"):
+        pretrain(cfg, show_progress=False)
+    steps = json.loads((Path(cfg.run.output_dir) / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    assert len(seen) == steps >= 7  # one window a step (log_every 1), every epoch
+    warnings = [r.getMessage() for r in caplog.records if "images/s, down from" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: 10 images/s, down from 100"), warnings
+    assert "OMP_NUM_THREADS=1" in warnings[0] or torch.get_num_threads() == 1, warnings

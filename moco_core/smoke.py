@@ -1,0 +1,105 @@
+"""``MOCO_SMOKE=1``: every command runs its whole code path, shrunk to seconds, for checking a set-up or a command
+line before spending hours on it (README, "Try a command in seconds"; the acceptance test runs README's commands
+this way, as typed, in one directory).
+
+What it changes, after the preset and the command's own ``--set`` and flags are merged:
+
+- lengths: a pretraining or linear evaluation runs 1 epoch per 100 of its schedule (at least 1: the embedded
+  preset's 100 epochs become 1, a 200-epoch preset 2), a detection fine-tuning 2 iterations; milestones, lr steps
+  and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN intervals;
+- sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
+  no DataLoader workers, detection at 48-64 pixels with few proposals;
+- the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection scenes, generated
+  beside the full ones, never in their place.
+
+Runs stay real runs: their directories, checkpoints and records are written as usual, and each record and
+``run.json`` says ``"smoke": true``. Numbers from them mean nothing. Torch-free: the CLI reads this first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+ENV = "MOCO_SMOKE"
+
+SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.shapes.ensure_shapes
+SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8}}  # transfer.embedded
+
+_DETECTION = {
+    "solver.batch_size": 2, "solver.warmup_iters": 1, "solver.precise_bn_iters": 1,
+    "detector.pooler_resolution": 4, "detector.roi_batch_size_per_image": 8, "detector.rpn_batch_size_per_image": 32,
+    "detector.rpn_pre_nms_topk_train": 64, "detector.rpn_post_nms_topk_train": 32,
+    "detector.rpn_pre_nms_topk_test": 32, "detector.rpn_post_nms_topk_test": 8, "detector.detections_per_image": 5,
+    "input.min_size_train": [48], "input.min_size_test": 48, "input.max_size": 64, "run.test_batch_size": 4,
+    "run.log_every": 1, "data.workers": 0,
+}
+_LINEAR = {"optim.batch_size": 8, "data.crop_size": 32, "data.resize": 36, "data.workers": 0, "run.log_every": 1}
+# Sizes by config class name: set where the command did not set the key itself.
+SIZES: dict[str, dict[str, Any]] = {
+    "PretrainConfig": {
+        "model.arch": "resnet18", "model.queue_size": 32, "model.bn_groups": 2, "optim.batch_size": 8,
+        "augment.crop_size": 32, "data.workers": 0, "run.log_every": 1,
+    },
+    "LinearConfig": _LINEAR,
+    "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
+    "TransferConfig": _DETECTION,
+}
+# The run's length by config class name: (key, the new length from the configured one).
+LENGTHS = {
+    "PretrainConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
+    "LinearConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
+    "TransferConfig": ("solver.iterations", lambda n: min(n, 2)),
+}
+
+# Intervals counted in epochs, shortened with the run (keep a snapshot every 20 epochs of 100: every epoch of 1).
+INTERVALS = {"PretrainConfig": ("run.keep_every", "run.knn_every")}
+
+
+def enabled() -> bool:
+    """Whether ``MOCO_SMOKE`` is set to anything but empty or 0."""
+    return os.environ.get(ENV, "").strip() not in ("", "0")
+
+
+def marker() -> dict[str, bool]:
+    """``{"smoke": True}`` for a record or ``run.json`` written by a smoke run, else nothing."""
+    return {"smoke": True} if enabled() else {}
+
+
+def length(cls_name: str, configured: int) -> tuple[str, int] | None:
+    """(key, shortened length) of a smoke run of a ``cls_name`` config configured to ``configured``, or None."""
+    if cls_name not in LENGTHS or not isinstance(configured, int) or isinstance(configured, bool) or configured < 1:
+        return None
+    key, shorten = LENGTHS[cls_name]
+    return key, int(shorten(configured))
+
+
+def interval(value: Any) -> Any:
+    """An epoch interval of a smoke run: 1 per 100, at least 1; 0 (off) stays 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return value
+    return max(1, math.ceil(value / 100))
+
+
+def sizes(cls_name: str, explicit: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """The size overrides of a smoke run: each key of :data:`SIZES` the command did not set itself (``explicit``:
+    its ``--set`` and flags). FPN detectors get anchors that fit the small images. MoCo v3 has no queue and heads
+    of its own; a ViT stays a ViT (the smallest, whose 4-pixel patches fit 32-pixel crops)."""
+    chosen = dict(SIZES.get(cls_name, {}))
+    if cls_name == "TransferConfig" and _get(merged, "detector.head") == "FPN":
+        chosen["detector.anchor_sizes"] = [8, 16, 32, 64, 128]
+    if cls_name == "PretrainConfig" and _get(merged, "method") == "mocov3":
+        del chosen["model.queue_size"], chosen["model.bn_groups"]
+        chosen["v3.mlp_dim"] = 64
+        if str(_get(merged, "model.arch")).startswith("vit"):
+            chosen["model.arch"] = "vit_nano_p4"
+    return {key: value for key, value in chosen.items() if _get(explicit, key) is None}
+
+
+def _get(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
