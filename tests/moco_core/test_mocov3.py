@@ -215,6 +215,16 @@ def test_mocov3_config_errors_are_one_line(sets: list[str], message: str) -> Non
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_vit_without_timm_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else find_spec(name, *a))
+    with pytest.raises(ConfigError) as err:
+        load_config(PretrainConfig, "mocov3_vit_small_300ep", ["data.path=x"])
+    assert str(err.value) == "model.arch: vit_small needs timm: pip install 'moco[vit]' (or pip install timm)"
+
+
 def test_vits_are_for_mocov3_and_warm_up_for_v3_only() -> None:
     with pytest.raises(ConfigError, match="model.arch: vit_small is for method mocov3"):
         load_config(PretrainConfig, "embedded", ["model.arch=vit_small"])
@@ -223,5 +233,7 @@ def test_vits_are_for_mocov3_and_warm_up_for_v3_only() -> None:
 
 
 def test_warmup_follows_a_shorter_run() -> None:
-    cfg = load_config(PretrainConfig, "mocov3_vit_small_300ep", ["optim.epochs=30", "data.path=x"])
-    assert cfg.optim.warmup_epochs == 4  # 40 of 300 -> round(4.0)
+    cfg = load_config(PretrainConfig, "mocov3_r50_300ep", ["optim.epochs=30", "data.path=x"])
+    assert cfg.optim.warmup_epochs == 1  # 10 of 300 -> round(1.0)
+    cfg = load_config(PretrainConfig, "mocov3_r50_100ep", ["optim.epochs=30", "data.path=x"])
+    assert cfg.optim.warmup_epochs == 3
