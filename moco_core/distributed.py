@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from moco_core.terminal import guard_process_output
+from moco_core.threads import threads_once
 
 
 def is_distributed() -> bool:
@@ -115,11 +116,9 @@ def init_from_env(device: torch.device, timeout_s: float = 600.0) -> bool:
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return is_distributed()
-    if device.type == "cpu":  # each process takes its share of the free cores (runtime.cpu_threads): N processes
+    if device.type == "cpu":  # each process takes its share of the free cores (threads.cpu_threads): N processes
         # with all cores' threads each oversubscribe the CPU, and gloo's collectives then slow training down by
         # 10-100x (measured: 12 vs 230 img/s with 2 processes on 2 cores)
-        from moco_core.runtime import threads_once
-
         threads_once()  # as resolve_device did already, where it ran first
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))

@@ -49,7 +49,7 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "host": socket.gethostname(),
-        "cpu_threads": torch.get_num_threads(),  # chosen for the machine's load (runtime.cpu_threads)
+        "cpu_threads": torch.get_num_threads(),  # chosen for the machine's load (threads.cpu_threads)
         "argv": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **({"scheduler_job": job} if job else {}),

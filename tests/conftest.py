@@ -14,7 +14,7 @@ from moco_core.shapes import generate_shapes
 # Serial: two threads. Under pytest-xdist (README: two workers on two cores) each worker takes one, and so does
 # every process its tests start (OMP_NUM_THREADS is inherited): a run compared with one made in a subprocess then
 # did its sums with the same number of threads, which is what makes CPU results bit-identical. Set in the
-# environment either way: without it a run picks its threads by the machine's load (moco_core/runtime.py).
+# environment either way: without it a run picks its threads by the machine's load (moco_core/threads.py).
 _THREADS = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else 2
 os.environ["OMP_NUM_THREADS"] = str(_THREADS)
 torch.set_num_threads(_THREADS)

@@ -1,4 +1,4 @@
-"""CPU threads chosen for the machine (moco_core/runtime.py): the free cores, shared between a run's processes."""
+"""CPU threads chosen for the machine (moco_core/threads.py): the free cores, shared between a run's processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from moco_core import runtime
+from moco_core import threads as runtime
 
 
 @pytest.mark.parametrize("cores, load, processes, threads", [
@@ -42,7 +42,7 @@ def test_a_busy_machine_gets_fewer_threads_and_a_note(threads_kept: None, monkey
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    with caplog.at_level(logging.WARNING, logger="moco.runtime"):
+    with caplog.at_level(logging.WARNING, logger="moco.threads"):
         assert runtime.use_cpu_threads() == 1
     assert torch.get_num_threads() == 1
     (note,) = [r.getMessage() for r in caplog.records]
