@@ -188,3 +188,16 @@ def test_a_smoke_run_of_the_vit_small_preset(shapes_root: Path, tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     ckpt = checkpoint.load(out / checkpoint.LAST)
     assert (ckpt["epoch"], ckpt["arch"], ckpt["config"]["optim"]["optimizer"]) == (3, "vit_nano_p4", "adamw")
+
+
+def test_eval_knn_reads_a_vit_at_its_crop_size(shapes_root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("timm")
+    run = pretrain(v3_cfg(shapes_root, tmp_path / "run", "mocov3_vit_embedded", "optim.epochs=1",
+                          "optim.warmup_epochs=0"), show_progress=False)
+    common = ["eval", "knn", str(run), "--data", str(shapes_root), "--resize", "48", "--workers", "0"]
+    ok = moco(*common, "--crop-size", "32", "--output-dir", str(tmp_path / "knn"))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "knn" / "result.json").read_text())["backbone"]["arch"] == "vit_nano_p4"
+    bad = moco(*common, "--crop-size", "40", "--output-dir", str(tmp_path / "knn40"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
+        f"error: {run}: its ViT (vit_nano_p4) takes 32-px crops; evaluate it with --crop-size 32"
