@@ -6,6 +6,7 @@ The format is detected from the file, never from its name. Every file is read wi
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from torch import nn
 
 from moco_core import checkpoint
 from moco_core.config import ARCHS
+from moco_core.vit import VIT_SHAPES
 
 QUERY_PREFIX = checkpoint.QUERY_PREFIX
+BASE_PREFIX = checkpoint.BASE_PREFIX
 # Bottleneck blocks per stage, by arch; BasicBlock archs have no conv3.
 _DEPTHS = {(2, 2, 2, 2): "resnet18", (3, 4, 6, 3): "resnet34"}
 _BOTTLENECK_DEPTHS = {(3, 4, 6, 3): "resnet50", (3, 4, 23, 3): "resnet101", (3, 8, 36, 3): "resnet152"}
@@ -44,8 +47,26 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def infer_vit(state: dict[str, torch.Tensor]) -> tuple[str, int] | None:
+    """(arch, crop size) of a ViT backbone state_dict from its shapes (patch size, width, depth, position
+    embedding), or None for weights that are no ViT. The number of heads is not in the weights: v3's is taken."""
+    proj, pos = state.get("patch_embed.proj.weight"), state.get("pos_embed")
+    if proj is None or pos is None:
+        return None
+    depth = 1 + max((int(k.split(".")[1]) for k in state if k.startswith("blocks.")), default=-1)
+    for arch, shape in VIT_SHAPES.items():
+        if (shape.patch_size, shape.embed_dim, shape.depth) == (proj.shape[-1], proj.shape[0], depth):
+            grid = math.isqrt(pos.shape[1] - 1)
+            return arch, grid * shape.patch_size
+    raise checkpoint.CheckpointError(f"a ViT of width {proj.shape[0]}, depth {depth} and {proj.shape[-1]}-pixel "
+                                     f"patches is none of {', '.join(VIT_SHAPES)}")
+
+
 def infer_arch(state: dict[str, torch.Tensor]) -> str:
     """The torchvision ResNet a backbone state_dict (no prefix) belongs to, from its block counts and widths."""
+    vit = infer_vit(state)
+    if vit is not None:
+        raise checkpoint.CheckpointError(f"holds a ViT ({vit[0]}), not a ResNet: this command takes ResNets only")
     depths = tuple(
         1 + max((int(k.split(".")[1]) for k in state if k.startswith(f"layer{i}.")), default=-1) for i in range(1, 5)
     )
@@ -91,6 +112,17 @@ def read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[
 def _read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
     obj = checkpoint.load(path)
     state = obj.get("state_dict")
+    if isinstance(state, dict) and any(isinstance(k, str) and k.startswith(BASE_PREFIX) for k in state):
+        # MoCo v3 (ours, or the official moco-v3's): the base encoder less its projector (fc on a ResNet, head on
+        # a ViT), the key handling of the official main_lincls.py
+        fmt = "moco-suite" if obj.get("format") == "moco-suite" else "official-mocov3"
+        backbone = {k[len(BASE_PREFIX):]: v for k, v in state.items() if k.startswith(BASE_PREFIX)
+                    and not k.startswith((BASE_PREFIX + "fc.", BASE_PREFIX + "head."))}
+        config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
+        facts = {"method": obj.get("method", "mocov3"), "epochs": obj.get("epoch"),
+                 "partial_epoch_steps": partial_epoch_steps(obj), "arch": obj.get("arch"), "config": config,
+                 "code_version": obj.get("code_version")}
+        return backbone, fmt, facts
     if isinstance(state, dict) and any(k.startswith(QUERY_PREFIX) for k in state):
         fmt = "moco-suite" if obj.get("format") == "moco-suite" else "official-moco"
         backbone = {k[len(QUERY_PREFIX):]: v for k, v in state.items()
@@ -108,8 +140,8 @@ def _read_backbone_state(path: Path) -> tuple[dict[str, torch.Tensor], str, dict
                                          "partial_epoch_steps": partial_epoch_steps(obj), "arch": obj.get("arch"),
                                          "config": config, "code_version": obj.get("code_version")}
     if isinstance(state, dict) and any(k.startswith("module.") for k in state):
-        raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* keys; not a MoCo "
-                                         f"pretraining checkpoint")
+        raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* (v1/v2) or "
+                                         f"module.base_encoder.* (v3) keys; not a MoCo pretraining checkpoint")
     if "conv1.weight" in obj and "layer1.0.conv1.weight" in obj and all(isinstance(v, torch.Tensor)
                                                                          for v in obj.values()):
         backbone = {k: v for k, v in obj.items() if not k.startswith("fc.")}
@@ -137,7 +169,16 @@ def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000
         return model, BackboneInfo("random", "random", chosen, None, {"method": "random init"})
     path = checkpoint.resolve(source) if Path(source).is_dir() else Path(source)  # a run directory: its last
     state, fmt, facts = read_backbone_state(path)
-    found = infer_arch(state)
+    return _resnet_from_state(path, state, fmt, facts, arch=arch, num_classes=num_classes, arch_option=arch_option)
+
+
+def _resnet_from_state(path: Path, state: dict[str, torch.Tensor], fmt: str, facts: dict[str, Any], *,
+                       arch: str | None, num_classes: int,
+                       arch_option: str = "--arch") -> tuple[torchvision.models.ResNet, BackboneInfo]:
+    try:
+        found = infer_arch(state)
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{path}: {err}") from None
     if arch is not None and arch != found:
         raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but {arch_option} {arch} was asked for")
     model = getattr(torchvision.models, found)(num_classes=num_classes)
@@ -150,9 +191,39 @@ def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000
     return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
 
 
+def load_vit(path: Path, state: dict[str, torch.Tensor], fmt: str, facts: dict[str, Any], *, num_classes: int,
+             arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
+    """A ViT (moco_core/vit.py) holding ``state`` (read from ``path``) at the crop size it was trained at, with a
+    new ``head`` for ``num_classes``; loading must leave exactly head.weight and head.bias missing."""
+    from moco_core.vit import build_vit
+
+    found, img_size = infer_vit(state) or ("", 0)
+    if arch is not None and arch != found:
+        raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but --arch {arch} was asked for")
+    model = build_vit(found, img_size=img_size, num_classes=num_classes)
+    result = model.load_state_dict(state, strict=False)
+    if set(result.missing_keys) != {"head.weight", "head.bias"} or result.unexpected_keys:
+        missing = sorted(set(result.missing_keys) - {"head.weight", "head.bias"})
+        raise checkpoint.CheckpointError(
+            f"{path}: not a complete {found} backbone: missing {missing[:4]}, unexpected "
+            f"{sorted(result.unexpected_keys)[:4]}; loading must leave exactly head.weight and head.bias missing")
+    return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+
+
 def load_backbone(source: str, num_classes: int, *, arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
-    """:func:`load_resnet` with a new fc (N(0, 0.01), bias 0) for ``num_classes``, as main_lincls.py."""
-    model, info = load_resnet(source, arch=arch, num_classes=num_classes)
+    """:func:`load_resnet` (or, for a ViT checkpoint, :func:`load_vit`) with a new fc or head (N(0, 0.01), bias
+    0) for ``num_classes``, as main_lincls.py."""
+    if source == "random":
+        model, info = load_resnet(source, arch=arch, num_classes=num_classes)
+    else:
+        path = checkpoint.resolve(source) if Path(source).is_dir() else Path(source)
+        state, fmt, facts = read_backbone_state(path)
+        if infer_vit(state) is not None:
+            vit, info = load_vit(path, state, fmt, facts, num_classes=num_classes, arch=arch)
+            nn.init.normal_(vit.head.weight, mean=0.0, std=0.01)
+            nn.init.zeros_(vit.head.bias)
+            return vit, info
+        model, info = _resnet_from_state(path, state, fmt, facts, arch=arch, num_classes=num_classes)
     nn.init.normal_(model.fc.weight, mean=0.0, std=0.01)
     nn.init.zeros_(model.fc.bias)
     return model, info

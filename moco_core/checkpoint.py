@@ -40,6 +40,17 @@ _PREFIXES = (("encoder.", QUERY_PREFIX), ("momentum_encoder.", "module.encoder_k
 _BUFFERS = (("queue", "module.queue"), ("queue_ptr", "module.queue_ptr"))
 
 
+# MoCo v3 (the official facebookresearch/moco-v3 layout): the DDP-wrapped module's base_encoder (backbone and
+# projector), momentum_encoder and predictor. Ours are encoder, momentum_encoder, predictor.
+BASE_PREFIX = "module.base_encoder."
+_V3_PREFIXES = (("encoder.", BASE_PREFIX), ("momentum_encoder.", "module.momentum_encoder."),
+                ("predictor.", "module.predictor."))
+# A GradScaler's state before its first step (torch's defaults): the official main_moco.py resumes one from
+# 'scaler' (it trains in fp16); ours trains in bf16 or fp32 and needs none.
+FRESH_SCALER = {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                "_growth_tracker": 0}
+
+
 class CheckpointError(UserError):
     """A checkpoint cannot be read or is not what was expected. The message is one line."""
 
@@ -79,6 +90,46 @@ def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
             else:
                 raise CheckpointError(f"unexpected key {key!r}: not a MoCo pretraining checkpoint")
     return out
+
+
+def to_official_v3(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our MoCo v3 keys to the official ``module.base_encoder.*``, ``module.momentum_encoder.*`` and
+    ``module.predictor.*`` (order kept): what the official main_lincls.py and convert_to_deit.py read."""
+    out = {}
+    for key, value in state_dict.items():
+        for ours, theirs in _V3_PREFIXES:
+            if key.startswith(ours):
+                out[theirs + key[len(ours):]] = value
+                break
+        else:
+            raise KeyError(f"unexpected MoCo v3 state_dict key {key!r}")
+    return out
+
+
+def from_official_v3(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`to_official_v3`; also accepts keys without ``module.`` (a model saved unwrapped)."""
+    out = {}
+    for key, value in state_dict.items():
+        name = key if key.startswith("module.") else "module." + key
+        for ours, theirs in _V3_PREFIXES:
+            if name.startswith(theirs):
+                out[ours + name[len(theirs):]] = value
+                break
+        else:
+            raise CheckpointError(f"unexpected key {key!r}: not a MoCo v3 pretraining checkpoint")
+    return out
+
+
+def checkpoint_method(ckpt: dict[str, Any]) -> str:
+    """The method that wrote a pretraining checkpoint: ours say so; an official one is MoCo v3's when its
+    state_dict holds ``module.base_encoder.*``, else MoCo v1/v2's."""
+    method = ckpt.get("method")
+    if isinstance(method, str):
+        return method
+    state = ckpt.get("state_dict")
+    if isinstance(state, dict) and any(isinstance(k, str) and k.startswith(BASE_PREFIX) for k in state):
+        return "mocov3"
+    return "moco"
 
 
 def to_module_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -30,6 +30,8 @@ logger = logging.getLogger("moco.config")
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
 )
+# Vision Transformers (timm, the optional extra "vit"; moco_core/vit.py): MoCo v3 only.
+VIT_ARCHS = ("vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")
 
 
 class ConfigError(UserError, ValueError):
@@ -71,6 +73,11 @@ class AugmentConfig:
     grayscale_before_jitter: bool = True  # v1 order: grayscale, then jitter; v2: jitter, then grayscale
     blur_prob: float = 0.0  # v2: Gaussian blur with p 0.5
     blur_sigma: tuple[float, float] = (0.1, 2.0)  # v2: sigma (PIL radius) uniform in 0.1-2
+    # MoCo v3 (BYOL's asymmetric views, arXiv 2006.07733): the second view blurs with p 0.1 (the first: 1.0) and
+    # solarizes with p 0.2 (the first: never). null: as the first view (v1, v2: both views alike).
+    blur_prob_view2: float | None = None
+    solarize_prob: float = 0.0  # PIL's ImageOps.solarize (pixels >= 128 inverted), after blur
+    solarize_prob_view2: float | None = None
     flip_prob: float = 0.5
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics, as torchvision
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
@@ -85,6 +92,13 @@ class OptimConfig:
     epochs: int = 200
     schedule: Literal["step", "cosine"] = "step"  # v1: step; v2: cosine (applied per epoch, as official)
     milestones: tuple[int, ...] = (120, 160)  # step schedule: lr x0.1 at these epochs
+    # "auto": SGD for v1/v2 and the other methods; for mocov3 LARS on a ResNet and AdamW on a ViT, as the official
+    # v3 reference setups (LARS leaves biases and norms, every tensor of 1 dim or less, out of its weight decay and
+    # trust ratio, as the official moco/optimizer.py).
+    optimizer: Literal["auto", "sgd", "lars", "adamw"] = "auto"
+    # Linear warm-up from 0 over this many epochs, then the schedule over the rest (mocov3 only, whose lr is set
+    # every step; official v3: 10, the ViT setups 40; v1/v2 have none).
+    warmup_epochs: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,11 +141,28 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class MocoV3Config:
+    """MoCo v3 (Chen, Xie, He, arXiv 2104.02057), method ``mocov3``. Defaults: the official main_moco.py's, with
+    the cosine momentum schedule that every reference setup of its CONFIG.md turns on (--moco-m-cos)."""
+
+    dim: int = 256  # output of the projector and the predictor (--moco-dim)
+    mlp_dim: int = 4096  # hidden width of the projector and the predictor (--moco-mlp-dim)
+    temperature: float = 1.0  # T (--moco-t: 1.0, the ResNet setups; the ViT setups 0.2); the loss is scaled by 2T
+    momentum: float = 0.99  # m at the start (--moco-m; the 1000-epoch ResNet setup 0.996)
+    # m rises from `momentum` to 1 along a half-cycle cosine, set every step (--moco-m-cos); false: constant m
+    momentum_cos: bool = True
+    # ViT only: the patch projection stays at its random init (--stop-grad-conv1; the ViT setups turn it on)
+    stop_grad_conv1: bool = False
+
+
+@dataclass(frozen=True)
 class PretrainConfig:
     # "moco"; the paper's comparisons: "end2end" (the batch is the dictionary), "memory-bank" (InstDisc, K =
-    # model.queue_size sampled negatives); "supervised": the labelled baseline on the same data.
-    method: Literal["moco", "end2end", "memory-bank", "supervised"] = "moco"
+    # model.queue_size sampled negatives); "supervised": the labelled baseline on the same data; "mocov3": MoCo v3
+    # (no queue; its settings are under v3, the backbone is model.arch: a ResNet or a ViT).
+    method: Literal["moco", "end2end", "memory-bank", "supervised", "mocov3"] = "moco"
     model: ModelConfig = field(default_factory=ModelConfig)
+    v3: MocoV3Config = field(default_factory=MocoV3Config)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -569,9 +600,11 @@ def require(checks: list[Check]) -> None:
 def validate_pretrain(cfg: PretrainConfig) -> None:
     """Reject impossible values with a one-line error naming the key."""
     m, o, a, d, r = cfg.model, cfg.optim, cfg.augment, cfg.data, cfg.run
+    archs = ARCHS + VIT_ARCHS
     checks = [
-        (m.arch in ARCHS, "model.arch", f"expected one of {list(ARCHS)}, got {show(m.arch)}"
-         f"{did_you_mean(m.arch, ARCHS)}"),
+        (m.arch in archs, "model.arch", f"expected one of {list(archs)}, got {show(m.arch)}"
+         f"{did_you_mean(m.arch, archs)}"),
+        *mocov3_checks(cfg),
         (1 <= m.queue_size <= MAX_QUEUE, "model.queue_size", f"must be in [1, {MAX_QUEUE}] (the paper: 65536), got "
          f"{m.queue_size}"),
         (1 <= m.dim <= 65536, "model.dim", f"must be in [1, 65536] (the paper: 128), got {m.dim}"),
@@ -606,13 +639,47 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (min(a.color_jitter) >= 0 and a.color_jitter[3] <= 0.5, "augment.color_jitter",
          f"need values >= 0 and hue <= 0.5, got {list(a.color_jitter)}"),
     ]
-    for name in ("color_jitter_prob", "grayscale_prob", "blur_prob", "flip_prob"):
+    for name in ("color_jitter_prob", "grayscale_prob", "blur_prob", "blur_prob_view2", "solarize_prob",
+                 "solarize_prob_view2", "flip_prob"):
         value = getattr(a, name)
-        checks.append((0.0 <= value <= 1.0, f"augment.{name}", f"must be in [0, 1], got {value}"))
+        checks.append((value is None or 0.0 <= value <= 1.0, f"augment.{name}", f"must be in [0, 1], got {value}"))
     require(checks)
+
+
+# What MoCo v1/v2 configure in model.* and MoCo v3 does not use (its own settings are under v3.*).
+_V3_UNUSED = {"queue_size": "it has no queue", "queue_init": "it has no queue", "dim": "use v3.dim",
+              "mlp": "its heads are v3.mlp_dim wide", "momentum": "use v3.momentum",
+              "temperature": "use v3.temperature", "bank_momentum": "it has no memory bank"}
+
+
+def mocov3_checks(cfg: PretrainConfig) -> list[Check]:
+    """What method and backbone must agree on: ViTs are for mocov3 and need timm; mocov3 refuses the v1/v2
+    settings it would ignore, so that a value set there is never silently unused."""
+    m, v, o = cfg.model, cfg.v3, cfg.optim
+    vit = m.arch in VIT_ARCHS
+    if cfg.method != "mocov3":
+        return [(not vit, "model.arch", f"{m.arch} is for method mocov3 (v1/v2 and the other methods use ResNets)"),
+                (o.warmup_epochs == 0, "optim.warmup_epochs", f"only mocov3 warms up (its lr is set every step); "
+                 f"method {cfg.method} sets the lr once per epoch, as the official v1/v2 code, got {o.warmup_epochs}")]
+    defaults = ModelConfig()
+    unused = [(name, why) for name, why in _V3_UNUSED.items() if getattr(m, name) != getattr(defaults, name)]
+    return [
+        (not unused, f"model.{unused[0][0] if unused else ''}", f"not used by method mocov3 ({unused[0][1]})"
+         if unused else None),
+        (not vit or importlib.util.find_spec("timm") is not None, "model.arch",
+         f"{m.arch} needs timm: pip install 'moco[vit]' (or pip install timm)"),
+        (1 <= v.dim <= 65536, "v3.dim", f"must be in [1, 65536] (official: 256), got {v.dim}"),
+        (1 <= v.mlp_dim <= 65536, "v3.mlp_dim", f"must be in [1, 65536] (official: 4096), got {v.mlp_dim}"),
+        (0 < v.temperature < math.inf, "v3.temperature", f"must be finite and > 0, got {v.temperature}"),
+        (0.0 <= v.momentum <= 1.0, "v3.momentum", f"must be in [0, 1], got {v.momentum}"),
+        (vit or not v.stop_grad_conv1, "v3.stop_grad_conv1", f"freezes a ViT's patch projection; {m.arch} has none"),
+        (0 <= o.warmup_epochs < o.epochs, "optim.warmup_epochs", f"must be in [0, optim.epochs) (a warm-up as long "
+         f"as the run never reaches the lr), got {o.warmup_epochs} for {o.epochs} epochs"),
+    ]
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}
 # The step schedule's milestones follow optim.epochs (a cosine schedule has none to move).
 SCHEDULES["PretrainConfig"] = [("optim.epochs", ("optim.milestones",),
-                                lambda c: _get(c, "optim.schedule") in (None, "step"), None)]
+                                lambda c: _get(c, "optim.schedule") in (None, "step"), None),
+                               ("optim.epochs", ("optim.warmup_epochs",), None, None)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +73,7 @@ def train_one_epoch(
     checkpoints: StepCheckpoints | None = None,
     channels_last: bool = False,
     watch: SlowdownWatch | None = None,
+    before_step: Callable[[int], float] | None = None,
 ) -> EpochStats:
     """Train ``model`` (``method.module``, possibly wrapped in DDP) for one pass over ``loader``.
 
@@ -89,6 +90,8 @@ def train_one_epoch(
     ``watch`` (CPU runs) is shown each logged window's images/s and warns once when they collapse.
     ``checkpoints`` is asked after every step whether to save (every ``checkpoints.every`` steps, never on the
     epoch's last batch: the caller's epoch checkpoint follows) and whether to stop (SIGTERM); a stop saves first.
+    ``before_step`` (MoCo v3) is called with the batch's index in the epoch before each step; it sets the lr (and
+    whatever else changes every step) and returns the lr, which the log lines then show.
     """
     model.train()
     world = distributed.world_size()
@@ -108,6 +111,8 @@ def train_one_epoch(
             break
         wait += time.perf_counter() - fetch_start
         counted = method.has_negatives()  # before the step: MoCo's queue is written after it
+        if before_step is not None:
+            window.lr = before_step(so_far.batches)
         values, size = train_step(model, method, batch, optimizer, device=device, amp=amp,
                                   channels_last=channels_last)
         step += 1
@@ -153,6 +158,8 @@ def train_step(model: nn.Module, method: Method, batch: tuple[Any, torch.Tensor,
         logits, labels, state = method.forward(model, images, target.to(device, non_blocking=True),
                                                index.to(device, non_blocking=True))
     loss = F.cross_entropy(logits.float(), labels)
+    if method.loss_scale != 1.0:
+        loss = loss * method.loss_scale  # MoCo v3: its official loss, 4T times the mean over both directions
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

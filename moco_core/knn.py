@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
+from moco_core.vit import classifier_name
 
 
 @torch.no_grad()
@@ -64,8 +65,8 @@ def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...
 class KnnMonitor:
     """kNN accuracy of an encoder's pooled features: ``train`` is the bank, ``val`` the queries.
 
-    The loaders are built once; each call extracts features with the encoder's fc (the projection head, or a
-    classifier) bypassed and BN in eval mode, then restores the encoder as it was.
+    The loaders are built once; each call extracts features with the encoder's fc or head (the projection head,
+    or a classifier) bypassed and BN in eval mode, then restores the encoder as it was.
     """
 
     def __init__(self, train: Dataset, val: Dataset, num_classes: int, *, device: torch.device, workers: int,
@@ -89,13 +90,14 @@ class KnnMonitor:
         return cls(train, val, len(splits[0].classes), device=device, workers=workers)
 
     def __call__(self, encoder: nn.Module) -> dict[str, float]:
-        head = encoder.fc
-        encoder.fc = nn.Identity()
+        name = classifier_name(encoder)  # fc on a ResNet, head on a ViT (whose features are its class token)
+        head = getattr(encoder, name)
+        setattr(encoder, name, nn.Identity())
         try:
             (bank, bank_labels), (queries, labels) = (extract_features(encoder, loader, self.device)
                                                       for loader in self.loaders)
         finally:
-            encoder.fc = head
+            setattr(encoder, name, head)
         if not (torch.isfinite(bank).all() and torch.isfinite(queries).all()):  # NaN votes would score at random
             raise UserError("kNN: the encoder's features are not finite (NaN or inf): its weights or BN statistics "
                             "are broken; no accuracy can be measured")

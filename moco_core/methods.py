@@ -17,10 +17,11 @@ from torch import nn
 
 from moco_core import checkpoint
 from moco_core.batchnorm import split_batchnorm
-from moco_core.config import ModelConfig
+from moco_core.config import VIT_ARCHS, MocoV3Config, ModelConfig, PretrainConfig
 from moco_core.encoders import build_encoder
 from moco_core.mechanisms import EndToEnd, MemoryBank
 from moco_core.moco import MoCo
+from moco_core.mocov3 import MoCoV3, momentum_at
 
 
 def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:
@@ -35,6 +36,7 @@ class MocoMethod:
     name = "moco"
     transform = "two_crops"
     needs_labels = False
+    loss_scale = 1.0  # the loss is the mean cross-entropy of the logits
 
     def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
         self.module = build_moco(cfg, world_size=world_size)
@@ -76,6 +78,7 @@ class SupervisedMethod:
     name = "supervised"
     transform = "supervised"
     needs_labels = True
+    loss_scale = 1.0
 
     def __init__(self, cfg: ModelConfig, *, world_size: int, num_classes: int, dataset_size: int) -> None:
         self.module = getattr(torchvision.models, cfg.arch)(num_classes=num_classes)
@@ -124,6 +127,7 @@ class _EncoderMethod:
     """What end2end and memory-bank share: ``module.encoder`` is the query encoder, saved as module.encoder_q.*."""
 
     module: nn.Module
+    loss_scale = 1.0
 
     @property
     def encoder(self) -> nn.Module:
@@ -183,6 +187,88 @@ class MemoryBankMethod(_EncoderMethod):
         self.module.update(*state)  # after the step, as InstDisc: the batch's logits used the old rows
 
 
-Method = MocoMethod | SupervisedMethod | EndToEndMethod | MemoryBankMethod
+def build_mocov3(arch: str, cfg: MocoV3Config, *, img_size: int, sync_bn: bool = False) -> MoCoV3:
+    """MoCo v3 on a torchvision ResNet or a ViT (moco_core/vit.py), with the official heads for each: a ResNet
+    starts with its residual branches' last BN at zero (zero_init_residual, as the official main_moco.py) and gets
+    a 2-layer projector and a predictor without a final BN; a ViT a 3-layer projector and a final BN in the
+    predictor too. ``sync_bn``: every BN, heads included, synchronised across processes (the official setting)."""
+    if arch in VIT_ARCHS:
+        from moco_core.vit import build_vit
+
+        encoder = build_vit(arch, img_size=img_size, stop_grad_conv1=cfg.stop_grad_conv1)
+        head, features, layers, predictor_bn = "head", encoder.num_features, 3, True
+    else:
+        encoder = getattr(torchvision.models, arch)(zero_init_residual=True)
+        head, features, layers, predictor_bn = "fc", encoder.fc.in_features, 2, False
+    module = MoCoV3(encoder, head_name=head, feature_dim=features, projector_layers=layers,
+                    predictor_last_bn=predictor_bn, dim=cfg.dim, mlp_dim=cfg.mlp_dim, temperature=cfg.temperature,
+                    momentum=cfg.momentum)
+    return nn.SyncBatchNorm.convert_sync_batchnorm(module) if sync_bn else module
+
+
+class MocoV3Method:
+    """MoCo v3 (arXiv 2104.02057): no queue, symmetric loss over the global batch, predictor on the query side.
+
+    Its lr and m change every step (:meth:`schedule`). BN: ``model.shuffle_bn: sync`` synchronises every BN
+    across processes, as the official code; otherwise each process keeps its own (v3 shuffles nothing, and
+    ``model.bn_groups`` does not apply: in one process BN sees each view's whole batch).
+    """
+
+    name = "mocov3"
+    transform = "two_crops"
+    needs_labels = False
+
+    def __init__(self, cfg: ModelConfig, v3: MocoV3Config, *, img_size: int, world_size: int) -> None:
+        self.config = v3
+        self.module = build_mocov3(cfg.arch, v3, img_size=img_size, sync_bn=cfg.shuffle_bn == "sync")
+
+    @property
+    def encoder(self) -> nn.Module:
+        """The base encoder: the backbone, its projector as fc (ResNet) or head (ViT)."""
+        return self.module.encoder
+
+    @property
+    def loss_scale(self) -> float:
+        return self.module.loss_scale
+
+    def schedule(self, progress: float) -> None:
+        """Set m for the step at ``progress`` (fraction of the run done): the cosine from v3.momentum to 1, or
+        constant."""
+        self.module.momentum = momentum_at(self.config.momentum, progress) if self.config.momentum_cos \
+            else self.config.momentum
+
+    def forward(self, model: nn.Module, images: Any, target: torch.Tensor,
+                index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        x1, x2 = images
+        logits, labels = model(x1, x2)
+        return logits, labels, None
+
+    def after_step(self, state: Any) -> None:
+        pass
+
+    def has_negatives(self) -> bool:
+        return True  # the batch's other images (a batch of 2 or more: check_run)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return checkpoint.to_official_v3(self.module.state_dict())
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        checkpoint.load_into(self.module, checkpoint.from_official_v3(state))
+
+    def extras(self) -> dict[str, Any]:
+        # The official main_moco.py resumes a GradScaler from 'scaler'; bf16 needs none, so this is the state of
+        # a fresh one (fp16 autocast's initial scale), which lets the official script resume our checkpoints.
+        return {"scaler": dict(checkpoint.FRESH_SCALER)}
+
+
+Method = MocoMethod | SupervisedMethod | EndToEndMethod | MemoryBankMethod | MocoV3Method
 METHODS: dict[str, type[Method]] = {"moco": MocoMethod, "supervised": SupervisedMethod, "end2end": EndToEndMethod,
-                                    "memory-bank": MemoryBankMethod}
+                                    "memory-bank": MemoryBankMethod, "mocov3": MocoV3Method}
+
+
+def build_method(cfg: PretrainConfig, *, world_size: int, num_classes: int, dataset_size: int) -> Method:
+    """The method ``cfg.method`` names, built from the config sections it reads."""
+    if cfg.method == "mocov3":
+        return MocoV3Method(cfg.model, cfg.v3, img_size=cfg.augment.crop_size, world_size=world_size)
+    return METHODS[cfg.method](cfg.model, world_size=world_size, num_classes=num_classes,  # type: ignore[call-arg]
+                               dataset_size=dataset_size)

@@ -9,12 +9,14 @@ split in two:
   to the ratio range), whether colour jitter applies (``color_jitter_prob``), the four jitter factors
   (brightness, contrast and saturation uniform in ``[max(0, 1 - x), 1 + x]``, hue uniform in ``[-h, h]``) and a
   random order of the four jitter ops (torchvision's ColorJitter applies them in a random order), the grayscale
-  flag, the blur flag and sigma (uniform in ``blur_sigma``) and the flip flag.
+  flag, the blur flag and sigma (uniform in ``blur_sigma``), the flip flag and, where the config solarizes either
+  view (MoCo v3), the solarize flag; view 1 takes the second view's blur and solarize probabilities.
 * :func:`apply_params` does the pixel work on the images' device: crop and antialiased bilinear resize (batched),
   then batched colour jitter (each sample with its own factors and op order), grayscale (ITU-R 601-2 luma
   ``0.299 R + 0.587 G + 0.114 B``, as PIL's ``convert("L")``), Gaussian blur (a depthwise convolution with a
-  per-sample kernel), horizontal flip, and normalisation with ``cfg.mean`` / ``cfg.std``. The colour order follows
-  ``cfg.grayscale_before_jitter`` (v1: grayscale, then jitter; v2: jitter, then grayscale), as the PIL path.
+  per-sample kernel), solarize (values at or above 128/255 inverted, as PIL's), horizontal flip, and normalisation
+  with ``cfg.mean`` / ``cfg.std``. The colour order follows ``cfg.grayscale_before_jitter`` (v1: grayscale, then
+  jitter; v2: jitter, then grayscale), as the PIL path.
 
 :class:`TensorTwoCrops` draws two independent parameter sets for the same decoded images (the query and key
 views); :mod:`moco_core.jpeg` decodes the JPEG bytes they start from (batched with nvJPEG on CUDA).
@@ -57,6 +59,7 @@ import torch
 import torch.nn.functional as nnf
 import torchvision.ops  # noqa: F401  (registers torch.ops.torchvision.roi_align)
 
+from moco_core.augment import view_probs
 from moco_core.config import AugmentConfig
 
 CROP_RATIO: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default aspect-ratio range
@@ -82,6 +85,7 @@ class AugmentParams:
     blur: torch.Tensor  # (N,) bool
     blur_sigma: torch.Tensor  # (N,) float32
     flip: torch.Tensor  # (N,) bool: horizontal flip
+    solarize: torch.Tensor | None = None  # (N,) bool (MoCo v3); None: no solarize configured, nothing drawn
 
     def __len__(self) -> int:
         return int(self.boxes.shape[0])
@@ -89,7 +93,11 @@ class AugmentParams:
     @classmethod
     def cat(cls, parts: Sequence[AugmentParams]) -> AugmentParams:
         """The parameters of several draws, one after the other (for several image lists concatenated)."""
-        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+        out = {f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls) if f.name != "solarize"}
+        if any(p.solarize is not None for p in parts):
+            out["solarize"] = torch.cat([torch.zeros(len(p), dtype=torch.bool) if p.solarize is None else p.solarize
+                                         for p in parts])
+        return cls(**out)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -194,12 +202,16 @@ def sample_params(
     height_width_per_image: Sequence[Sequence[int]] | torch.Tensor,
     cfg: AugmentConfig,
     generator: torch.Generator | None = None,
+    view: int = 0,
 ) -> AugmentParams:
     """Draw the random parameters of one view of ``n`` images on the CPU (``generator``: a CPU generator).
 
-    Every draw is made whatever the probabilities, in a fixed order (crop, jitter, grayscale, blur, flip), so a
-    generator state always gives the same parameters. Flags use ``u < p``, as torchvision's random transforms.
+    Every draw is made whatever the probabilities, in a fixed order (crop, jitter, grayscale, blur, flip, then
+    solarize where the config solarizes either view), so a generator state always gives the same parameters.
+    Flags use ``u < p``, as torchvision's random transforms. ``view`` 1 takes the second view's blur and solarize
+    probabilities (MoCo v3's asymmetric views; :func:`moco_core.augment.view_probs`).
     """
+    blur_prob, solarize_prob = view_probs(cfg, view)
     sizes = _as_sizes(n, height_width_per_image)
 
     def rand(*shape: int) -> torch.Tensor:
@@ -211,10 +223,12 @@ def sample_params(
     factors = _uniform(rand(n, 4), low, high)
     order = rand(n, 4).argsort(dim=1)  # a uniformly random permutation per sample
     grayscale = rand(n) < cfg.grayscale_prob
-    blur = rand(n) < cfg.blur_prob
+    blur = rand(n) < blur_prob
     sigma = _uniform(rand(n), cfg.blur_sigma[0], cfg.blur_sigma[1])
     flip = rand(n) < cfg.flip_prob
-    return AugmentParams(boxes, jitter, factors, order, grayscale, blur, sigma, flip)
+    # drawn only where a view solarizes: the draws of v1/v2 configs stay those they always were
+    solarize = rand(n) < solarize_prob if max(view_probs(cfg, 0)[1], view_probs(cfg, 1)[1]) > 0 else None
+    return AugmentParams(boxes, jitter, factors, order, grayscale, blur, sigma, flip, solarize)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -517,6 +531,21 @@ def random_blur(x: torch.Tensor, params: AugmentParams) -> torch.Tensor:
     return _update_where(x, params.blur, lambda sub, index: gaussian_blur(sub, params.blur_sigma[index]))
 
 
+SOLARIZE_THRESHOLD = 128 / 255  # PIL's ImageOps.solarize default, 128 of 255 levels
+
+
+def solarize(x: torch.Tensor) -> torch.Tensor:
+    """Values at or above 128/255 become 1 minus themselves (PIL's solarize on [0, 1] floats)."""
+    return torch.where(x >= SOLARIZE_THRESHOLD, 1.0 - x, x)
+
+
+def random_solarize(x: torch.Tensor, params: AugmentParams) -> torch.Tensor:
+    """Solarize where ``params.solarize`` (in place); nothing when no solarize was drawn."""
+    if params.solarize is None:
+        return x
+    return _update_where(x, params.solarize, lambda sub, _: solarize(sub))
+
+
 def random_flip(x: torch.Tensor, params: AugmentParams) -> torch.Tensor:
     """Horizontal flip where ``params.flip`` (in place)."""
     return _update_where(x, params.flip, lambda sub, _: sub.flip(-1))
@@ -528,7 +557,7 @@ def apply_params(images: Images, params: AugmentParams, cfg: AugmentConfig, *,
     """One view of each image with the given parameters: float32 ``(N, 3, S, S)``, normalised, on the images' device.
 
     ``images``: a list of uint8 ``(3, H, W)`` tensors (sizes may differ) or a uint8 ``(N, 3, H, W)`` batch.
-    Steps: crop and resize, colour (grayscale and jitter in ``cfg``'s order), blur, flip, normalise; the last
+    Steps: crop and resize, colour (grayscale and jitter in ``cfg``'s order), blur, solarize, flip, normalise; the last
     writes the views in the channels_last layout when asked (what the encoders take under ``run.channels_last``).
     """
     x = crop_and_resize(images, params.boxes, cfg.crop_size)
@@ -536,7 +565,7 @@ def apply_params(images: Images, params: AugmentParams, cfg: AugmentConfig, *,
         x = color_jitter(random_grayscale(x, params), params, cfg)
     else:
         x = random_grayscale(color_jitter(x, params, cfg), params)
-    x = random_flip(random_blur(x, params), params)
+    x = random_flip(random_solarize(random_blur(x, params), params), params)
     return normalize(x, cfg.mean, cfg.std, channels_last=channels_last)
 
 
@@ -561,8 +590,8 @@ class TensorTwoCrops:
         images = _as_image_list(images)
         n = len(images)
         sizes = image_sizes(images)
-        query = sample_params(n, sizes, self.cfg, generator)
-        key = sample_params(n, sizes, self.cfg, generator)
+        query = sample_params(n, sizes, self.cfg, generator, view=0)
+        key = sample_params(n, sizes, self.cfg, generator, view=1)
         views = apply_params(images + images, AugmentParams.cat([query, key]), self.cfg,
                              channels_last=self.channels_last)
         return views[:n], views[n:]

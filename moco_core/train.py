@@ -17,29 +17,63 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
-from moco_core.augment import TwoCrops, build_pretrain_transform, build_supervised_transform
-from moco_core.config import DEFAULT_PRETRAIN_DIR, ConfigError, OptimConfig, PretrainConfig, RunConfig, replace, to_dict
+from moco_core.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
+from moco_core.config import (
+    DEFAULT_PRETRAIN_DIR,
+    VIT_ARCHS,
+    ConfigError,
+    OptimConfig,
+    PretrainConfig,
+    RunConfig,
+    replace,
+    to_dict,
+)
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
-from moco_core.methods import METHODS, Method, split_bn_groups
+from moco_core.methods import METHODS, Method, build_method, split_bn_groups
+from moco_core.optimizers import make_optimizer, resolve_optimizer
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
 from moco_core.progress import MetricsWriter, Progress, SlowdownWatch
 from moco_core.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import resolve_data, resolve_device
 
 
-def learning_rate(cfg: OptimConfig, epoch: int) -> float:
-    """lr for ``epoch`` (0-based), set once per epoch as the official code does.
+def learning_rate(cfg: OptimConfig, epoch: float) -> float:
+    """lr at ``epoch`` (0-based; MoCo v1/v2 set it once per epoch, as their official code; v3 every step, at the
+    fractional epoch ``epoch + i / steps_per_epoch``, as its official code).
 
-    Base lr = cfg.lr * batch / 256 (the paper: 0.03 at batch 256). Step: x0.1 at each milestone passed.
-    Cosine (v2): base * (1 + cos(pi * epoch / epochs)) / 2.
+    Base lr = cfg.lr * batch / 256 (the paper: 0.03 at batch 256). Warm-up (v3): base * epoch / warmup_epochs
+    before ``warmup_epochs``; the schedule then runs over the epochs after it. Step: x0.1 at each milestone
+    passed. Cosine (v2, v3): base * (1 + cos(pi * t / T)) / 2, t the epochs since the warm-up, T those after it.
     """
     base = cfg.lr * cfg.batch_size / 256
+    warmup = cfg.warmup_epochs
+    if epoch < warmup:
+        return base * epoch / warmup
     if cfg.schedule == "cosine":
-        return base * 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.epochs))
+        return base * 0.5 * (1.0 + math.cos(math.pi * (epoch - warmup) / (cfg.epochs - warmup)))
     return base * 0.1 ** sum(epoch >= m for m in cfg.milestones)
+
+
+class StepSchedule:
+    """What changes every step of a MoCo v3 run: the lr (warm-up, then the schedule) and the momentum m, both
+    at the fractional epoch of the step, set before it (official main_moco.py)."""
+
+    def __init__(self, cfg: OptimConfig, method: Method, optimizer: torch.optim.Optimizer, *, epoch: int,
+                 steps_per_epoch: int) -> None:
+        self.cfg, self.method, self.optimizer = cfg, method, optimizer
+        self.epoch, self.steps_per_epoch = epoch, steps_per_epoch
+
+    def __call__(self, batch: int) -> float:
+        """Set the lr and m of the epoch's batch ``batch`` (0-based); returns the lr."""
+        at = self.epoch + batch / self.steps_per_epoch
+        lr = learning_rate(self.cfg, at)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.method.schedule(at / self.cfg.epochs)  # type: ignore[union-attr]
+        return lr
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -54,12 +88,15 @@ def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, datase
         raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
                           "use shuffle")
     batch = cfg.optim.batch_size
-    if cfg.method == "end2end" and batch < 2:
-        raise ConfigError("optim.batch_size: end2end's dictionary is the batch: a batch of 1 has no negatives")
+    if cfg.method in ("end2end", "mocov3") and batch < 2:
+        raise ConfigError(f"optim.batch_size: {cfg.method}'s keys are the batch's: a batch of 1 has no negatives")
     if batch % world_size:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by the {world_size} processes")
     local = batch // world_size
-    groups = split_bn_groups(cfg.model, world_size)
+    if cfg.method == "mocov3" and local < 2:  # BN over one image of the heads' 1-D features is undefined
+        raise ConfigError(f"optim.batch_size: {batch} images over {world_size} processes leaves each 1; mocov3's "
+                          f"heads batch-normalise, give each process 2 images or more")
+    groups = split_bn_groups(cfg.model, world_size) if cfg.method != "mocov3" else 1
     if local % groups:
         raise ConfigError(f"optim.batch_size: {batch} is not divisible by model.bn_groups={cfg.model.bn_groups}")
     split = groups > 1 and cfg.method != "supervised"
@@ -115,18 +152,24 @@ def eager_mode() -> contextlib.AbstractContextManager[Any]:
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
-def build_optimizer(module: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.SGD:
-    """SGD over all parameters, as the official code: the key encoder's never get gradients, so SGD skips them,
-    and optimizer state indices then match official checkpoints. One fused kernel per step on CUDA."""
-    optimizer = torch.optim.SGD(module.parameters(), lr=learning_rate(cfg, 0), momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+def build_optimizer(module: nn.Module, cfg: OptimConfig, device: torch.device, *, method: str = "moco",
+                    vit: bool = False) -> torch.optim.Optimizer:
+    """``optim.optimizer`` (auto: SGD for v1/v2, LARS or AdamW for v3 on a ResNet or a ViT) over all parameters,
+    as the official code: the key encoder's never get gradients, so the optimizer skips them, and optimizer state
+    indices then match official checkpoints. One fused kernel per step on CUDA (SGD, AdamW)."""
+    name = resolve_optimizer(cfg.optimizer, method, vit)
+    optimizer = make_optimizer(module, name, lr=learning_rate(cfg, 0), momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
     use_fused_kernels(optimizer, device)
     return optimizer
 
 
 def use_fused_kernels(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Fused SGD on CUDA, torch's default (foreach) elsewhere; set again after loading a checkpoint, whose param
-    groups carry the flags of the machine that wrote it (an official checkpoint carries none)."""
+    """Fused SGD or AdamW on CUDA, torch's default (foreach) elsewhere; set again after loading a checkpoint, whose
+    param groups carry the flags of the machine that wrote it (an official checkpoint carries none). LARS has
+    neither."""
+    if not isinstance(optimizer, (torch.optim.SGD, torch.optim.AdamW)):
+        return
     for group in optimizer.param_groups:
         group["fused"] = device.type == "cuda"
         group["foreach"] = None
@@ -150,8 +193,9 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
     ckpt = checkpoint.load(path)
     if "state_dict" not in ckpt:
         raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a pretraining checkpoint")
-    if ckpt.get("method", "moco") != method.name:
-        raise checkpoint.CheckpointError(f"{path}: was written by method {ckpt.get('method')!r}, not {method.name!r}")
+    if checkpoint.checkpoint_method(ckpt) != method.name:
+        raise checkpoint.CheckpointError(f"{path}: was written by method {checkpoint.checkpoint_method(ckpt)!r}, not "
+                                         f"{method.name!r}")
     try:
         method.load_state_dict(ckpt["state_dict"])
     except checkpoint.CheckpointError as err:
@@ -267,7 +311,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
     for note in (warn_revisited(images.revisited), warn_skipped(images.skipped)):
         if note and main:
             print(f"warning: {note}", file=sys.stderr)
-    method_cls = METHODS[cfg.method]
+    method_cls: Any = METHODS[cfg.method]
     if cfg.data.pipeline == "tensor" and method_cls.transform == "supervised":
         raise ConfigError(f"data.pipeline: tensor has the MoCo augmentation only; method {cfg.method} needs pil")
     pipeline = data_pipeline(cfg.data.pipeline, device, method_cls.transform)
@@ -275,11 +319,11 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
         raise ConfigError(f"method: {cfg.method} needs labels: {data_root} has no class folders")
 
     torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
-    method = method_cls(cfg.model, world_size=world, num_classes=len(images.classes), dataset_size=len(images.samples))
+    method = build_method(cfg, world_size=world, num_classes=len(images.classes), dataset_size=len(images.samples))
     module = method.module.to(device)
     speed = speed_up(method, device, cfg.run)
-    optimizer = build_optimizer(module, cfg.optim, device)
-    transform = {"two_crops": lambda: TwoCrops(build_pretrain_transform(cfg.augment)),
+    optimizer = build_optimizer(module, cfg.optim, device, method=cfg.method, vit=cfg.model.arch in VIT_ARCHS)
+    transform = {"two_crops": lambda: build_two_crops(cfg.augment),
                  "one_crop": lambda: build_pretrain_transform(cfg.augment),
                  "supervised": lambda: build_supervised_transform(cfg.augment)}[method.transform]()
     failures = DecodeFailures(Path(cfg.run.output_dir) / ".undecodable")  # reported once per epoch by rank 0
@@ -332,11 +376,15 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
             run.sampler.start = partial.batches * run.local_batch if partial else 0  # skip what the killed run saw
             torch.manual_seed(epoch_seed(cfg.run.seed, epoch, rank))
             saver = _StepSaver(cfg, run.method, run.optimizer, run_dir, epoch, stop, enabled=main)
+            schedule = StepSchedule(cfg.optim, run.method, run.optimizer, epoch=epoch,
+                                    steps_per_epoch=steps_per_epoch) if cfg.method == "mocov3" else None
+            if schedule is not None:  # the epoch summary's lr: its last step's
+                lr = learning_rate(cfg.optim, epoch + (steps_per_epoch - 1) / steps_per_epoch)
             stats = train_one_epoch(run.model, run.method, run.loader, run.optimizer, epoch=epoch,
                                     epochs=cfg.optim.epochs, step=step, lr=lr, device=device, amp=cfg.run.amp,
                                     log_every=cfg.run.log_every, channels_last=run.speed.channels_last,
                                     progress=progress, metrics=metrics, resume=partial, checkpoints=saver,
-                                    watch=watch)
+                                    watch=watch, before_step=schedule)
             run.sampler.start = 0
             step = stats.step
             if main and stats.complete:  # a stop mid-epoch has already written its checkpoint

@@ -122,17 +122,26 @@ def _with_hash(text: str, short: str) -> str:
 
 
 RECIPE_IGNORES = ("run", "data.workers", "data.verify_images", "data.knn_path")  # where, how: not what was trained
+# Fields added with MoCo v3 (issue 34) and the value at which each changes nothing: left out there, as the v3
+# section of a run of another method, so that v1/v2 configs, and records written before the fields existed, keep
+# the digests they had (reports/expected.csv's among them).
+ADDED_NEUTRAL = {"augment.blur_prob_view2": None, "augment.solarize_prob": 0.0, "augment.solarize_prob_view2": None,
+                 "optim.optimizer": "auto", "optim.warmup_epochs": 0}
 
 
 def recipe_digest(config: dict[str, Any]) -> str:
     """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
     different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
     kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()
-            if section not in RECIPE_IGNORES}
+            if section not in RECIPE_IGNORES and (section != "v3" or config.get("method") == "mocov3")}
     for name in RECIPE_IGNORES:
         section, _, key = name.partition(".")
         if key and isinstance(kept.get(section), dict):
             kept[section].pop(key, None)
+    for name, neutral in ADDED_NEUTRAL.items():
+        section, _, key = name.partition(".")
+        if isinstance(kept.get(section), dict) and key in kept[section] and kept[section][key] == neutral:
+            del kept[section][key]
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -5,7 +5,9 @@ Matching rule (a published row is shown in one of our tables only when the evalu
 
 * ImageNet linear classification: our table is task ``linear`` with protocol ``linear`` (the paper's; never
   ``linear-cached`` nor kNN), its evaluation dataset's name or path contains "imagenet" or "ilsvrc"
-  (case-insensitive), and the published ``backbone`` is the short name of an arch in the table (R50 = resnet50).
+  (case-insensitive), the published ``backbone`` is the short name of an arch in the table (R50 = resnet50), and
+  the published protocol is as long as ours (MoCo v3's rows, "90ep v3 lincls", are not shown beside the paper's
+  100 epochs).
   The momentum-ablation rows (backbone "R50 (K=4096)") are shown in our momentum ablation table under the same
   conditions.
 * VOC detection: task ``voc``, dataset name or path contains "voc" and the sets are the standard ones (not
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.pretraining import short_arch
-from reports.protocols import runs_preset_length
+from reports.protocols import paper_length, runs_preset_length
 from reports.summary import Setting
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
@@ -96,6 +98,13 @@ def _add_deltas(row: PublishedRow, rows: list[PublishedRow]) -> None:
             row.deltas[metric] = value - refs[0]
 
 
+def _schedule_epochs(schedule: str) -> int | None:
+    """The linear protocol's epochs a published schedule names ("100ep lincls": 100; MoCo v3's "90ep v3 lincls":
+    90), or None: a published row is shown beside ours only where the protocols are as long."""
+    found = re.match(r"(\d+)ep\b", schedule)
+    return int(found.group(1)) if found else None
+
+
 def _named(setting: Setting, *words: str) -> bool:
     text = f"{setting.dataset} {setting.dataset_path}".lower()
     return any(w in text for w in words)
@@ -110,7 +119,9 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         if setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
             return []
         shorts = {short_arch(a) for a in archs}
-        return [r for r in rows if r.task == TASKS["linear"] and r.backbone in shorts]
+        epochs = setting.length or paper_length(setting)
+        return [r for r in rows if r.task == TASKS["linear"] and r.backbone in shorts
+                and _schedule_epochs(r.schedule) in (None, epochs)]
     if setting.task in ("voc", "coco"):
         custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/datasets.py)
         if setting.engine != "detectron2" or custom or not _named(setting, setting.task):

@@ -115,16 +115,17 @@ def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = No
 
 
 def convert_cli(
-    src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's) or a torchvision "
-                                        "ResNet state_dict.")],
+    src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's of v1/v2 or v3) or a "
+                                        "torchvision ResNet state_dict.")],
     dst: Annotated[str, typer.Argument(help="The file to write, or a folder to write it in (named after SRC).")],
-    to: Annotated[str, typer.Option(help="detectron2 (its .pkl, for moco eval voc|coco and detectron2's tools) or "
-                                    "torchvision (a ResNet state_dict without fc, for torchvision.models).")]
+    to: Annotated[str, typer.Option(help="detectron2 (its .pkl, for moco eval voc|coco and detectron2's tools), "
+                                    "torchvision (a ResNet state_dict without fc, for torchvision.models) or timm "
+                                    "(a MoCo v3 ViT's state_dict without head, for timm's ViTs and DeiT).")]
     = "detectron2",
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists (never SRC itself).")] = False,
 ) -> None:
-    """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping) or to a
-    plain torchvision ResNet state_dict."""
+    """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping), to a
+    plain torchvision ResNet state_dict, or (MoCo v3 ViTs) to a timm ViT state_dict."""
     from moco_core.errors import UserError, print_error
     from transfer.convert import convert_file
 

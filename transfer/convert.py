@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from moco_core.backbone import file_sha256, infer_arch, read_backbone_state
+from moco_core.backbone import file_sha256, infer_arch, infer_vit, read_backbone_state
 from moco_core.checkpoint import CheckpointError, write_atomic
 
 AUTHOR = "moco"
@@ -107,7 +107,10 @@ def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
     write_atomic(dst, lambda f: pickle.dump(obj, f, protocol=PICKLE_PROTOCOL), what="detectron2 file")
 
 
-FORMATS = {"detectron2": ".pkl", "torchvision": ".pth"}  # --to, and the file suffix a folder destination gets
+# --to, and the file suffix a folder destination gets. timm: a ViT backbone's state_dict less its head, which
+# timm's vit_small_patch16_224 / vit_base_patch16_224 (num_heads=12 for v3's ViT-S) load: the DeiT fine-tuning
+# path the official moco-v3 convert_to_deit.py serves.
+FORMATS = {"detectron2": ".pkl", "torchvision": ".pth", "timm": ".pth"}
 
 
 def destination(src: Path, dst: str | Path, to: str) -> Path:
@@ -129,7 +132,9 @@ def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str
     """Convert any checkpoint ``read_backbone_state`` accepts into a backbone file at ``dst`` (see
     :func:`destination`): detectron2's ``.pkl`` (``to="detectron2"``, the official conversion's mapping) or a
     torchvision ResNet state_dict (``to="torchvision"``; ``torchvision.models.<arch>().load_state_dict(sd,
-    strict=False)`` loads it and reports exactly ``fc.weight`` and ``fc.bias`` missing).
+    strict=False)`` loads it and reports exactly ``fc.weight`` and ``fc.bias`` missing), or for a ViT (MoCo v3) a
+    timm state_dict (``to="timm"``; timm's ViT of the same shape reports exactly ``head.weight`` and
+    ``head.bias`` missing).
 
     Returns a summary: source, destination, arch, source format, number of arrays written, sha256 of ``src``.
     Every failure is a one-line ``CheckpointError``. ``dst`` is never ``src`` itself (the pretraining checkpoint
@@ -144,8 +149,13 @@ def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst}: already exists; pass --force to replace it, or choose another name")
     state, fmt, _ = read_backbone_state(src)
-    arch = infer_arch(state)
-    if to == "torchvision":
+    vit = infer_vit(state)
+    if (vit is not None) != (to == "timm"):
+        what = f"a ViT ({vit[0]}): convert it --to timm" if vit else "a ResNet: convert it --to torchvision or " \
+            "--to detectron2"
+        raise CheckpointError(f"{src}: holds {what}")
+    arch = vit[0] if vit else infer_arch(state)
+    if to in ("torchvision", "timm"):
         plain = {key: value.contiguous().clone() for key, value in state.items()}  # no views into the checkpoint
         write_atomic(dst, lambda f: torch.save(plain, f), what="state_dict")
         tensors = len(plain)

@@ -179,3 +179,21 @@ def test_eval_transform_size(crop: int, resize: int | None, short_side: int) -> 
     assert out.shape == (3, crop, crop)
     torch.manual_seed(0)
     assert torch.equal(transform(_noise_image(300, 260)), out)  # deterministic
+
+
+def test_v3_views_are_asymmetric() -> None:
+    cfg = AugmentConfig(crop_size=32, blur_prob=1.0, blur_prob_view2=0.1, solarize_prob=0.0, solarize_prob_view2=0.2)
+    assert augment.view_probs(cfg, 0) == (1.0, 0.0) and augment.view_probs(cfg, 1) == (0.1, 0.2)
+    two = augment.build_two_crops(cfg)
+    first = [t for t in two.transform.transforms if isinstance(t, T.RandomApply)]
+    second = [t for t in two.second.transforms if isinstance(t, T.RandomApply)]
+    assert [(type(t.transforms[0]).__name__, t.p) for t in first] == [("RandomGaussianBlur", 1.0)]
+    assert [(type(t.transforms[0]).__name__, t.p) for t in second] == [("RandomGaussianBlur", 0.1), ("Solarize", 0.2)]
+    # v1/v2 configs: both views alike
+    v2 = AugmentConfig(blur_prob=0.5)
+    assert augment.view_probs(v2, 1) == augment.view_probs(v2, 0) == (0.5, 0.0)
+
+
+def test_solarize_by_hand() -> None:
+    img = Image.fromarray(np.array([[[0, 127, 128], [200, 255, 64]]], dtype=np.uint8), "RGB")
+    assert np.array(augment.Solarize()(img)).tolist() == [[[0, 127, 127], [55, 0, 64]]]

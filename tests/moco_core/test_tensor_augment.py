@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.transforms as tv_transforms
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms.v2 import functional as TF
 
@@ -580,3 +580,40 @@ def test_two_crops_on_cuda_match_cpu_for_the_same_generator() -> None:
         # The CUDA resize runs in float and rounds (up to a level from the CPU's uint8 kernel), amplified by the
         # jitter factors and the normalisation.
         assert (a - b.cpu()).abs().mean() < 0.02
+
+
+# ---------------------------------------------------------------------------------------------------------
+# MoCo v3's asymmetric views: blur 1.0 / 0.1, solarize 0 / 0.2
+
+V3 = AugmentConfig(crop_size=32, color_jitter=(0.4, 0.4, 0.2, 0.1), color_jitter_prob=0.8, grayscale_prob=0.2,
+                   grayscale_before_jitter=False, blur_prob=1.0, blur_prob_view2=0.1, solarize_prob=0.0,
+                   solarize_prob_view2=0.2)
+
+
+def test_v3_views_draw_their_own_blur_and_solarize_probabilities() -> None:
+    first = sample_params(4000, [(32, 32)], V3, _generator(21), view=0)
+    second = sample_params(4000, [(32, 32)], V3, _generator(22), view=1)
+    assert bool(first.blur.all()) and first.solarize is not None and not first.solarize.any()
+    assert _binomial_ok(second.blur, 0.1) and second.solarize is not None and _binomial_ok(second.solarize, 0.2)
+    # configs that solarize nowhere draw nothing for it: v1/v2 views are the ones they always were
+    assert sample_params(8, [(32, 32)], V2, _generator(23), view=1).solarize is None
+
+
+def test_solarize_equals_pil_on_every_level() -> None:
+    levels = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16).expand(1, 3, 16, 16)
+    pil = Image.fromarray(levels[0].permute(1, 2, 0).numpy(), "RGB")
+    expected = torch.from_numpy(np.array(ImageOps.solarize(pil))).permute(2, 0, 1).float() / 255
+    torch.testing.assert_close(ga.solarize(levels.float() / 255)[0], expected)
+    assert ga.solarize(torch.tensor([127 / 255, 128 / 255, 1.0])).tolist() == pytest.approx([127 / 255, 127 / 255, 0])
+
+
+def test_two_crops_solarize_only_the_second_view() -> None:
+    images = _random_images([(40, 40)] * 64, seed=24)
+    cfg = AugmentConfig(crop_size=32, crop_scale=(1.0, 1.0), color_jitter_prob=0.0, grayscale_prob=0.0,
+                        flip_prob=0.0, solarize_prob=0.0, solarize_prob_view2=1.0)
+    first, second = TensorTwoCrops(cfg)(images, _generator(25))
+    plain = apply_params(images, sample_params(64, ga.image_sizes(images), cfg, _generator(25), view=0), cfg)
+    torch.testing.assert_close(first, plain)
+    mean, std = torch.tensor(cfg.mean).view(1, 3, 1, 1), torch.tensor(cfg.std).view(1, 3, 1, 1)
+    pixels = second * std + mean  # every value of the second view is below 128/255 once solarized
+    assert bool((pixels < 128 / 255 + 1e-5).all()) and not bool((first * std + mean < 128 / 255 - 1e-5).all())

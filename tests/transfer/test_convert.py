@@ -250,7 +250,7 @@ def test_to_torchvision_loads_into_torchvision_missing_exactly_fc(moco_ckpt: tup
     result = torchvision.models.resnet18().load_state_dict(state, strict=False)
     assert sorted(result.missing_keys) == ["fc.bias", "fc.weight"] and not result.unexpected_keys
     assert all(torch.equal(state[k], v) for k, v in backbone.items()) and set(state) == set(backbone)
-    bad = runner.invoke(app, ["convert", str(src), str(tmp_path), "--to", "timm"])
+    bad = runner.invoke(app, ["convert", str(src), str(tmp_path), "--to", "onnx"])
     assert bad.exit_code == 2 and "--to: expected one of detectron2, torchvision" in bad.output
 
 
