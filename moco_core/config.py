@@ -502,7 +502,7 @@ def _smoke(cls: type, explicit: dict[str, Any], merged: dict[str, Any]) -> tuple
     """``MOCO_SMOKE=1`` (:mod:`moco_core.smoke`): the shortened length, as if given with ``--set`` (so that the
     schedule follows it), and the small sizes the command did not choose."""
     changes: dict[str, Any] = {}
-    for key, value in smoke.sizes(cls.__name__, explicit, merged).items():
+    for key, value in smoke.sizes(cls.__name__, lambda k: _get(explicit, k), lambda k: _get(merged, k)).items():
         _set(changes, key, value)
     if cls.__name__ in smoke.LENGTHS:
         key = smoke.LENGTHS[cls.__name__][0]

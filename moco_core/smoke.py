@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 ENV = "MOCO_SMOKE"
@@ -82,24 +83,18 @@ def interval(value: Any) -> Any:
     return max(1, math.ceil(value / 100))
 
 
-def sizes(cls_name: str, explicit: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
-    """The size overrides of a smoke run: each key of :data:`SIZES` the command did not set itself (``explicit``:
-    its ``--set`` and flags). FPN detectors get anchors that fit the small images. MoCo v3 has no queue and heads
-    of its own; a ViT stays a ViT (the smallest, whose 4-pixel patches fit 32-pixel crops)."""
+def sizes(cls_name: str, given: Callable[[str], Any], configured: Callable[[str], Any]) -> dict[str, Any]:
+    """The size overrides of a smoke run: each key of :data:`SIZES` the command did not set itself (``given(key)``:
+    its ``--set`` and flags, None where it set nothing; ``configured(key)``: the merged config's value). FPN
+    detectors get anchors that fit the small images. MoCo v3 has no queue and heads of its own; a ViT stays a ViT
+    (the smallest, whose 4-pixel patches fit 32-pixel crops)."""
     chosen = dict(SIZES.get(cls_name, {}))
-    if cls_name == "TransferConfig" and _get(merged, "detector.head") == "FPN":
+    if cls_name == "TransferConfig" and configured("detector.head") == "FPN":
         chosen["detector.anchor_sizes"] = [8, 16, 32, 64, 128]
-    if cls_name == "PretrainConfig" and _get(merged, "method") == "mocov3":
+    if cls_name == "PretrainConfig" and configured("method") == "mocov3":
         del chosen["model.queue_size"], chosen["model.bn_groups"]
         chosen["v3.mlp_dim"] = 64
-        if str(_get(merged, "model.arch")).startswith("vit"):
+        if str(configured("model.arch")).startswith("vit"):
             chosen["model.arch"] = "vit_nano_p4"
-    return {key: value for key, value in chosen.items() if _get(explicit, key) is None}
+    return {key: value for key, value in chosen.items() if given(key) is None}
 
-
-def _get(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
