@@ -55,69 +55,50 @@ class CheckpointError(UserError):
     """A checkpoint cannot be read or is not what was expected. The message is one line."""
 
 
-def to_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename our MoCo state_dict keys to the official ``module.encoder_q.*`` layout (order kept)."""
+def _renamed(state_dict: dict[str, torch.Tensor], exact: tuple[tuple[str, str], ...],
+             prefixes: tuple[tuple[str, str], ...], unknown: Callable[[str], Exception], *,
+             add_module: bool = False) -> dict[str, torch.Tensor]:
+    """``state_dict`` with each key renamed by the first pair that matches it (order kept): ``exact`` (old, new)
+    whole names, then ``prefixes`` (old, new); a key neither matches raises ``unknown(key)``. ``add_module``: a key
+    without the ``module.`` prefix is read as if it had it (a model saved without its DDP wrapper)."""
     out = {}
     for key, value in state_dict.items():
-        for ours, theirs in _BUFFERS:
-            if key == ours:
-                out[theirs] = value
-                break
-        else:
-            for ours, theirs in _PREFIXES:
-                if key.startswith(ours):
-                    out[theirs + key[len(ours):]] = value
-                    break
-            else:
-                raise KeyError(f"unexpected MoCo state_dict key {key!r}")
+        name = key if not add_module or key.startswith("module.") else "module." + key
+        new = next((after for before, after in exact if name == before), None)
+        if new is None:
+            new = next((after + name[len(before):] for before, after in prefixes if name.startswith(before)), None)
+        if new is None:
+            raise unknown(key)
+        out[new] = value
     return out
+
+
+def _flipped(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((theirs, ours) for ours, theirs in pairs)
+
+
+def to_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename our MoCo state_dict keys to the official ``module.encoder_q.*`` layout (order kept)."""
+    return _renamed(state_dict, _BUFFERS, _PREFIXES, lambda key: KeyError(f"unexpected MoCo state_dict key {key!r}"))
 
 
 def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Inverse of ``to_official``; also accepts keys without the ``module.`` prefix (single-GPU saves)."""
-    out = {}
-    for key, value in state_dict.items():
-        name = key if key.startswith("module.") else "module." + key
-        for ours, theirs in _BUFFERS:
-            if name == theirs:
-                out[ours] = value
-                break
-        else:
-            for ours, theirs in _PREFIXES:
-                if name.startswith(theirs):
-                    out[ours + name[len(theirs):]] = value
-                    break
-            else:
-                raise CheckpointError(f"unexpected key {key!r}: not a MoCo pretraining checkpoint")
-    return out
+    return _renamed(state_dict, _flipped(_BUFFERS), _flipped(_PREFIXES), lambda key: CheckpointError(
+        f"unexpected key {key!r}: not a MoCo pretraining checkpoint"), add_module=True)
 
 
 def to_official_v3(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our MoCo v3 keys to the official ``module.base_encoder.*``, ``module.momentum_encoder.*`` and
     ``module.predictor.*`` (order kept): what the official main_lincls.py and convert_to_deit.py read."""
-    out = {}
-    for key, value in state_dict.items():
-        for ours, theirs in _V3_PREFIXES:
-            if key.startswith(ours):
-                out[theirs + key[len(ours):]] = value
-                break
-        else:
-            raise KeyError(f"unexpected MoCo v3 state_dict key {key!r}")
-    return out
+    return _renamed(state_dict, (), _V3_PREFIXES, lambda key: KeyError(
+        f"unexpected MoCo v3 state_dict key {key!r}"))
 
 
 def from_official_v3(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Inverse of :func:`to_official_v3`; also accepts keys without ``module.`` (a model saved unwrapped)."""
-    out = {}
-    for key, value in state_dict.items():
-        name = key if key.startswith("module.") else "module." + key
-        for ours, theirs in _V3_PREFIXES:
-            if name.startswith(theirs):
-                out[ours + name[len(theirs):]] = value
-                break
-        else:
-            raise CheckpointError(f"unexpected key {key!r}: not a MoCo v3 pretraining checkpoint")
-    return out
+    return _renamed(state_dict, (), _flipped(_V3_PREFIXES), lambda key: CheckpointError(
+        f"unexpected key {key!r}: not a MoCo v3 pretraining checkpoint"), add_module=True)
 
 
 def checkpoint_method(ckpt: dict[str, Any]) -> str:
