@@ -182,13 +182,20 @@ def _resnet_from_state(path: Path, state: dict[str, torch.Tensor], fmt: str, fac
     if arch is not None and arch != found:
         raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but {arch_option} {arch} was asked for")
     model = getattr(torchvision.models, found)(num_classes=num_classes)
-    result = model.load_state_dict(state, strict=False)
-    if set(result.missing_keys) != {"fc.weight", "fc.bias"} or result.unexpected_keys:
-        missing = sorted(set(result.missing_keys) - {"fc.weight", "fc.bias"})
-        raise checkpoint.CheckpointError(
-            f"{path}: not a complete {found} backbone: missing {missing[:4]}, unexpected "
-            f"{sorted(result.unexpected_keys)[:4]}; loading must leave exactly fc.weight and fc.bias missing")
+    _load_all_but_head(model, state, path, found, "fc")
     return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
+
+
+def _load_all_but_head(model: nn.Module, state: dict[str, torch.Tensor], path: Path, arch: str, head: str) -> None:
+    """Load ``state`` (from ``path``) into ``model``: it must leave exactly ``<head>.weight`` and ``<head>.bias``
+    missing (the new classifier) and nothing unexpected; a CheckpointError names what differs."""
+    result = model.load_state_dict(state, strict=False)
+    new = {f"{head}.weight", f"{head}.bias"}
+    if set(result.missing_keys) != new or result.unexpected_keys:
+        missing = sorted(set(result.missing_keys) - new)
+        raise checkpoint.CheckpointError(
+            f"{path}: not a complete {arch} backbone: missing {missing[:4]}, unexpected "
+            f"{sorted(result.unexpected_keys)[:4]}; loading must leave exactly {head}.weight and {head}.bias missing")
 
 
 def load_vit(path: Path, state: dict[str, torch.Tensor], fmt: str, facts: dict[str, Any], *, num_classes: int,
@@ -201,12 +208,7 @@ def load_vit(path: Path, state: dict[str, torch.Tensor], fmt: str, facts: dict[s
     if arch is not None and arch != found:
         raise checkpoint.CheckpointError(f"{path}: holds {found} weights, but --arch {arch} was asked for")
     model = build_vit(found, img_size=img_size, num_classes=num_classes)
-    result = model.load_state_dict(state, strict=False)
-    if set(result.missing_keys) != {"head.weight", "head.bias"} or result.unexpected_keys:
-        missing = sorted(set(result.missing_keys) - {"head.weight", "head.bias"})
-        raise checkpoint.CheckpointError(
-            f"{path}: not a complete {found} backbone: missing {missing[:4]}, unexpected "
-            f"{sorted(result.unexpected_keys)[:4]}; loading must leave exactly head.weight and head.bias missing")
+    _load_all_but_head(model, state, path, found, "head")
     return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
 
 
