@@ -6,7 +6,6 @@ Nothing here imports torch at module level: ``moco --help`` and a bad option ans
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Annotated, Any
 import typer
 
 from moco_core.config import (
-    DEFAULT_PRETRAIN_DIR,
     ConfigError,
     PretrainConfig,
     load_config,
@@ -24,16 +22,7 @@ from moco_core.config import (
     to_dict,
 )
 from moco_core.errors import UserError, print_error, show
-from moco_core.naming import evaluation_dir
-
-
-def pretrain_dir(config: str | None) -> str:
-    """Where ``moco pretrain -c PRESET`` writes when no directory is given: ``runs/<preset>`` (``runs/embedded``,
-    ``runs/moco_v2_200ep``; a YAML file by its name), else ``runs/pretrain``."""
-    if not config:
-        return DEFAULT_PRETRAIN_DIR
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", Path(config).name.removesuffix(".yaml").removesuffix(".yml"))
-    return f"runs/{name.strip('._') or 'pretrain'}"
+from moco_core.naming import evaluation_dir, pretrain_dir
 
 
 def resolve_pretrain_config(

@@ -113,9 +113,6 @@ class DataConfig:
     pipeline: Literal["auto", "pil", "tensor"] = "auto"
 
 
-DEFAULT_PRETRAIN_DIR = "runs/pretrain"  # a pretraining given no preset and no directory
-
-
 @dataclass(frozen=True)
 class RunConfig:
     output_dir: str | None = None  # None: runs/<preset> from `moco pretrain -c PRESET`, else runs/pretrain

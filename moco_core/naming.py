@@ -34,7 +34,17 @@ def weights_tag(weights: str, arch: str | None = None) -> str:
     return _UNSAFE.sub("_", name).strip("._")[:80] or "weights"
 
 
+def _group(preset: str | None, fallback: str) -> str:
+    """A folder name for a preset (a YAML file by its name without the suffix), else ``fallback``."""
+    return _UNSAFE.sub("_", Path(preset).stem if preset else fallback).strip("._") or fallback
+
+
 def evaluation_dir(preset: str | None, task: str, weights: str, arch: str | None = None) -> str:
     """``runs/<preset, else the task>/<weights tag>``: where an evaluation writes when no directory is given."""
-    group = _UNSAFE.sub("_", Path(preset).stem if preset else task).strip("._") or task
-    return f"runs/{group}/{weights_tag(weights, arch)}"
+    return f"runs/{_group(preset, task)}/{weights_tag(weights, arch)}"
+
+
+def pretrain_dir(preset: str | None) -> str:
+    """``runs/<preset, else pretrain>``: where ``moco pretrain`` writes when no directory is given
+    (``runs/embedded``, ``runs/moco_v2_200ep``)."""
+    return f"runs/{_group(preset, 'pretrain')}"

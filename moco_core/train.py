@@ -19,7 +19,6 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
 from moco_core.config import (
-    DEFAULT_PRETRAIN_DIR,
     VIT_ARCHS,
     ConfigError,
     OptimConfig,
@@ -33,6 +32,7 @@ from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_en
 from moco_core.engine import EpochState, train_one_epoch
 from moco_core.knn import KnnMonitor
 from moco_core.methods import METHODS, Method, build_method, split_bn_groups
+from moco_core.naming import pretrain_dir
 from moco_core.optimizers import make_optimizer, resolve_optimizer
 from moco_core.preemption import ResumableSampler, StopSignal, ignore_sigterm, kill_workers_at_exit
 from moco_core.progress import MetricsWriter, Progress, SlowdownWatch
@@ -251,8 +251,8 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
 
 def pretrain(cfg: PretrainConfig, *, resume: str | Path | None = None, show_progress: bool | str = True) -> Path:
     """Pretrain MoCo as ``cfg`` says; returns the run directory. Joins torch.distributed when launched so."""
-    if cfg.run.output_dir is None:  # the CLI names it after the preset (moco_core.cli.pretrain_dir)
-        cfg = replace(cfg, run={"output_dir": DEFAULT_PRETRAIN_DIR})
+    if cfg.run.output_dir is None:  # the CLI names it after the preset (moco_core.naming.pretrain_dir)
+        cfg = replace(cfg, run={"output_dir": pretrain_dir(None)})
     device = resolve_device(cfg.run.device)
     with distributed.process_group(device, cfg.run.dist_timeout_s), run_dir_lock(Path(cfg.run.output_dir), device):
         return _pretrain(cfg, device, resume, show_progress)
