@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,7 +29,8 @@ def _fail(err: Exception) -> typer.Exit:
 def linear_cli(
     pretrained: Pretrained,
     config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
-                                               f"({preset_list('linear')}). Without it: the paper's protocol.")]
+                                               f"({preset_list('linear')}). Without it: the protocol of the "
+                                               "weights' paper (v1/v2's; MoCo v3's for v3 weights and ViTs).")]
     = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a config value, e.g. optim.epochs=10 (milestones follow).")] = None,
@@ -49,9 +51,13 @@ def linear_cli(
                                                help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
     """Linear classification on frozen features (lr 30, 100 epochs, BN in eval mode), with the sanity check."""
-    from lincls.linear import load_linear_config
+    from lincls.linear import load_linear_config, protocol_preset
 
     try:
+        if config is None and (preset := protocol_preset(pretrained, arch)) is not None:
+            print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "
+                  f"another", file=sys.stderr)
+            config = preset
         cfg = load_linear_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers},
             "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
@@ -70,8 +76,9 @@ def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) 
 
 def snapshots_cli(
     run_dir: Annotated[str, typer.Argument(help="A pretraining's run directory (snapshots: run.keep_every).")],
-    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset (lincls_embedded). "
-                                               "Without it: the paper's protocol.")] = None,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('linear')}). Without it: the protocol of the "
+                                               "weights' paper (v1/v2's; MoCo v3's for v3 runs).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a config value, e.g. optim.epochs=10.")] = None,
     data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
@@ -94,13 +101,14 @@ def snapshots_cli(
     With --follow it ends with status 0 once every snapshot the run announces is evaluated, and with 1 and the
     reason when they will not come: the pretraining has finished or is not running (--grace), or --timeout.
     """
-    from lincls.linear import linear_eval, load_linear_config
+    from lincls.linear import linear_eval, load_linear_config, protocol_preset
     from lincls.snapshots import evaluate_snapshots
 
     flags = {"data": {"path": data, "workers": workers}, "run": {"device": device}}
 
     def evaluate(snapshot: Path, out: Path, extra: dict, resume: bool) -> Path:
-        cfg = load_linear_config(config, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
+        chosen = config or protocol_preset(str(snapshot), None)  # MoCo v3's snapshots: its protocol
+        cfg = load_linear_config(chosen, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
         record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra=extra, resume=resume)
         print(f"result: {record}", flush=True)
         return record

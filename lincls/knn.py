@@ -13,13 +13,11 @@ import torch
 from lincls.linear import LinearDataConfig, load_splits
 from moco_core.backbone import load_backbone
 from moco_core.config import load_config, require, run_checks
-from moco_core.errors import UserError
 from moco_core.knn import KnnMonitor
 from moco_core.records import write_record
 from moco_core.rundir import require_writable
 from moco_core.runtime import resolve_device
 from moco_core.shapes import shapes_version
-from moco_core.vit import is_vit
 
 
 @dataclass(frozen=True)
@@ -73,11 +71,7 @@ def knn_eval(
     device = resolve_device(device_name)
     splits = load_splits(data, augment=False)
     torch.manual_seed(seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=arch)
-    if is_vit(model) and tuple(model.patch_embed.img_size) != (data.crop_size, data.crop_size):
-        trained = model.patch_embed.img_size[0]  # its fixed position embedding is for that grid of patches
-        raise UserError(f"{pretrained}: its ViT ({info.arch}) takes {trained}-px crops; evaluate it with "
-                        f"--crop-size {trained}")
+    model, info = load_backbone(pretrained, len(splits.classes), arch=arch, crop_size=data.crop_size)
     monitor = KnnMonitor(splits.train, splits.val, len(splits.classes), device=device, workers=data.workers,
                          batch_size=batch_size, k=k, temperature=temperature)
     metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc

@@ -1,8 +1,11 @@
-"""Linear classification on frozen features: the paper's section 4.1 protocol (official main_lincls.py).
+"""Linear classification on frozen features: the paper's section 4.1 protocol (official main_lincls.py), and
+MoCo v3's (facebookresearch/moco-v3 main_lincls.py).
 
-A new fc on the pooled features of a frozen backbone, trained by SGD (lr 30, momentum 0.9, wd 0, batch 256,
-100 epochs, lr x0.1 at 60 and 80). The whole model stays in eval mode, so BN statistics never move, and the
-sanity check at the end proves that nothing but fc changed.
+A new fc (``head`` on a ViT, whose feature is its class token) on the pooled features of a frozen backbone,
+trained by SGD. v1/v2's protocol, the defaults below: lr 30, momentum 0.9, wd 0, batch 256, 100 epochs, lr x0.1
+at 60 and 80. v3's (presets ``linear_mocov3`` and ``linear_mocov3_vit``): lr 0.1 (ResNet) or 3 (ViT) per 256
+images, times batch / 256, batch 1024, 90 epochs, a cosine schedule set once per epoch. The whole model stays in
+eval mode, so BN statistics never move, and the sanity check at the end proves that nothing but fc changed.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +24,9 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDatas
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_eval_transform
-from moco_core.backbone import BackboneInfo, load_backbone, read_backbone_state
+from moco_core.backbone import BackboneInfo, infer_vit, load_backbone, read_backbone_state
 from moco_core.checkpoint import LINEAR_LAST
-from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, to_dict
+from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data import DecodeFailures, ImageDataset, scan_images, unlabelled_splits, warn_revisited, warn_skipped
 from moco_core.errors import NonFiniteLossError
 from moco_core.knn import topk_accuracy
@@ -33,6 +36,7 @@ from moco_core.records import write_record
 from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.runtime import autocast, resolve_data, resolve_device
 from moco_core.shapes import shapes_version
+from moco_core.vit import VIT_SHAPES, classifier_name
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,10 @@ class LinearOptimConfig:
     weight_decay: float = 0.0
     batch_size: int = 256  # global, over all processes
     epochs: int = 100
-    milestones: tuple[int, ...] = (60, 80)  # lr x0.1 at these epochs
+    milestones: tuple[int, ...] = (60, 80)  # step schedule: lr x0.1 at these epochs
+    # step (v1/v2's main_lincls.py) or cosine: lr x (1 + cos(pi epoch / epochs)) / 2, set once per epoch (v3's)
+    schedule: Literal["step", "cosine"] = "step"
+    scale_lr: bool = False  # lr is per 256 images, times batch_size / 256 (v3's main_lincls.py; v1/v2's: not)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,8 @@ class LinearConfig:
     run: LinearRunConfig = field(default_factory=LinearRunConfig)
 
 
-SCHEDULES["LinearConfig"] = [("optim.epochs", ("optim.milestones",), None, None)]  # lr x0.1 at 60% and 80%
+# lr x0.1 at 60% and 80% of the run, whatever its length (a cosine schedule has no milestones to move)
+SCHEDULES["LinearConfig"] = [("optim.epochs", ("optim.milestones",), step_schedule, None)]
 
 
 def validate_linear(cfg: LinearConfig) -> LinearConfig:
@@ -84,6 +92,8 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (math.isfinite(o.lr), "optim.lr", f"must be finite, got {o.lr}"),
         (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
         (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (o.schedule == "step" or not o.milestones, "optim.milestones", f"{list(o.milestones)}: not used by the "
+         f"{o.schedule} schedule; set optim.milestones=[] (or optim.schedule=step)"),
         (all(m < o.epochs for m in o.milestones), "optim.milestones", f"{list(o.milestones)} fall outside a "
          f"{o.epochs}-epoch run (the lr would never drop there): set them below optim.epochs, or leave them out to "
          f"scale the preset's"),
@@ -103,8 +113,25 @@ def load_linear_config(config: str | None, overrides: list[str],
     return validate_linear(load_config(LinearConfig, config, overrides, flags=flags))
 
 
+def protocol_preset(pretrained: str, arch: str | None) -> str | None:
+    """The preset of the protocol the weights' paper evaluates them with, where it is not v1/v2's (the defaults):
+    ``lincls_mocov3_vit`` for a ViT (MoCo v3's, the only one here that trains ViTs), ``lincls_mocov3`` for a MoCo
+    v3 ResNet; None otherwise."""
+    if pretrained == "random":
+        return "lincls_mocov3_vit" if arch in VIT_SHAPES else None
+    path = Path(pretrained)
+    state, _, facts = read_backbone_state(checkpoint.resolve(path) if path.is_dir() else path)
+    if infer_vit(state) is not None:
+        return "lincls_mocov3_vit"
+    return "lincls_mocov3" if facts.get("method") == "mocov3" else None
+
+
 def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
-    return cfg.lr * 0.1 ** sum(epoch >= m for m in cfg.milestones)
+    """The lr of ``epoch`` (0-based): step or cosine, from ``lr`` (times batch / 256 with ``scale_lr``)."""
+    base = cfg.lr * cfg.batch_size / 256 if cfg.scale_lr else cfg.lr
+    if cfg.schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.epochs))
+    return base * 0.1 ** sum(epoch >= m for m in cfg.milestones)
 
 
 def train_transform(crop: int) -> Any:
@@ -144,10 +171,17 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
                   ImageDataset(val.samples, evaluate, failures), train.classes)
 
 
+def classifier(model: nn.Module) -> nn.Linear:
+    """The layer linear classification trains: ``fc`` on a ResNet, ``head`` on a ViT."""
+    return getattr(model, classifier_name(model))
+
+
 def freeze_all_but_fc(model: nn.Module) -> list[nn.Parameter]:
-    for name, param in model.named_parameters():
-        param.requires_grad_(name in ("fc.weight", "fc.bias"))
-    return [model.fc.weight, model.fc.bias]
+    """Freeze every parameter but the classifier's (fc, or a ViT's head); its weight and bias."""
+    name = classifier_name(model)
+    for key, param in model.named_parameters():
+        param.requires_grad_(key in (f"{name}.weight", f"{name}.bias"))
+    return [classifier(model).weight, classifier(model).bias]
 
 
 @torch.no_grad()
@@ -169,9 +203,11 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bo
 
 
 def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.Tensor]) -> None:
-    """Every non-fc tensor must equal the pretrained weights (re-read from the file) or the initial ones."""
+    """Every tensor but the classifier's must equal the pretrained weights (re-read from the file) or the initial
+    ones."""
     reference = initial if info.source == "random" else read_backbone_state(Path(info.source))[0]
-    state = {k: v.cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    head = classifier_name(model) + "."
+    state = {k: v.cpu() for k, v in model.state_dict().items() if not k.startswith(head)}
     changed = [k for k in state if k in reference and not torch.equal(state[k], reference[k].cpu())]
     if changed or state.keys() != reference.keys():
         raise RuntimeError(f"sanity check failed: {len(changed)} frozen tensors changed (first: {changed[:3]}) "
@@ -223,7 +259,7 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
                                                  "world_size": distributed.world_size(), "device": str(device)})
     history: list[dict[str, float]] = []
-    first = _restore(run_dir / LINEAR_LAST, pretrained, run.model.fc, run.optimizer, history) if resume else 0
+    first = _restore(run_dir / LINEAR_LAST, pretrained, classifier(run.model), run.optimizer, history) if resume else 0
     # every epoch done but no result.json: killed before writing it, which is done now
     if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
@@ -245,7 +281,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
             if note:
                 print(f"warning: {note}", file=sys.stderr)
             if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
-                checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1, "fc": run.model.fc.state_dict(),
+                checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1,
+                                        "fc": classifier(run.model).state_dict(),
                                         "optimizer": run.optimizer.state_dict(), "history": history,
                                         "pretrained": pretrained, "rng": checkpoint.rng_state(),
                                         "config": to_dict(cfg)}, run_dir / LINEAR_LAST)
@@ -264,8 +301,9 @@ def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: 
         raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
     splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures)
     torch.manual_seed(cfg.run.seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch)
-    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+                                crop_option="--set data.crop_size={0} --set data.resize={0}")
+    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(classifier_name(model) + ".")}
     model = model.to(device)
     optimizer = torch.optim.SGD(freeze_all_but_fc(model), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)
@@ -311,19 +349,38 @@ def _train_epoch(cfg: LinearConfig, run: _Setup, epoch: int, step: int, device: 
     return step, loss.item(), lr
 
 
-def protocol_note(cfg: LinearConfig) -> str:
-    """What the record and the summary call this run: the paper's protocol only when its optimisation and crops
-    are the paper's (main_lincls.py's defaults); otherwise what differs, so that a 5-epoch check is not taken for
-    the protocol."""
+# MoCo v3's protocol (facebookresearch/moco-v3 main_lincls.py's defaults; its CONFIG.md passes --lr 3 for ViTs)
+MOCOV3_PROTOCOL = LinearOptimConfig(lr=0.1, batch_size=1024, epochs=90, milestones=(), schedule="cosine",
+                                    scale_lr=True)
+MOCOV3_VIT_LR = 3.0
+
+
+def protocol_name(cfg: LinearConfig) -> str:
+    """The record's ``protocol``: "linear" (v1/v2's shape: lr as given, step schedule), "linear-mocov3" (v3's: lr
+    per 256 images, cosine), or "linear-cached" (fc trained on features extracted once)."""
+    if cfg.run.cached_features:
+        return "linear-cached"
+    return "linear-mocov3" if cfg.optim.schedule == "cosine" and cfg.optim.scale_lr else "linear"
+
+
+def protocol_note(cfg: LinearConfig, arch: str | None = None) -> str:
+    """What the record and the summary call this run: the paper's protocol (v1/v2's main_lincls.py) or MoCo v3's
+    only when the optimisation and crops are that protocol's (v3's lr: 3 for a ViT ``arch``, else 0.1);
+    otherwise what differs, so that a 5-epoch check is not taken for the protocol."""
     if cfg.run.cached_features:
         return "not the paper's protocol: fc trained on cached center-crop features"
-    paper_optim, paper_data = LinearOptimConfig(), LinearDataConfig()
-    changed = [f"{name} {_shown(getattr(cfg.optim, name))} (the paper: {_shown(getattr(paper_optim, name))})"
-               for name in ("epochs", "milestones", "lr", "batch_size", "momentum", "weight_decay")
-               if getattr(cfg.optim, name) != getattr(paper_optim, name)]
-    changed += [f"{name} {getattr(cfg.data, name)} (the paper: {getattr(paper_data, name)})"
-                for name in ("crop_size", "resize") if getattr(cfg.data, name) != getattr(paper_data, name)]
-    return "the paper's protocol" if not changed else "the linear protocol with " + ", ".join(changed)
+    if protocol_name(cfg) == "linear-mocov3":
+        reference = replace(MOCOV3_PROTOCOL, lr=MOCOV3_VIT_LR if arch in VIT_SHAPES else MOCOV3_PROTOCOL.lr)
+        name, whose, family = "the MoCo v3 protocol", "MoCo v3's", "the MoCo v3 linear protocol"
+    else:
+        reference, name, whose, family = LinearOptimConfig(), "the paper's protocol", "the paper", "the linear protocol"
+    paper_data = LinearDataConfig()
+    changed = [f"{key} {_shown(getattr(cfg.optim, key))} ({whose}: {_shown(getattr(reference, key))})"
+               for key in ("epochs", "milestones", "schedule", "lr", "scale_lr", "batch_size", "momentum",
+                           "weight_decay") if getattr(cfg.optim, key) != getattr(reference, key)]
+    changed += [f"{key} {getattr(cfg.data, key)} ({whose}: {getattr(paper_data, key)})"
+                for key in ("crop_size", "resize") if getattr(cfg.data, key) != getattr(paper_data, key)]
+    return name if not changed else f"{family} with " + ", ".join(changed)
 
 
 def _shown(value: object) -> str:
@@ -338,7 +395,7 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
               "best_top5": best["top5"], "best_epoch": best["epoch"]}
     checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": run.info.arch, "state_dict": run.model.state_dict(),
                             "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
-    protocol = "linear-cached" if cfg.run.cached_features else "linear"
+    protocol, note = protocol_name(cfg), protocol_note(cfg, run.info.arch)
     splits = run.splits
     record = write_record(run_dir / "result.json", task="linear", protocol=protocol, metrics=result,
                           backbone=run.info, dataset={"path": cfg.data.path, "classes": len(splits.classes),
@@ -347,8 +404,8 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
                                                       **shapes_version(cfg.data.path)},
                           config=to_dict(cfg), history=history,
                           extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
-                                 "note": protocol_note(cfg), **extra})
-    print(f"{protocol_note(cfg)}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
+                                 "note": note, **extra})
+    print(f"{note}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
           f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
           file=sys.stderr)
     return record
@@ -388,13 +445,14 @@ class _FeatureHead(nn.Module):
 
 def _cached(model: nn.Module, splits: Splits, batch: int, cfg: LinearConfig,
             device: torch.device) -> tuple[TensorDataset, DataLoader, nn.Module]:
-    """Pooled features of center crops, extracted once; fc is then trained on them."""
-    fc = model.fc
-    model.fc = nn.Identity()
+    """Pooled features (a ViT: its class token) of center crops, extracted once; fc is then trained on them."""
+    name = classifier_name(model)
+    fc = classifier(model)
+    setattr(model, name, nn.Identity())
     loaders = [DataLoader(ds, batch_size=batch, num_workers=cfg.data.workers) for ds in (splits.train, splits.val)]
     with autocast(device, cfg.run.amp):
         (train_x, train_y), (val_x, val_y) = (_raw_features(model, loader, device) for loader in loaders)
-    model.fc = fc
+    setattr(model, name, fc)
     index = torch.arange(len(train_y))
     train = TensorDataset(train_x.float().cpu(), train_y.cpu(), index)
     val = DataLoader(TensorDataset(val_x.float().cpu(), val_y.cpu(), torch.arange(len(val_y))), batch_size=batch)

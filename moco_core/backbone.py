@@ -17,6 +17,7 @@ from torch import nn
 
 from moco_core import checkpoint
 from moco_core.config import ARCHS
+from moco_core.errors import UserError
 from moco_core.vit import VIT_SHAPES
 
 QUERY_PREFIX = checkpoint.QUERY_PREFIX
@@ -164,7 +165,8 @@ def load_resnet(source: str, *, arch: str | None = None, num_classes: int = 1000
             raise checkpoint.CheckpointError(f"'random' needs the ResNet to initialise: pass --arch{also}")
         chosen = arch
         if chosen not in ARCHS:
-            raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)}")
+            raise checkpoint.CheckpointError(f"unknown arch {chosen!r}; expected one of {list(ARCHS)} (or, where "
+                                             f"a ViT can be evaluated, {list(VIT_SHAPES)})")
         model = getattr(torchvision.models, chosen)(num_classes=num_classes)
         return model, BackboneInfo("random", "random", chosen, None, {"method": "random init"})
     path = checkpoint.resolve(source) if Path(source).is_dir() else Path(source)  # a run directory: its last
@@ -212,20 +214,36 @@ def load_vit(path: Path, state: dict[str, torch.Tensor], fmt: str, facts: dict[s
     return model, BackboneInfo(str(path), fmt, found, file_sha256(path), facts)
 
 
-def load_backbone(source: str, num_classes: int, *, arch: str | None = None) -> tuple[nn.Module, BackboneInfo]:
-    """:func:`load_resnet` (or, for a ViT checkpoint, :func:`load_vit`) with a new fc or head (N(0, 0.01), bias
-    0) for ``num_classes``, as main_lincls.py."""
-    if source == "random":
+def load_backbone(source: str, num_classes: int, *, arch: str | None = None, crop_size: int | None = None,
+                  crop_option: str = "--crop-size {}") -> tuple[nn.Module, BackboneInfo]:
+    """:func:`load_resnet` (or, for a ViT checkpoint or a random ViT ``arch``, :func:`load_vit`) with a new fc or
+    head (N(0, 0.01), bias 0) for ``num_classes``, as main_lincls.py.
+
+    ``crop_size``: the crops the evaluation feeds it. A random ViT is built for them; a ViT from a file takes the
+    crops it was trained at (its fixed position embedding is for that grid of patches), and other crops stop with
+    one line with ``crop_option`` (a template of the option that sets them) filled in."""
+    if source == "random" and arch in VIT_SHAPES:
+        from moco_core.vit import build_vit
+
+        model: nn.Module = build_vit(arch, img_size=crop_size or 224, num_classes=num_classes)
+        info = BackboneInfo("random", "random", arch, None, {"method": "random init"})
+        head = model.head
+    elif source == "random":
         model, info = load_resnet(source, arch=arch, num_classes=num_classes)
+        head = model.fc
     else:
         path = checkpoint.resolve(source) if Path(source).is_dir() else Path(source)
         state, fmt, facts = read_backbone_state(path)
         if infer_vit(state) is not None:
-            vit, info = load_vit(path, state, fmt, facts, num_classes=num_classes, arch=arch)
-            nn.init.normal_(vit.head.weight, mean=0.0, std=0.01)
-            nn.init.zeros_(vit.head.bias)
-            return vit, info
-        model, info = _resnet_from_state(path, state, fmt, facts, arch=arch, num_classes=num_classes)
-    nn.init.normal_(model.fc.weight, mean=0.0, std=0.01)
-    nn.init.zeros_(model.fc.bias)
+            model, info = load_vit(path, state, fmt, facts, num_classes=num_classes, arch=arch)
+            trained = model.patch_embed.img_size[0]
+            if crop_size is not None and crop_size != trained:
+                raise UserError(f"{source}: its ViT ({info.arch}) takes {trained}-px crops, not {crop_size}; "
+                                f"evaluate it with {crop_option.format(trained)}")
+            head = model.head
+        else:
+            model, info = _resnet_from_state(path, state, fmt, facts, arch=arch, num_classes=num_classes)
+            head = model.fc
+    nn.init.normal_(head.weight, mean=0.0, std=0.01)
+    nn.init.zeros_(head.bias)
     return model, info

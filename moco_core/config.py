@@ -411,6 +411,12 @@ Schedule = tuple[str, tuple[str, ...], "Callable[[dict[str, Any]], bool] | None"
 SCHEDULES: dict[str, list[Schedule]] = {}  # by config class name; each config's module adds its own
 
 
+def step_schedule(config: dict[str, Any]) -> bool:
+    """A :data:`SCHEDULES` condition: the merged config's ``optim.schedule`` is the step one (or not set, the
+    default's). Milestones move with the run's length only there: a cosine schedule has none."""
+    return _get(config, "optim.schedule") in (None, "step")
+
+
 def _get(data: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         if not isinstance(data, dict) or part not in data:
@@ -677,6 +683,5 @@ def mocov3_checks(cfg: PretrainConfig) -> list[Check]:
 
 VALIDATORS = {PretrainConfig: validate_pretrain}
 # The step schedule's milestones follow optim.epochs (a cosine schedule has none to move).
-SCHEDULES["PretrainConfig"] = [("optim.epochs", ("optim.milestones",),
-                                lambda c: _get(c, "optim.schedule") in (None, "step"), None),
+SCHEDULES["PretrainConfig"] = [("optim.epochs", ("optim.milestones",), step_schedule, None),
                                ("optim.epochs", ("optim.warmup_epochs",), None, None)]

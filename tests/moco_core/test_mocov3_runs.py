@@ -200,4 +200,4 @@ def test_eval_knn_reads_a_vit_at_its_crop_size(shapes_root: Path, tmp_path: Path
     assert json.loads((tmp_path / "knn" / "result.json").read_text())["backbone"]["arch"] == "vit_nano_p4"
     bad = moco(*common, "--crop-size", "40", "--output-dir", str(tmp_path / "knn40"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
-        f"error: {run}: its ViT (vit_nano_p4) takes 32-px crops; evaluate it with --crop-size 32"
+        f"error: {run}: its ViT (vit_nano_p4) takes 32-px crops, not 40; evaluate it with --crop-size 32"
