@@ -169,7 +169,7 @@ def find_curves(entries: Iterable[Entry]) -> list[Curve]:
     for key, (_, c, method) in found.items():
         by_run = linear.get(key, {})
         first = V3_PROTOCOL if method == "mocov3" else "linear"
-        chosen = max(by_run, default=None, key=lambda pl: (pl[1] == LINEAR_EPOCHS[pl[0]], pl[1] or 0, pl[0] == first))
+        chosen = max(by_run, default=None, key=lambda pl: (pl[1] == LINEAR_EPOCHS[pl[0]], pl[0] == first, pl[1] or 0))
         points = tuple(sorted(by_run.get(chosen, {}).items())) if chosen else ()
         curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(*(chosen or ("linear", None)))))
     return sorted(curves, key=lambda curve: curve.label)
