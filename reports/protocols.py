@@ -24,8 +24,8 @@ class Setting(Protocol):
 
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
-# The official facebookresearch/moco-v3 main_lincls.py's --epochs default (arXiv 2104.02057); the epochs of the
-# linear_mocov3 presets (tests/reports/test_protocols.py).
+# The official facebookresearch/moco-v3 main_lincls.py's --epochs default (arXiv 2104.02057), and so of the
+# linear_mocov3 presets (tests/reports/test_protocols.py checks it).
 V3_LINEAR_EPOCHS = 90
 V3_PROTOCOL = "linear-mocov3"
 LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  # protocol -> its preset's epochs
