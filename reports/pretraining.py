@@ -16,8 +16,9 @@ from typing import Any
 
 # Pretraining kinds, in the order rows appear in a table (the paper's: random init, supervised, then ours).
 KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "unknown")
-METHOD_NAMES = {"moco": "MoCo", "end2end": "end-to-end", "memory-bank": "memory bank", "supervised": "supervised"}
-METHOD_ORDER = ("moco", "end2end", "memory-bank")
+METHOD_NAMES = {"moco": "MoCo", "mocov3": "MoCo v3", "end2end": "end-to-end", "memory-bank": "memory bank",
+                "supervised": "supervised"}
+METHOD_ORDER = ("moco", "mocov3", "end2end", "memory-bank")
 ABSENT_METHODS = (None, "", "unknown")
 
 
@@ -38,6 +39,13 @@ class Pretraining:
     planned_epochs: int | None = None  # our pretrainings: their config's optim.epochs
     partial_steps: int = 0  # steps trained into the unfinished epoch after ``epochs`` (a mid-epoch checkpoint)
     snapshot: bool = False  # a snapshot kept on the way (moco eval snapshots), not where the run stopped
+    variant: str | None = None  # method "moco": "v1" or "v2" where its config is one of the two recipes
+
+    @property
+    def method_label(self) -> str:
+        """"MoCo v1", "MoCo v2" (method moco, by its config: :func:`moco_variant`), "MoCo v3", "end-to-end"..."""
+        name = method_name(self.method)
+        return f"{name} {self.variant}" if self.variant else name
 
     @property
     def short_hash(self) -> str:
@@ -70,8 +78,9 @@ class Pretraining:
 
     @property
     def label(self) -> str:
-        """E.g. "MoCo (R18, 15 ep, embedded) a1b2c3", "MoCo (R18, 2 of 20 ep + 6 steps, unfinished, embedded)",
-        "supervised (torchvision weights, R50) 0f1e2d", "random init (R18)"."""
+        """E.g. "MoCo v2 (R18, 15 ep, embedded) a1b2c3", "MoCo (R18, 2 of 20 ep + 6 steps, unfinished, embedded)",
+        "MoCo v3 (ViT-S/16, 300 ep, imagenet)", "supervised (torchvision weights, R50) 0f1e2d",
+        "random init (R18)"."""
         arch = short_arch(self.arch)
         if self.kind == "random":
             return f"random init ({arch})"
@@ -79,19 +88,26 @@ class Pretraining:
             return _with_hash(f"supervised (torchvision weights, {arch})", self.short_hash)
         details = ", ".join(p for p in (arch, self.epochs_text, self.data) if p)
         if self.kind == "official":
-            name = method_name(self.method) if self.method not in ABSENT_METHODS else "MoCo"
+            name = self.method_label if self.method not in ABSENT_METHODS else "MoCo"
             return _with_hash(f"{name} (official checkpoint, {details})", self.short_hash)
         if self.kind == "unknown":
             return _with_hash(f"unknown pretraining ({self.format}, {details})", self.short_hash)
-        return _with_hash(f"{method_name(self.method)} ({details})", self.short_hash)
+        return _with_hash(f"{self.method_label} ({details})", self.short_hash)
 
     def sort_key(self) -> tuple[Any, ...]:
         return (KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "", self.epochs or 0,
                 self.partial_steps, self.planned_epochs or 0, self.sha256 or "", self.source)
 
 
+# MoCo v3's ViTs (moco_core/vit.py VIT_SHAPES) as papers write them: size, then the patch size. ViT-S and ViT-B as
+# arXiv 2104.02057; Ti for DeiT's tiny shape (width 192, 12 blocks, 3 heads; arXiv 2012.12877); "nano" is ours.
+VIT_NAMES = {"vit_small": "ViT-S/16", "vit_base": "ViT-B/16", "vit_tiny_p4": "ViT-Ti/4", "vit_nano_p4": "ViT-nano/4"}
+
+
 def short_arch(arch: str) -> str:
-    """resnet50 -> R50, wide_resnet50_2 -> R50w2; anything else unchanged."""
+    """resnet50 -> R50, wide_resnet50_2 -> R50w2, vit_small -> ViT-S/16; anything else unchanged."""
+    if arch in VIT_NAMES:
+        return VIT_NAMES[arch]
     if arch.startswith("resnet") and arch[6:].isdigit():
         return f"R{arch[6:]}"
     if arch.startswith("wide_resnet") and "_" in arch[11:]:
@@ -102,6 +118,23 @@ def short_arch(arch: str) -> str:
 
 def method_name(method: str | None) -> str:
     return METHOD_NAMES.get(method or "", method or "unknown")
+
+
+def moco_variant(config: dict[str, Any]) -> str | None:
+    """"v1" or "v2": which of MoCo's recipes a method-moco pretraining config is. v2 is v1 with an MLP head, blur
+    in the augmentation and a cosine lr schedule (arXiv 2003.04297, Table 1: "MLP", "aug+", "cos"): all three make
+    v2, none v1. A mix of them (the paper's ablations), or a config that does not say (records written by hand,
+    official checkpoints), names no version: its label says "MoCo"."""
+    model, augment, optim = (config.get(k) if isinstance(config.get(k), dict) else {} for k in
+                             ("model", "augment", "optim"))
+    mlp, blur, schedule = model.get("mlp"), augment.get("blur_prob"), optim.get("schedule")
+    if not isinstance(mlp, bool) or isinstance(blur, bool) or not isinstance(blur, int | float):
+        return None
+    if mlp and blur > 0 and schedule == "cosine":
+        return "v2"
+    if not mlp and blur == 0 and schedule == "step":
+        return "v1"
+    return None
 
 
 def method_rank(method: str | None) -> tuple[int, str]:
@@ -145,10 +178,11 @@ def recipe_digest(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
-# The config field a sweep changes (sweeps.sweep.point_config): for end2end the dictionary is the batch.
+# The config field a sweep changes (sweeps.sweep.point_config): for end2end the dictionary is the batch; MoCo v3
+# keeps its momentum under v3 (model.momentum is v1/v2's, which mocov3 configs refuse to set).
 def swept_field(param: str, method: str) -> tuple[str, str]:
     if param == "momentum":
-        return "model", "momentum"
+        return ("v3", "momentum") if method == "mocov3" else ("model", "momentum")
     return ("optim", "batch_size") if method == "end2end" else ("model", "queue_size")
 
 

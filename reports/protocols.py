@@ -17,10 +17,21 @@ class Setting(Protocol):
     """What is read here of a :class:`reports.summary.Setting` (named by its fields: summary imports this module)."""
 
     task: str
+    protocol: str
+    dataset_path: str
     schedule: str | None
     length: int | None
 
+
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
+# The official facebookresearch/moco-v3 main_lincls.py's --epochs default (arXiv 2104.02057), and so of the
+# linear_mocov3 presets (tests/reports/test_protocols.py checks it).
+V3_LINEAR_EPOCHS = 90
+V3_PROTOCOL = "linear-mocov3"
+LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  # protocol -> its preset's epochs
+# The presets that run the MoCo v3 protocol (lincls/): (ImageNet, embedded data), by backbone family
+V3_PRESETS = {"resnet": ("linear_mocov3", "lincls_mocov3_embedded"),
+              "vit": ("linear_mocov3_vit", "lincls_mocov3_vit_embedded")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200}
@@ -61,7 +72,7 @@ def length_key(s: Setting) -> str | None:
 def paper_length(s: Setting) -> int | None:
     """The length of the preset a setting's protocol and schedule name; None where none is known."""
     if s.task == "linear":
-        return PAPER_LINEAR_EPOCHS
+        return LINEAR_EPOCHS.get(s.protocol, PAPER_LINEAR_EPOCHS)
     return SCHEDULE_ITERATIONS.get((s.task, preset_schedule(s)))
 
 
@@ -70,12 +81,22 @@ def runs_preset_length(s: Setting) -> bool:
     return s.length is None or s.length == paper_length(s)
 
 
-def _linear_length(s: Setting) -> str:
+def _linear_length(s: Setting, whose: str = "the paper's", epochs: int = PAPER_LINEAR_EPOCHS) -> str:
+    """"5 of the paper's 100 epochs", "120 epochs; the MoCo v3 protocol's: 90"."""
     if s.length is None:
         return "epochs not recorded"
-    if s.length < PAPER_LINEAR_EPOCHS:
-        return f"{s.length} of the paper's {PAPER_LINEAR_EPOCHS} epochs"
-    return f"{s.length} epochs; the paper's: {PAPER_LINEAR_EPOCHS}"
+    if s.length < epochs:
+        return f"{s.length} of {whose} {epochs} epochs"
+    return f"{s.length} epochs; {whose}: {epochs}"
+
+
+def _v3_linear(s: Setting) -> str:
+    """"the MoCo v3 protocol, 90 epochs", "30 of the MoCo v3 protocol's 90 epochs"."""
+    if s.length == V3_LINEAR_EPOCHS:
+        return f"the MoCo v3 protocol, {V3_LINEAR_EPOCHS} epochs"
+    if s.length is None:
+        return "the MoCo v3 protocol, epochs not recorded"
+    return _linear_length(s, "the MoCo v3 protocol's", V3_LINEAR_EPOCHS)
 
 
 def _schedule(s: Setting) -> str:
@@ -96,6 +117,8 @@ def setting_title(s: Setting) -> str:
         if s.protocol == "linear":
             what = "the paper's protocol, 100 epochs" if s.length == PAPER_LINEAR_EPOCHS else _linear_length(s)
             head = f"Linear classification ({what})"
+        elif s.protocol == V3_PROTOCOL:
+            head = f"Linear classification ({_v3_linear(s)})"
         elif s.protocol == "linear-cached":
             length = "" if s.length is None else f"; {s.length} epochs"
             head = f"Linear classification on cached features (NOT the paper's protocol{length})"
@@ -113,6 +136,10 @@ def setting_subtitle(s: Setting) -> str:
     text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
     if s.protocol == "linear-cached":
         text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
+    if s.protocol == V3_PROTOCOL:
+        text += (" The protocol of the official moco-v3 main_lincls.py (its presets: SGD with momentum 0.9, no weight "
+                 "decay, a cosine lr per epoch, batch 1024, lr per 256 images 0.1 for a ResNet and 3 for a ViT); "
+                 "not the v1/v2 paper's (lr 30, step schedule, 100 epochs), whose tables are apart.")
     return text
 
 
@@ -124,13 +151,27 @@ def chance_note(s: Setting) -> str | None:
     return f"Chance level: top-1 {top1:.3g}%, top-5 {top5:.3g}% ({s.classes} classes)."
 
 
-def random_init_hint(s: Setting, archs: set[str]) -> str:
-    """How to add the random-init row a table lacks: the command, with the rows' arch, data and length."""
-    arch = next(iter(archs)) if len(archs) == 1 else "ARCH"
-    command = TASK_COMMANDS[s.task].format(arch=arch) + f" --data {shlex.quote(s.dataset_path)}"
+def v3_preset(arch: str, dataset_path: str) -> str:
+    """The preset of the MoCo v3 protocol for a backbone and data: ViTs train at lr 3, ResNets at 0.1."""
+    imagenet, embedded = V3_PRESETS["vit" if arch.startswith("vit_") else "resnet"]
+    return embedded if dataset_path == "embedded" else imagenet
+
+
+def _hint_command(s: Setting, arch: str) -> str:
+    command = TASK_COMMANDS[s.task].format(arch=arch)
+    if s.protocol == V3_PROTOCOL:
+        command += f" -c {v3_preset(arch, s.dataset_path)}"
+    command += f" --data {shlex.quote(s.dataset_path)}"
     if s.protocol == "linear-cached":
         command += " --cached-features"
     if s.length is not None:
         command += f" --set {'optim.epochs' if s.task == 'linear' else 'solver.iterations'}={s.length}"
+    return command
+
+
+def random_init_hint(s: Setting, archs: set[str]) -> str:
+    """How to add the random-init row a table lacks: the command, with the rows' arch, data and length; for rows
+    of several archs, one command per arch."""
+    commands = "; ".join(_hint_command(s, arch) for arch in sorted(archs))
     return ("No random-init row (the floor to read the other rows against). To add one, with the other options "
-            f"the rows were evaluated with and its result.json below a directory this report reads: {command}")
+            f"the rows were evaluated with and its result.json below a directory this report reads: {commands}")

@@ -3,13 +3,14 @@ them beside ours.
 
 Matching rule (a published row is shown in one of our tables only when the evaluation setting is the same):
 
-* ImageNet linear classification: our table is task ``linear`` with protocol ``linear`` (the paper's; never
-  ``linear-cached`` nor kNN), its evaluation dataset's name or path contains "imagenet" or "ilsvrc"
-  (case-insensitive), the published ``backbone`` is the short name of an arch in the table (R50 = resnet50), and
-  the published protocol is as long as ours (MoCo v3's rows, "90ep v3 lincls", are not shown beside the paper's
-  100 epochs).
-  The momentum-ablation rows (backbone "R50 (K=4096)") are shown in our momentum ablation table under the same
-  conditions.
+* ImageNet linear classification: our table is task ``linear`` with the protocol the published schedule names
+  ("100ep lincls": ``linear``, the v1/v2 paper's; "90ep v3 lincls": ``linear-mocov3``, the official moco-v3
+  main_lincls.py's; never ``linear-cached`` nor kNN), run for the epochs it names (100, 90), its evaluation
+  dataset's name or path contains "imagenet" or "ilsvrc" (case-insensitive), and the published ``backbone`` is
+  the short name of an arch in the table (R50 = resnet50, ViT-S/16 = vit_small). So MoCo v3's rows are never
+  beside the v1/v2 protocol's numbers, nor v1/v2's beside the v3 protocol's.
+  The momentum-ablation rows (backbone "R50 (K=4096)", MoCo v1's) are shown in our momentum ablation table of
+  the v1/v2 mechanisms under the same conditions, never in MoCo v3's.
 * VOC detection: task ``voc``, dataset name or path contains "voc" and the sets are the standard ones (not
   "custom: ..."), engine ``detectron2`` (the published numbers
   are Detectron2's), the detector model equals the published backbone (R50-C4) and the schedule equals it (24k)
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.pretraining import short_arch
-from reports.protocols import paper_length, runs_preset_length
+from reports.protocols import V3_PROTOCOL, paper_length, runs_preset_length
 from reports.summary import Setting
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
@@ -66,6 +67,14 @@ class PublishedRow:
     def label(self) -> str:
         details = ", ".join(p for p in (self.pretrain_data, self.backbone) if p and p != "none")
         return f"{self.origin}: {self.pretrain} ({details})"
+
+    @property
+    def protocol(self) -> str | None:
+        """Our protocol of the same evaluation: "linear-mocov3" for MoCo v3's "90ep v3 lincls", "linear" for the
+        paper's "100ep lincls"; None for the detection schedules."""
+        if self.task != TASKS["linear"]:
+            return None
+        return V3_PROTOCOL if " v3 " in f" {self.schedule} " else "linear"
 
     @property
     def momentum(self) -> float | None:
@@ -116,12 +125,12 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
     if not runs_preset_length(setting):
         return []
     if setting.task == "linear":
-        if setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc"):
+        if setting.protocol not in ("linear", V3_PROTOCOL) or not _named(setting, "imagenet", "ilsvrc"):
             return []
         shorts = {short_arch(a) for a in archs}
         epochs = setting.length or paper_length(setting)
-        return [r for r in rows if r.task == TASKS["linear"] and r.backbone in shorts
-                and _schedule_epochs(r.schedule) in (None, epochs)]
+        return [r for r in rows if r.task == TASKS["linear"] and r.protocol == setting.protocol
+                and r.backbone in shorts and _schedule_epochs(r.schedule) in (None, epochs)]
     if setting.task in ("voc", "coco"):
         custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/datasets.py)
         if setting.engine != "detectron2" or custom or not _named(setting, setting.task):
@@ -131,11 +140,13 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
     return []
 
 
-def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
-    """The published momentum-ablation rows to show in our momentum ablation table of ``setting``."""
-    if setting.task != "linear" or setting.protocol != "linear" or not _named(setting, "imagenet", "ilsvrc") \
-            or not runs_preset_length(setting):
+def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow],
+                      methods: set[str] | None = None) -> list[PublishedRow]:
+    """The published momentum-ablation rows (MoCo v1's) to show in our momentum ablation table of ``setting``,
+    whose curves are of ``methods`` (sweep.method): none in a table of MoCo v3's curves."""
+    if "mocov3" in (methods or set()) or setting.task != "linear" or setting.protocol != "linear" \
+            or not _named(setting, "imagenet", "ilsvrc") or not runs_preset_length(setting):
         return []
     shorts = {short_arch(a) for a in archs}
-    return [r for r in rows if r.task == TASKS["linear"] and r.momentum is not None
+    return [r for r in rows if r.task == TASKS["linear"] and r.momentum is not None and r.protocol == "linear"
             and r.backbone.split(" ")[0] in shorts and r.backbone.startswith(tuple(f"{s} (K=" for s in shorts))]

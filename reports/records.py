@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, recipe_digest, series_digest
+from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, moco_variant, recipe_digest, series_digest
 from reports.protocols import eval_length
 
 SCHEMA = "moco.result"
@@ -274,7 +274,7 @@ def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretrai
     partial = _count(pretrain.get("partial_epoch_steps")) or 0  # absent from records written before it was
     if fmt == "random" or source == "random" or method == "random init":
         kind, method, sha, data_path, epochs = "random", "random init", None, None, None
-    elif fmt == "official-moco":
+    elif fmt in ("official-moco", "official-mocov3"):  # moco_core/backbone.py: the official v1/v2 and v3 files
         kind = "official"
     elif fmt == "torchvision" and (method in ABSENT_METHODS or not config):
         kind, method, data_path, epochs = "torchvision", "supervised", None, None  # a plain state_dict
@@ -287,9 +287,10 @@ def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretrai
     recipe = recipe_digest(config) if kind in ("ours", "supervised") and config else None
     if epochs is None:
         planned, partial = None, 0
+    variant = moco_variant(config) if method == "moco" else None
     return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
                        epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe, planned_epochs=planned,
-                       partial_steps=partial, snapshot=snapshot)
+                       partial_steps=partial, snapshot=snapshot, variant=variant)
 
 
 def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from reports import FORMATS
 from reports.expected import Expected
-from reports.protocols import PAPER_LINEAR_EPOCHS
+from reports.protocols import LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
-from reports.tables import Shown, Table, all_tables, mechanism_label
+from reports.tables import Shown, Table, ablation_key, all_tables, mechanism_label
 
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
@@ -79,7 +79,7 @@ def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
             rows.extend(_entry_rows(setting_key, entry, reference))
     for entry in ablation:
         assert entry.sweep is not None
-        rows.extend(_entry_rows(f"ablation-{entry.sweep.param}:{entry.setting.key}", entry, None))
+        rows.extend(_entry_rows(ablation_key(entry.sweep.param, entry.sweep.method, entry.setting.key), entry, None))
     for item in shown:
         rows.extend(_published_rows(item))
     rows.extend({"section": "skipped", "origin": "skipped", "status": "skipped", "note": s.reason, "files": s.path}
@@ -125,7 +125,7 @@ def _stat_fields(stat: Stat | None) -> dict[str, str]:
 
 def _published_rows(item: Shown) -> list[dict[str, str]]:
     s = item.setting
-    section = f"ablation-{item.sweep_param}:{s.key}" if item.sweep_param else item.key
+    section = item.key  # the table's: the setting's, or its ablation's
     rows = []
     for row in item.rows:
         base = {"section": section, "origin": row.origin, "status": "published", "task": s.task,
@@ -144,10 +144,11 @@ def _published_rows(item: Shown) -> list[dict[str, str]]:
 
 def find_curves(entries: Iterable[Entry]) -> list[Curve]:
     """Each pretraining run whose metrics.jsonl lies beside its checkpoint, labelled by its latest checkpoint, with
-    the linear top-1 of each of its checkpoints that was evaluated (``moco eval snapshots``, the final one): of the
-    evaluations of the paper's length where there are some, else of the longest."""
-    found: dict[Path, tuple[tuple[int, int], Curve]] = {}
-    linear: dict[Path, dict[int | None, dict[int, float]]] = {}  # run -> evaluation length -> epochs -> top-1
+    the linear top-1 of each of its checkpoints that was evaluated (``moco eval snapshots``, the final one), of one
+    protocol and length: a protocol's own length where there is one (the MoCo v3 protocol's first for a v3
+    pretraining, else the paper's), else the longest."""
+    found: dict[Path, tuple[tuple[int, int], Curve, str | None]] = {}
+    linear: dict[Path, dict[tuple[str, int | None], dict[int, float]]] = {}  # run -> (protocol, length) -> ep -> top-1
     for entry in entries:
         p = entry.pretraining
         if p.kind == "random" or not p.source:
@@ -159,24 +160,28 @@ def find_curves(entries: Iterable[Entry]) -> list[Curve]:
         label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
         progress = (p.epochs or 0, p.partial_steps)
         if key not in found or progress > found[key][0]:
-            found[key] = (progress, Curve(label, key, p.is_supervised))
+            found[key] = (progress, Curve(label, key, p.is_supervised), p.method)
         top1 = entry.metrics.get("top1")
-        if entry.setting.protocol == "linear" and p.epochs is not None and top1 is not None and top1.n:
-            linear.setdefault(key, {}).setdefault(entry.setting.length, {})[p.epochs] = top1.mean
+        s = entry.setting
+        if s.protocol in LINEAR_EPOCHS and p.epochs is not None and top1 is not None and top1.n:
+            linear.setdefault(key, {}).setdefault((s.protocol, s.length), {})[p.epochs] = top1.mean
     curves = []
-    for key, (_, c) in found.items():
-        by_length = linear.get(key, {})
-        length = PAPER_LINEAR_EPOCHS if PAPER_LINEAR_EPOCHS in by_length else \
-            max((n for n in by_length if n is not None), default=None)
-        points = tuple(sorted(by_length.get(length, {}).items()))
-        curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(length)))
+    for key, (_, c, method) in found.items():
+        by_run = linear.get(key, {})
+        first = V3_PROTOCOL if method == "mocov3" else "linear"
+        chosen = max(by_run, default=None, key=lambda pl: (pl[1] == LINEAR_EPOCHS[pl[0]], pl[0] == first, pl[1] or 0))
+        points = tuple(sorted(by_run.get(chosen, {}).items())) if chosen else ()
+        curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(*(chosen or ("linear", None)))))
     return sorted(curves, key=lambda curve: curve.label)
 
 
-def _linear_label(length: int | None) -> str:
-    if length == PAPER_LINEAR_EPOCHS:
-        return f"linear protocol ({length} ep)"
-    return "linear" if length is None else f"linear, {length} ep (the paper's: {PAPER_LINEAR_EPOCHS})"
+def _linear_label(protocol: str, length: int | None) -> str:
+    """"linear protocol (100 ep)", "linear, 5 ep (the paper's: 100)", "MoCo v3 linear protocol (90 ep)"."""
+    epochs = LINEAR_EPOCHS[protocol]
+    name, whose = ("MoCo v3 linear", "the protocol's") if protocol == V3_PROTOCOL else ("linear", "the paper's")
+    if length == epochs:
+        return f"{name} protocol ({length} ep)"
+    return name if length is None else f"{name}, {length} ep ({whose}: {epochs})"
 
 
 def metrics_path(source: str, record_path: str) -> Path | None:

@@ -22,7 +22,7 @@ from reports.pretraining import Pretraining, method_rank
 from reports.protocols import length_key, paper_length
 from reports.records import SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
-PROTOCOL_ORDER = ("linear", "linear-cached", "knn", "voc", "coco")
+PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "knn", "voc", "coco")
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,10 @@ def ablation_sort_key(entry: Entry) -> tuple[Any, ...]:
     sweep = entry.sweep
     assert sweep is not None
     p = entry.pretraining
-    return (SWEEP_PARAMS.index(sweep.param), entry.setting.sort_key(), method_rank(sweep.method), p.arch,
-            p.data or "", p.epochs or 0, p.partial_steps, sweep.series or "", sweep.value)
+    # MoCo v3's curves after the others of their setting: their table comes next (reports.tables.ablation_tables)
+    return (SWEEP_PARAMS.index(sweep.param), entry.setting.sort_key(), sweep.method == "mocov3",
+            method_rank(sweep.method), p.arch, p.data or "", p.epochs or 0, p.partial_steps, sweep.series or "",
+            sweep.value)
 
 
 def supervised_reference(entries: list[Entry]) -> tuple[Entry | None, str]:

@@ -31,6 +31,11 @@ METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", 
                   "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75"}
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
+# MoCo v3's curves are tables of their own: its m is where a schedule starts, v1/v2's a constant (a table per
+# parameter, setting and family).
+V3_MOMENTUM_NOTE = ("MoCo v3's m (v3.momentum) is the momentum at the start: with v3.momentum_cos, on in every "
+                    "official setup, it rises to 1 along a half cosine over the run; MoCo v1/v2's m stays constant, "
+                    "so their curves are in a table of their own.")
 DELTA_TASKS = ("voc", "coco")
 
 
@@ -245,10 +250,19 @@ def _drop_empty_note(table: Table) -> Table:
 
 
 def mechanism_label(entry: Entry) -> str:
+    """"MoCo v1 (R18, 15 ep, embedded)", "MoCo v3 (R18, 30 ep, embedded)", "memory bank (R18, 15 ep)"."""
     p = entry.pretraining
     assert entry.sweep is not None
     details = ", ".join(x for x in (short_arch(p.arch), p.epochs_text, p.data) if x)
-    return f"{method_name(entry.sweep.method)} ({details})"
+    name = p.method_label if p.method == entry.sweep.method else method_name(entry.sweep.method)
+    return f"{name} ({details})"
+
+
+def ablation_key(param: str, method: str, setting_key: str) -> str:
+    """The ablation table's key (the CSV's section): "ablation-momentum:<setting>", for MoCo v3's curves
+    "ablation-momentum-mocov3:<setting>"."""
+    family = "-mocov3" if method == "mocov3" else ""
+    return f"ablation-{param}{family}:{setting_key}"
 
 
 def curve_labels(entries: list[Entry]) -> list[str]:
@@ -267,23 +281,26 @@ def curve_labels(entries: list[Entry]) -> list[str]:
 
 
 def ablation_tables(entries: list[Entry], published: list[PublishedRow]) -> tuple[list[Table], list[Shown]]:
-    """One table per swept parameter and setting; rows per mechanism and value."""
+    """One table per swept parameter, setting and family (MoCo v3's curves apart); rows per mechanism and value."""
     tables: list[Table] = []
     shown: list[Shown] = []
-    for (param, setting), group in groupby(entries, key=lambda e: (e.sweep.param, e.setting)):  # type: ignore[union-attr]
+    for (param, v3, setting), group in groupby(entries, key=lambda e: (
+            e.sweep.param, e.sweep.method == "mocov3", e.setting)):  # type: ignore[union-attr]
         rows_of = list(group)
-        pub = matching_momentum(setting, {e.pretraining.arch for e in rows_of}, published) \
+        methods = {e.sweep.method for e in rows_of if e.sweep}
+        pub = matching_momentum(setting, {e.pretraining.arch for e in rows_of}, published, methods) \
             if param == "momentum" else []
-        table = _ablation_table(param, setting, rows_of, pub)
+        table = _ablation_table(param, setting, rows_of, pub, v3=v3)
         tables.append(table)
         if pub:
             shown.append(Shown(table.key, setting, pub, param))
     return tables, shown
 
 
-def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: list[PublishedRow]) -> Table:
+def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: list[PublishedRow], *,
+                    v3: bool = False) -> Table:
     metrics = TASK_METRICS[setting.task]
-    title = f"Ablation: {SWEEP_TITLES[param]}, {setting_title(setting)}"
+    title = f"Ablation: {SWEEP_TITLES[param]}{' of MoCo v3' if v3 else ''}, {setting_title(setting)}"
     data = AblationData(param, title, metrics[0])
     rows: list[Row] = []
     for entry, label in zip(entries, curve_labels(entries), strict=True):
@@ -307,7 +324,9 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
                         "secondary" if row.secondary else "published"))
         data.series.setdefault(row.origin + ": " + row.backbone, []).append(
             AblationPoint(row.momentum, row.values.get(metrics[0]), None))
-    notes = ["Failed runs are marked and never enter a mean."] if any(e.failures for e in entries) else []
+    notes = [V3_MOMENTUM_NOTE] if v3 and param == "momentum" else []
+    if any(e.failures for e in entries):
+        notes.append("Failed runs are marked and never enter a mean.")
     if any(e.n > 1 for e in entries):
         notes.append("A point's trials are pretrainings of one recipe with other seeds: mean ± sample std over "
                       "n; the plot's error bars are that std.")
@@ -315,7 +334,8 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
         notes.append("Published rows (published.csv) match this setting; they are not part of our means.")
     columns = (Column("Mechanism"), Column(SWEEP_HEADERS[param], True), Column("n", True),
                *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics), Column("Note"))
-    table = Table(f"ablation-{param}:{setting.key}", title, columns, rows, setting_subtitle(setting), notes, data)
+    key = ablation_key(param, "mocov3" if v3 else "", setting.key)
+    table = Table(key, title, columns, rows, setting_subtitle(setting), notes, data)
     return _drop_empty_note(table)
 
 

@@ -29,14 +29,16 @@ def test_html_is_self_contained(golden_html: str) -> None:
     assert "http://" not in golden_html and "https://" not in golden_html
     assert "<link" not in golden_html and "<script" not in golden_html and "@import" not in golden_html
     sources = re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']*)""", golden_html)
-    assert len(sources) == 3  # K plot, m plot, one pretraining run's curves
+    assert len(sources) == 4  # K plot, m plot, MoCo v3's m plot, one pretraining run's curves
     for src in sources:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
 
 
 def test_html_has_every_table_and_marks(golden_html: str) -> None:
-    assert golden_html.count("<table>") == 13  # 12 result tables and the skipped records
+    assert golden_html.count("<table>") == 16  # 15 result tables (3 of MoCo v3) and the skipped records
+    assert "<h2>Linear classification (the MoCo v3 protocol, 90 epochs): imagenet</h2>" in golden_html
+    assert "<h2>Ablation: momentum m of MoCo v3, " in golden_html
     assert '<span class="gain">(+2.4)</span>' in golden_html and '<span class="loss">(-21.3)</span>' in golden_html
     assert '<tr class="failed">' in golden_html and '<tr class="secondary">' in golden_html
     assert "Pretraining curves" in golden_html and "Skipped records" in golden_html

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from lincls.linear import LinearOptimConfig
-from reports.protocols import PAPER_LINEAR_EPOCHS, SCHEDULE_ITERATIONS, eval_length
+from reports.protocols import (
+    LINEAR_EPOCHS,
+    PAPER_LINEAR_EPOCHS,
+    SCHEDULE_ITERATIONS,
+    V3_LINEAR_EPOCHS,
+    V3_PROTOCOL,
+    eval_length,
+)
 from reports.published import load_published
 from reports.records import load_records
 from reports.report import build_report
@@ -29,6 +36,14 @@ def test_preset_lengths_are_the_presets() -> None:
         cfg = load_transfer_config(task, preset, [], flags={"data": {"path": "embedded"}})
         found[(task, cfg.schedule)] = cfg.solver.iterations
     assert found == SCHEDULE_ITERATIONS
+
+
+def test_the_v3_protocol_length_is_the_official_one() -> None:
+    # Against the official facebookresearch/moco-v3 main_lincls.py (--epochs default 90) until lincls has the v3
+    # presets; then check them as above: load_linear_config("linear_mocov3", []).optim.epochs == V3_LINEAR_EPOCHS,
+    # and the same for linear_mocov3_vit.
+    assert V3_LINEAR_EPOCHS == 90
+    assert LINEAR_EPOCHS == {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}
 
 
 def test_eval_length_reads_what_the_writers_write() -> None:

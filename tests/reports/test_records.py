@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.pretraining import short_arch
+from reports.pretraining import moco_variant, short_arch
 from reports.records import find_record_files, load_records
 from reports.summary import group
 
@@ -121,6 +121,67 @@ def test_pretrainings_of_one_recipe_with_other_seeds_are_trials_of_one_row(write
 def test_short_arch() -> None:
     assert [short_arch(a) for a in ("resnet18", "resnet50", "wide_resnet50_2", "vit_b")] == \
         ["R18", "R50", "R50w2", "vit_b"]
+    assert [short_arch(a) for a in ("vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")] == \
+        ["ViT-S/16", "ViT-B/16", "ViT-Ti/4", "ViT-nano/4"]
+
+
+def test_every_vit_of_moco_core_has_a_readable_name() -> None:
+    """reports restates the ViT names (it imports no moco_core): each of VIT_SHAPES has one, whose patch size and
+    size letter are its shape's (S: width 384, B: 768, Ti: 192, DeiT's names)."""
+    from moco_core.vit import VIT_SHAPES
+    from reports.pretraining import VIT_NAMES
+
+    assert set(VIT_NAMES) == set(VIT_SHAPES)
+    sizes = {384: "S", 768: "B", 192: "Ti", 96: "nano"}
+    for arch, shape in VIT_SHAPES.items():
+        assert VIT_NAMES[arch] == f"ViT-{sizes[shape.embed_dim]}/{shape.patch_size}"
+
+
+V1 = {"model": {"mlp": False}, "augment": {"blur_prob": 0.0}, "optim": {"schedule": "step"}}
+V2 = {"model": {"mlp": True}, "augment": {"blur_prob": 0.5}, "optim": {"schedule": "cosine"}}
+
+
+@pytest.mark.parametrize(("config", "variant"), [
+    (V1, "v1"), (V2, "v2"),
+    ({**V2, "optim": {"schedule": "step"}}, None),  # MLP and blur without cos: one of v2's ablation rows
+    ({**V1, "model": {"mlp": True}}, None),  # v1 + MLP
+    ({**V2, "augment": {}}, None),  # the config does not say: no version claimed
+    ({"model": {"mlp": False}}, None),
+    ({}, None),
+    ({**V1, "augment": {"blur_prob": True}}, None),  # not a number
+])
+def test_moco_variant_is_v1_or_v2_only_for_their_whole_recipe(config: dict, variant: str | None) -> None:
+    assert moco_variant(config) == variant
+
+
+def test_the_presets_are_the_variants_they_are_named_after() -> None:
+    from moco_core.config import PretrainConfig, load_config, to_dict
+
+    found = {preset: moco_variant(to_dict(load_config(PretrainConfig, preset, check=False))) for preset in
+             ("moco_v1_200ep", "moco_v2_200ep", "moco_v2_800ep", "embedded")}
+    assert found == {"moco_v1_200ep": "v1", "moco_v2_200ep": "v2", "moco_v2_800ep": "v2", "embedded": "v2"}
+
+
+def test_labels_name_the_moco_version(write_record: WriteRecord, runs: Path) -> None:
+    def ours(method: str, arch: str, sha: str, config: dict) -> dict:
+        return {**base_record()["backbone"], "arch": arch, "sha256": sha * 32,
+                "pretrain": {"method": method, "epochs": 100, "config": {**config, "data": {"path": "/d/imagenet"}}}}
+
+    write_record("v1.result.json", backbone=ours("moco", "resnet50", "11", V1))
+    write_record("v2.result.json", backbone=ours("moco", "resnet50", "22", V2))
+    write_record("mix.result.json", backbone=ours("moco", "resnet50", "33", {**V1, "model": {"mlp": True}}))
+    write_record("v3.result.json", backbone=ours("mocov3", "vit_small", "44", {"method": "mocov3"}))
+    write_record("v3r.result.json", backbone=ours("mocov3", "resnet50", "55", {"method": "mocov3", **V2}))
+    write_record("off3.result.json", backbone={"source": "/o/vit-b-300ep.pth.tar", "format": "official-mocov3",
+                                               "arch": "vit_base", "sha256": "66" * 32,
+                                               "pretrain": {"method": "mocov3", "epochs": 300, "config": {}}})
+    write_record("rand.result.json", backbone={"source": "random", "format": "random", "arch": "vit_small",
+                                               "sha256": None, "pretrain": {"method": "random init"}})
+    labels = [e.pretraining.label for e in group(load_records([str(runs)])[0])[0]]
+    assert labels == ["random init (ViT-S/16)", "MoCo v3 (official checkpoint, ViT-B/16, 300 ep) 666666",
+                      "MoCo v1 (R50, 100 ep, imagenet) 111111", "MoCo v2 (R50, 100 ep, imagenet) 222222",
+                      "MoCo (R50, 100 ep, imagenet) 333333", "MoCo v3 (R50, 100 ep, imagenet) 555555",
+                      "MoCo v3 (ViT-S/16, 100 ep, imagenet) 444444"]
 
 
 def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
