@@ -162,18 +162,23 @@ ADDED_NEUTRAL = {"augment.blur_prob_view2": None, "augment.solarize_prob": 0.0, 
                  "optim.optimizer": "auto", "optim.warmup_epochs": 0}
 
 
-def recipe_digest(config: dict[str, Any]) -> str:
-    """A digest of what a pretraining trained: its config without RECIPE_IGNORES. Pretrainings of one recipe with
-    different seeds (``moco trials``, ``moco demo --trials``) are trials of one row, whatever their weights."""
+# Likewise for the linear evaluation's config: the fields MoCo v3's protocol added, at v1/v2's values.
+EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr": False}
+
+
+def recipe_digest(config: dict[str, Any], neutral: dict[str, Any] = ADDED_NEUTRAL) -> str:
+    """A digest of what a pretraining trained: its config without RECIPE_IGNORES (and the ``neutral`` fields at
+    their neutral values). Pretrainings of one recipe with different seeds (``moco trials``, ``moco demo
+    --trials``) are trials of one row, whatever their weights."""
     kept = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()
             if section not in RECIPE_IGNORES and (section != "v3" or config.get("method") == "mocov3")}
     for name in RECIPE_IGNORES:
         section, _, key = name.partition(".")
         if key and isinstance(kept.get(section), dict):
             kept[section].pop(key, None)
-    for name, neutral in ADDED_NEUTRAL.items():
+    for name, value in neutral.items():
         section, _, key = name.partition(".")
-        if isinstance(kept.get(section), dict) and key in kept[section] and kept[section][key] == neutral:
+        if isinstance(kept.get(section), dict) and key in kept[section] and kept[section][key] == value:
             del kept[section][key]
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -25,13 +25,13 @@ class Setting(Protocol):
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
 # The official facebookresearch/moco-v3 main_lincls.py's --epochs default (arXiv 2104.02057), and so of the
-# linear_mocov3 presets (tests/reports/test_protocols.py checks it).
+# lincls_mocov3 presets (tests/reports/test_protocols.py checks it).
 V3_LINEAR_EPOCHS = 90
 V3_PROTOCOL = "linear-mocov3"
 LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  # protocol -> its preset's epochs
 # The presets that run the MoCo v3 protocol (lincls/): (ImageNet, embedded data), by backbone family
-V3_PRESETS = {"resnet": ("linear_mocov3", "lincls_mocov3_embedded"),
-              "vit": ("linear_mocov3_vit", "lincls_mocov3_vit_embedded")}
+V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
+              "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200}

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.pretraining import ABSENT_METHODS, Pretraining, data_name, moco_variant, recipe_digest, series_digest
+from reports.pretraining import (
+    ABSENT_METHODS,
+    EVAL_ADDED_NEUTRAL,
+    Pretraining,
+    data_name,
+    moco_variant,
+    recipe_digest,
+    series_digest,
+)
 from reports.protocols import eval_length
 
 SCHEMA = "moco.result"
@@ -298,7 +306,8 @@ def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:
     embedded detection scenes': the same config on other scenes is another recipe)."""
     if not config:
         return None
-    return recipe_digest({**config, "dataset_version": data_version} if isinstance(data_version, str) else config)
+    return recipe_digest({**config, "dataset_version": data_version} if isinstance(data_version, str) else config,
+                         EVAL_ADDED_NEUTRAL)
 
 
 def _sweep(raw: Any, config: dict[str, Any]) -> Sweep | None:

@@ -103,13 +103,13 @@ def test_the_random_init_hint_runs_the_v3_protocol_preset_of_each_arch(write_rec
                                                   {"path": "/data/my set", "classes": 8}))
     tables = tables_by_title(runs)
     assert hint(tables[V3_TITLE]) == (
-        "moco eval linear random --arch resnet50 -c linear_mocov3 --data /data/imagenet --set optim.epochs=90; "
-        "moco eval linear random --arch vit_small -c linear_mocov3_vit --data /data/imagenet --set optim.epochs=90")
+        "moco eval linear random --arch resnet50 -c lincls_mocov3 --data /data/imagenet --set optim.epochs=90; "
+        "moco eval linear random --arch vit_small -c lincls_mocov3_vit --data /data/imagenet --set optim.epochs=90")
     assert hint(tables["Linear classification (30 of the MoCo v3 protocol's 90 epochs): embedded"]) == (
         "moco eval linear random --arch resnet18 -c lincls_mocov3_embedded --data embedded --set optim.epochs=30")
     # other data than the embedded set: the ImageNet preset of the protocol, with the data given
     assert hint(tables["Linear classification (30 of the MoCo v3 protocol's 90 epochs): my set"]) == (
-        "moco eval linear random --arch vit_nano_p4 -c linear_mocov3_vit --data '/data/my set' "
+        "moco eval linear random --arch vit_nano_p4 -c lincls_mocov3_vit --data '/data/my set' "
         "--set optim.epochs=30")
 
 
@@ -169,7 +169,7 @@ def test_every_format_carries_the_v3_table(write_record: WriteRecord, runs: Path
     for text in (markdown, latex, page):
         assert "the MoCo v3 protocol, 90 epochs" in text
         assert label in text and published in text
-        assert "linear_mocov3_vit" in text.replace(r"\_", "_")
+        assert "lincls_mocov3_vit" in text.replace(r"\_", "_")
     rows = [line for line in csv.splitlines() if "linear-mocov3" in line]
     assert any(label in line and '"mocov3","vit_base"' in line for line in rows)
     assert any('"published"' in line and '"ViT-B/16"' in line and '"90ep v3 lincls"' in line for line in rows)

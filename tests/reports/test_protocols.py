@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from lincls.linear import LinearOptimConfig
+from lincls.linear import LinearOptimConfig, load_linear_config
 from reports.protocols import (
     LINEAR_EPOCHS,
     PAPER_LINEAR_EPOCHS,
     SCHEDULE_ITERATIONS,
     V3_LINEAR_EPOCHS,
+    V3_PRESETS,
     V3_PROTOCOL,
     eval_length,
 )
@@ -38,12 +39,19 @@ def test_preset_lengths_are_the_presets() -> None:
     assert found == SCHEDULE_ITERATIONS
 
 
-def test_the_v3_protocol_length_is_the_official_one() -> None:
-    # Against the official facebookresearch/moco-v3 main_lincls.py (--epochs default 90) until lincls has the v3
-    # presets; then check them as above: load_linear_config("linear_mocov3", []).optim.epochs == V3_LINEAR_EPOCHS,
-    # and the same for linear_mocov3_vit.
-    assert V3_LINEAR_EPOCHS == 90
+def test_the_v3_protocol_length_and_presets_are_lincls_own() -> None:
+    """The v3 protocol's length (the official moco-v3 main_lincls.py's --epochs default, 90) and the presets the
+    hints name are those of lincls: each exists, runs protocol "linear-mocov3", and the embedded ones read the
+    embedded data."""
+    from lincls.linear import MOCOV3_PROTOCOL, protocol_name
+
+    assert V3_LINEAR_EPOCHS == MOCOV3_PROTOCOL.epochs == 90
     assert LINEAR_EPOCHS == {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}
+    for imagenet, embedded in V3_PRESETS.values():
+        full = load_linear_config(imagenet, ["data.path=x"])
+        assert full.optim.epochs == V3_LINEAR_EPOCHS and protocol_name(full) == V3_PROTOCOL
+        small = load_linear_config(embedded, [])
+        assert small.data.path == "embedded" and protocol_name(small) == V3_PROTOCOL
 
 
 def test_eval_length_reads_what_the_writers_write() -> None:
