@@ -5,11 +5,12 @@
 # $STAGES names the ones to run (default: all).
 # Each writes $OUT/<stage>.log (and .json); the table comes last (benchmarks/gpu_table.py: $OUT/table.md and
 # $OUT/report.json), and the logs end in $OUT/logs.tgz.
-# Needs torch, torchvision, pyyaml, typer, pandas, pytest; nothing is downloaded. The JPEGs are generated here
-# (benchmarks/make_jpegs.py: $N files, default 25600, in $DATA).
-# $STEP_ARGS (the step's shape: R50, 224 px, batch 256, v2 head) and $REAL_ARGS (appended to the real command) are
-# there to shrink a run; tests/benchmarks/test_gpu_report.py runs this script on the CPU that way, so that its
-# command lines stay in step with the benchmarks and the CLI between GPU sessions.
+# Needs torch, torchvision, pyyaml, typer, pandas, pytest, and timm for the MoCo v3 stage (pip install -e '.[vit]');
+# nothing is downloaded. The JPEGs are generated here (benchmarks/make_jpegs.py: $N files, default 25600, in $DATA).
+# $STEP_ARGS (the step's shape: R50, 224 px, batch 256, v2 head), $REAL_ARGS (appended to the real command) and
+# $V3_ARGS (the MoCo v3 stage's: ViT-B/16, 224 px, batch 256) are there to shrink a run;
+# tests/benchmarks/test_gpu_report.py runs this script on the CPU that way, so that its command lines stay in step
+# with the benchmarks and the CLI between GPU sessions.
 set -u
 OUT=${OUT:-/tmp/gpu_report}
 DATA=${DATA:-/tmp/moco_jpegs}
@@ -17,7 +18,8 @@ N=${N:-25600}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
 WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
-STAGES=${STAGES:-jpegs tests step_compiled data data_switch real step_plain_compiled step_eager step_eager_nchw}
+STAGES=${STAGES:-jpegs tests step_compiled data data_switch real mocov3_vit step_plain_compiled step_eager \
+step_eager_nchw}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -66,6 +68,10 @@ rm -rf "$RUN"
 stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=20 \
   --workers "$WORKERS" --output-dir "$RUN" "${real_args[@]}"
 [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/real_metrics.jsonl"
+# MoCo v3 (issue 34): the ViT-B/16 step as `moco pretrain -c mocov3_vit_base_300ep` runs it on one GPU (bf16,
+# torch.compile, flash attention), then the official moco-v3 recipe (fp16 + GradScaler, eager) on the same network.
+read -r -a v3_args <<<"${V3_ARGS:---arch vit_base --image-size 224 --batch 256 --steps 20 --warmup 5}"
+stage mocov3_vit 240 "$PY" benchmarks/mocov3_gpu_step.py "${v3_args[@]}" --json
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
 stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none
 stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup 3

@@ -39,11 +39,23 @@ def rate(value: Any) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else "-"
 
 
+def v3_rows(v3: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The MoCo v3 stage (benchmarks/mocov3_gpu_step.py): ours, the official recipe, their ratio (target 1.5x)."""
+    ours, ref = v3.get("ours", {}), v3.get("reference", {})
+    shape = f"{v3.get('arch', 'vit_base')}, {v3.get('image_size', 224)} px, batch {v3.get('batch', 256)}"
+    return [
+        (f"MoCo v3 step ({shape}), bf16 + torch.compile + flash attention", "-", rate(ours.get("images_per_s"))),
+        (f"MoCo v3 official recipe ({shape}), fp16 + GradScaler, eager", "-", rate(ref.get("images_per_s"))),
+        ("speed-up of the MoCo v3 step over its official recipe (target 1.5x)", "-",
+         f"{v3['ratio']:.2f}x" if "ratio" in v3 else "-"),
+    ]
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     compiled, eager, plain, nchw = (load(out, n) for n in ("step_compiled", "step_eager", "step_plain_compiled",
                                                             "step_eager_nchw"))
-    data, real = load(out, "data"), real_run(out)
+    data, real, v3 = load(out, "data"), real_run(out), load(out, "mocov3_vit")
     runs = {(r["data"] if r["pipeline"] is None else r["pipeline"]): r for r in compiled.get("runs", [])}
     synthetic, tensor, pil = runs.get("synthetic", {}), runs.get("tensor", {}), runs.get("pil", {})
     tensor1 = runs.get("tensor1", {})
@@ -86,6 +98,7 @@ def main() -> None:
         ("nvJPEG hazard: corrupt trials, unsafe decode / our decoder", "NaN every run",
          "{unsafe_corrupt} / {safe_corrupt} of {trials}".format(**data["hazard"]) if "hazard" in data else "-"),
         ("`pytest -m gpu tests/moco_core`", "1 failure", tail(out, "tests")),
+        *v3_rows(v3),
     ]
     device = (compiled.get("machine") or eager.get("machine") or {}).get("cuda_device") or data.get("device", "?")
     env = (out / "env.log").read_text().strip().splitlines() if (out / "env.log").is_file() else []
@@ -97,7 +110,7 @@ def main() -> None:
         print(f"| {name} | {before} | {now} |")
     report = {"device": device, "env": env, "rows": [{"what": n, "before": b, "now": v} for n, b, v in rows],
               "step_compiled": compiled, "step_eager": eager, "step_plain_compiled": plain, "step_eager_nchw": nchw,
-              "data": data, "real": real}
+              "data": data, "real": real, "mocov3_vit": v3}
     (out / "report.json").write_text(json.dumps(report, indent=1))
 
 

@@ -16,10 +16,10 @@ import typer
 from moco_core.config import (
     ConfigError,
     PretrainConfig,
+    config_yaml,
     load_config,
     presets_for,
     replace,
-    to_dict,
 )
 from moco_core.errors import UserError, print_error, show
 from moco_core.naming import evaluation_dir, pretrain_dir
@@ -169,9 +169,7 @@ def pretrain_cli(
 def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., None], *args: Any) -> None:
     """``--print-config``: show the resolved config as YAML; otherwise run ``fn(*args)`` in ``nproc`` processes."""
     if print_config:
-        import yaml
-
-        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        print(config_yaml(cfg), end="")
         return
     if nproc < 1:
         print_error("--nproc: must be >= 1")

@@ -657,13 +657,17 @@ _V3_UNUSED = {"queue_size": "it has no queue", "queue_init": "it has no queue", 
 
 def mocov3_checks(cfg: PretrainConfig) -> list[Check]:
     """What method and backbone must agree on: ViTs are for mocov3 and need timm; mocov3 refuses the v1/v2
-    settings it would ignore, so that a value set there is never silently unused."""
+    settings it would ignore, and the other methods the v3 ones, so that a value set there is never silently
+    unused."""
     m, v, o = cfg.model, cfg.v3, cfg.optim
     vit = m.arch in VIT_ARCHS
     if cfg.method != "mocov3":
+        v3_set = [f.name for f in dataclasses.fields(v) if getattr(v, f.name) != getattr(MocoV3Config(), f.name)]
         return [(not vit, "model.arch", f"{m.arch} is for method mocov3 (v1/v2 and the other methods use ResNets)"),
                 (o.warmup_epochs == 0, "optim.warmup_epochs", f"only mocov3 warms up (its lr is set every step); "
-                 f"method {cfg.method} sets the lr once per epoch, as the official v1/v2 code, got {o.warmup_epochs}")]
+                 f"method {cfg.method} sets the lr once per epoch, as the official v1/v2 code, got {o.warmup_epochs}"),
+                (not v3_set, f"v3.{v3_set[0] if v3_set else ''}", f"not used by method {cfg.method} (the v3 section "
+                 "is MoCo v3's: set method: mocov3, or model.* for v1/v2)")]
     defaults = ModelConfig()
     unused = [(name, why) for name, why in _V3_UNUSED.items() if getattr(m, name) != getattr(defaults, name)]
     return [
@@ -679,6 +683,29 @@ def mocov3_checks(cfg: PretrainConfig) -> list[Check]:
         (0 <= o.warmup_epochs < o.epochs, "optim.warmup_epochs", f"must be in [0, optim.epochs) (a warm-up as long "
          f"as the run never reaches the lr), got {o.warmup_epochs} for {o.epochs} epochs"),
     ]
+
+
+def unused_keys(cfg: PretrainConfig) -> tuple[str, ...]:
+    """The settings ``cfg.method`` does not use, dotted: each is refused at any value but its default (above),
+    so leaving them out of a printed config loses nothing."""
+    if cfg.method == "mocov3":
+        return tuple(f"model.{name}" for name in _V3_UNUSED)
+    return ("v3", "optim.warmup_epochs")
+
+
+def config_yaml(cfg: Any) -> str:
+    """``cfg`` as YAML that ``-c`` loads back to the same config. A pretraining config leaves out the settings its
+    method does not use (v1/v2's model.queue_size, ... for mocov3; the v3 section for the others), which a reader
+    would otherwise take to apply, and a first comment line names them."""
+    data = to_dict(cfg)
+    if not isinstance(cfg, PretrainConfig):
+        return yaml.safe_dump(data, sort_keys=False)
+    left_out = unused_keys(cfg)
+    for key in left_out:
+        *parents, name = key.split(".")
+        del (_get(data, ".".join(parents)) if parents else data)[name]
+    names = ", ".join(k + (" section" if "." not in k else "") for k in left_out)
+    return f"# not used by method {cfg.method}, left out: {names}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}

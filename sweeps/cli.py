@@ -22,7 +22,8 @@ def sweep_cli(
     evaluation: Annotated[str, typer.Option(
         "--eval", help="knn (minutes; the default) or linear (the paper's protocol).")] = "knn",
     eval_config: Annotated[str | None, typer.Option(
-        help="Linear-evaluation YAML file or preset (lincls_embedded), for --eval linear.")] = None,
+        help="Linear-evaluation YAML file or preset (lincls_embedded), for --eval linear (default: the "
+        "paper's protocol; for mocov3 lincls_mocov3_embedded, or lincls_mocov3_vit_embedded for a ViT).")] = None,
     eval_data: Annotated[str | None, typer.Option(
         help="Labelled root (train/, val/) to evaluate on; default data.knn_path, else data.path.")] = None,
     output_dir: Annotated[str, typer.Option(help="One folder per value goes here.")] = "runs/sweep",
@@ -40,7 +41,7 @@ def sweep_cli(
     """
     from moco_core.config import PretrainConfig, load_config, seed_problem
     from moco_core.preemption import Stopped, report_stop
-    from sweeps.sweep import parse_values, run_sweep, summary
+    from sweeps.sweep import check_sweep, linear_preset, parse_values, run_sweep, summary
 
     if evaluation not in ("knn", "linear"):
         print_error(f"--eval: expected knn or linear, got {evaluation!r}")
@@ -48,6 +49,7 @@ def sweep_cli(
     try:
         swept = parse_values(param, values)
         cfg = load_config(PretrainConfig, config, set_ or [])
+        check_sweep(cfg, param)
         first = cfg.run.seed if seed is None else seed
         if trials < 1:
             raise ConfigError(f"--trials: must be >= 1, got {trials}")
@@ -56,7 +58,8 @@ def sweep_cli(
         root = eval_data or cfg.data.knn_path or cfg.data.path
         if not root:
             raise ConfigError("--eval-data: no labelled dataset to evaluate on (nor data.knn_path, data.path)")
-        evaluate = _evaluator(evaluation, eval_config, root, cfg.augment.crop_size, cfg.data.workers, quiet)
+        evaluate = _evaluator(evaluation, eval_config or linear_preset(cfg), root, cfg.augment.crop_size,
+                              cfg.data.workers, quiet)
         points = run_sweep(cfg, param, swept, Path(output_dir), evaluate, eval_name=evaluation,
                            show_progress=not quiet, trials=trials, seed=first)
     except UserError as err:
@@ -81,9 +84,12 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
         data = LinearDataConfig(path=root, crop_size=crop, resize=eval_resize(crop), workers=workers)
         return knn_eval(str(ckpt), data, out, extra=extra, seed=seed)
 
+    # Read now, with the data root (a preset or file may name none): one that does not load is one line before the
+    # first pretraining, not after it.
+    protocol = load_linear_config(eval_config, [], flags={"data": {"path": root}}) if kind == "linear" else None
+
     def linear(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
-        cfg = replace(load_linear_config(eval_config, []), data={"path": root},
-                      run={"output_dir": str(out), "seed": seed})
+        cfg = replace(protocol, run={"output_dir": str(out), "seed": seed})
         resume = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted sweep left part-way
         record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra, resume=resume)
         return record, json.loads(record.read_text())["metrics"]

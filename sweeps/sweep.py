@@ -7,6 +7,8 @@ whose ``result.json`` carries a ``sweep`` field ({"param", "value", "method"}) a
 "failed" with the reason, so that ``moco report`` can plot the curve and mark the runs that did not train.
 
 For end2end the dictionary is the mini-batch, so its K is the batch size (as the paper's Figure 3 plots it).
+MoCo v3 (``method: mocov3``, arXiv 2104.02057) has no queue: its m sweep sets ``v3.momentum``, the start of the
+cosine schedule to 1 (the v3 paper's momentum ablation), and a K sweep is refused.
 A point whose pretraining already finished is not run again, and one whose evaluation already wrote its record
 is skipped: rerunning an interrupted sweep continues where it stopped. A stop signal stops the whole sweep once
 the step under way has stopped (:class:`moco_core.preemption.Stopper`); a stopped pretraining is not evaluated.
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from moco_core import checkpoint
-from moco_core.config import ConfigError, PretrainConfig, replace, validated
+from moco_core.config import VIT_ARCHS, ConfigError, PretrainConfig, replace, validated
 from moco_core.errors import NonFiniteLossError
 from moco_core.preemption import Stopper
 
@@ -69,10 +71,29 @@ def parse_values(param: str, text: str) -> list[float]:
     return [int(v) if param == "K" else v for v in values]
 
 
+def check_sweep(cfg: PretrainConfig, param: str) -> None:
+    """Refuse (one line) a sweep the method has no setting for: K of MoCo v3, which keeps no queue."""
+    if param == "K" and cfg.method == "mocov3":
+        raise ConfigError("sweep K: method mocov3 has no queue (its negatives are the other keys of the batch); "
+                          "sweep m (v3.momentum) instead")
+
+
+def linear_preset(cfg: PretrainConfig) -> str | None:
+    """The linear-evaluation preset a sweep uses when ``--eval-config`` is not given (None: LinearConfig's
+    defaults, the v1/v2 paper's protocol). MoCo v3's protocol differs (the official main_lincls.py of moco-v3),
+    and a ViT's more (its class token, another lr): its embedded presets, by backbone."""
+    if cfg.method != "mocov3":
+        return None
+    return "lincls_mocov3_vit_embedded" if cfg.model.arch in VIT_ARCHS else "lincls_mocov3_embedded"
+
+
 def point_config(cfg: PretrainConfig, param: str, value: float, run_dir: Path) -> PretrainConfig:
     """``cfg`` with the swept setting changed and its own run directory."""
-    if param == "m":
-        change: dict[str, Any] = {"model": {"momentum": float(value)}}
+    check_sweep(cfg, param)
+    if param == "m" and cfg.method == "mocov3":
+        change: dict[str, Any] = {"v3": {"momentum": float(value)}}  # the cosine schedule's start
+    elif param == "m":
+        change = {"model": {"momentum": float(value)}}
     elif cfg.method == "end2end":
         change = {"optim": {"batch_size": int(value)}}  # the dictionary is the batch
     else:
@@ -122,6 +143,7 @@ def run_sweep(
     ``trials`` > 1: the whole sweep once per seed (``seed``, ``seed + 1``, ...; default from ``cfg.run.seed``),
     each into ``output_dir/seed_<s>``. A stop signal raises :class:`moco_core.preemption.Stopped`.
     """
+    check_sweep(cfg, param)
     if trials < 1:
         raise ConfigError(f"--trials: must be >= 1, got {trials}")
     first = cfg.run.seed if seed is None else seed

@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from moco_core import checkpoint
+from moco_core import checkpoint, config
+from moco_core.config import PretrainConfig
 
 runner = CliRunner()
 TINY = ["--set", "model.queue_size=40", "--set", "model.bn_groups=4", "--set", "optim.batch_size=16",
@@ -64,6 +66,49 @@ def test_print_config_applies_flags_last() -> None:
                                  "--set", "model.temperature=0.3", "--print-config"])
     assert result.exit_code == 0, result.output
     assert "seed: 7" in result.output and "temperature: 0.3" in result.output
+
+
+@pytest.mark.parametrize(("preset", "sets", "left_out"), [
+    ("embedded", ["model.temperature=0.3"], {"v3": None, "optim": ["warmup_epochs"]}),
+    ("moco_v2_200ep", ["data.path=/data/imagenet"], {"v3": None, "optim": ["warmup_epochs"]}),
+    ("mocov3_embedded", ["v3.temperature=0.3"], {"model": list(config._V3_UNUSED)}),
+    ("mocov3_vit_embedded", ["v3.momentum=0.996"], {"model": list(config._V3_UNUSED)}),
+])
+def test_print_config_leaves_out_what_the_method_does_not_use_and_loads_back(
+        preset: str, sets: list[str], left_out: dict, tmp_path: Path) -> None:
+    """A v3 config printed v1/v2's model.queue_size, momentum, temperature ... (refused at any other value, so not
+    used) and a v1/v2 config the v3 section: a reader took them to apply. They are left out and named in a comment;
+    the printed YAML, given back with -c, is the same config."""
+    if "vit" in preset:
+        pytest.importorskip("timm")
+    overrides = [a for s in sets for a in ("--set", s)]
+    result = runner.invoke(app, ["pretrain", "-c", preset, *overrides, "--print-config"])
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    dotted = [f"{section}.{key}" if key else section for section, keys in left_out.items() for key in keys or [None]]
+    assert result.output.splitlines()[0] == f"# not used by method {printed['method']}, left out: " + ", ".join(
+        k if "." in k else f"{k} section" for k in dotted)
+    for section, keys in left_out.items():
+        if keys is None:
+            assert section not in printed
+        else:
+            assert not set(keys) & set(printed[section]), printed[section]
+    # what is printed is what the run uses: the value just set, and every other setting of the resolved config
+    set_key, set_value = sets[0].split("=")
+    assert str(printed[set_key.split(".")[0]][set_key.split(".")[1]]) == set_value
+    expected = config.to_dict(config.load_config(PretrainConfig, preset, sets))
+    expected["run"]["output_dir"] = printed["run"]["output_dir"]  # the CLI's default run directory
+    for key in dotted:
+        section, _, name = key.partition(".")
+        expected[section].pop(name) if name else expected.pop(section)
+    assert printed == expected
+    file = tmp_path / "printed.yaml"
+    file.write_text(result.output)
+    loaded = config.load_config(PretrainConfig, str(file))
+    assert loaded == config.replace(config.load_config(PretrainConfig, preset, sets),
+                                    run={"output_dir": printed["run"]["output_dir"]})
+    again = runner.invoke(app, ["pretrain", "-c", str(file), "--print-config"])
+    assert again.exit_code == 0 and again.output == result.output
 
 
 def test_print_config_refuses_what_the_run_would() -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["jpegs", "tests", "step_compiled", "real", "step_eager", "step_plain_compiled", "step_eager_nchw"]
+STAGES = ["jpegs", "tests", "step_compiled", "real", "mocov3_vit", "step_eager", "step_plain_compiled",
+          "step_eager_nchw"]
 
 
 @pytest.mark.slow
@@ -33,6 +34,7 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
         "STEP_ARGS": "--arch resnet18 --image-size 32 --batch 16 --queue-size 64 --steps 2 --device cpu",
         "REAL_ARGS": "--set model.arch=resnet18 --set optim.batch_size=16 --set model.bn_groups=2 "
                      "--set model.queue_size=32 --set augment.crop_size=32 --set run.log_every=1",
+        "V3_ARGS": "--arch vit_nano_p4 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
         "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
     }
     res = subprocess.run(["bash", "benchmarks/gpu_report.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -53,9 +55,12 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
     # The step rows have figures for this tree, and the compiled ones ran through the same command lines.
     for row in ("eager NCHW", "official recipe", "channels_last + torch.compile (the CUDA default now)",
                 "plain BN, channels_last + torch.compile", "end to end from JPEGs, tensor pipeline, compiled",
-                "end to end from JPEGs, PIL pipeline"):
+                "end to end from JPEGs, PIL pipeline", "MoCo v3 step (vit_nano_p4, 32 px, batch 8)",
+                "MoCo v3 official recipe (vit_nano_p4"):
         line = next(line for line in table.splitlines() if row in line)
         assert re.search(r"\| [\d,.]+(, data wait [\d.]+%)? \|$", line), line
+    ratio = next(line for line in table.splitlines() if "MoCo v3 step over its official recipe" in line)
+    assert re.search(r"\| [\d.]+x \|$", ratio), ratio
     with tarfile.open(out / "logs.tgz") as logs:
         names = {Path(name).name for name in logs.getnames()}
     assert {f"{stage}.log" for stage in STAGES} <= names

@@ -232,6 +232,20 @@ def test_vits_are_for_mocov3_and_warm_up_for_v3_only() -> None:
         load_config(PretrainConfig, "embedded", ["optim.warmup_epochs=2"])
 
 
+@pytest.mark.parametrize("key", ["dim=128", "mlp_dim=1024", "temperature=0.2", "momentum=0.996", "momentum_cos=false"])
+def test_the_other_methods_refuse_v3_settings(key: str) -> None:
+    """Symmetric to mocov3 refusing model.queue_size: a v3 value under another method would be silently unused."""
+    with pytest.raises(ConfigError) as err:
+        load_config(PretrainConfig, "embedded", [f"v3.{key}"])
+    name = key.split("=")[0]
+    assert str(err.value) == (f"v3.{name}: not used by method moco (the v3 section is MoCo v3's: set method: mocov3, "
+                              "or model.* for v1/v2)")
+    for method in ("end2end", "supervised"):
+        with pytest.raises(ConfigError, match=f"v3.{name}: not used by method {method}"):
+            load_config(PretrainConfig, "embedded", [f"v3.{key}", f"method={method}"])
+    assert load_config(PretrainConfig, "mocov3_embedded", [f"v3.{key}"]).method == "mocov3"
+
+
 def test_warmup_follows_a_shorter_run() -> None:
     cfg = load_config(PretrainConfig, "mocov3_r50_300ep", ["optim.epochs=30", "data.path=x"])
     assert cfg.optim.warmup_epochs == 1  # 10 of 300 -> round(1.0)

@@ -198,3 +198,92 @@ def test_sigterm_stops_a_sweep_before_it_evaluates_the_stopped_pretraining(shape
     assert len(list(out.glob("momentum=*/knn/result.json"))) == 2
     starts = json.loads((first / "pretrain" / "run.json").read_text())["starts"]
     assert starts[1]["resumed_from"] == str(first / "pretrain" / "checkpoint_last.pth.tar")  # continued, not redone
+
+
+# MoCo v3 (issue 34): no queue; m is the start of the cosine schedule to 1, set in v3.momentum.
+V3_TINY = ["optim.batch_size=16", "optim.epochs=1", "optim.warmup_epochs=0", "v3.mlp_dim=64", "v3.dim=32",
+           "run.knn_every=0", "data.workers=0", "run.device=cpu"]
+
+
+def v3_config(preset: str, data: Path):
+    from moco_core.config import PretrainConfig, load_config
+
+    return load_config(PretrainConfig, preset, [*V3_TINY, f"data.path={data}"])
+
+
+def test_v3_m_sweep_sets_the_cosine_schedules_start_and_k_is_refused(shapes_root: Path, tmp_path: Path) -> None:
+    cfg = v3_config("mocov3_embedded", shapes_root)
+    point = point_config(cfg, "m", 0.9, tmp_path / "m")
+    assert (point.v3.momentum, point.model.momentum) == (0.9, cfg.model.momentum)  # model.* stays at its default
+    assert (point.v3.momentum_cos, point.run.output_dir) == (True, str(tmp_path / "m"))
+    with pytest.raises(ConfigError, match=r"^sweep K: method mocov3 has no queue .* sweep m \(v3.momentum\)"):
+        point_config(cfg, "K", 64, tmp_path / "k")
+    with pytest.raises(ConfigError, match="method mocov3 has no queue"):
+        run_sweep(cfg, "K", [64], tmp_path, lambda *a: pytest.fail("nothing to evaluate"), eval_name="knn")
+    assert not any(tmp_path.iterdir())  # refused before anything ran
+    pytest.importorskip("timm")
+    vit = point_config(v3_config("mocov3_vit_embedded", shapes_root), "m", 0.996, tmp_path / "vit")
+    assert (vit.model.arch, vit.v3.momentum) == ("vit_nano_p4", 0.996)
+
+
+def test_linear_preset_follows_the_method_and_backbone(shapes_root: Path, tiny_cfg) -> None:
+    assert sweep.linear_preset(tiny_cfg) is None  # v1/v2: LinearConfig's defaults, the paper's protocol
+    assert sweep.linear_preset(v3_config("mocov3_embedded", shapes_root)) == "lincls_mocov3_embedded"
+    vit = replace(v3_config("mocov3_embedded", shapes_root), model={"arch": "vit_nano_p4"})  # not validated: no timm
+    assert sweep.linear_preset(vit) == "lincls_mocov3_vit_embedded"
+
+
+@pytest.mark.parametrize("preset", ["lincls_mocov3_embedded", "lincls_mocov3_vit_embedded"])
+def test_the_v3_linear_presets_a_sweep_picks_load(preset: str, shapes_root: Path) -> None:
+    if not (ROOT / "configs" / f"{preset}.yaml").is_file():
+        pytest.skip(f"configs/{preset}.yaml not in this tree yet (the v3 linear protocol arrives with it)")
+    from lincls.linear import load_linear_config
+
+    cfg = load_linear_config(preset, [], flags={"data": {"path": str(shapes_root)}})
+    assert cfg.data.path == str(shapes_root)
+
+
+def test_v3_sweep_through_the_cli_writes_v3_records(shapes_root: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "sweep"
+    sets = [a for s in (*V3_TINY, f"data.path={shapes_root}") for a in ("--set", s)]
+    common = ["-c", "mocov3_embedded", *sets, "--eval-data", str(shapes_root), "--output-dir", str(out), "--quiet"]
+    refused = CliRunner().invoke(app, ["sweep", "K", "64,128", *common])
+    assert refused.exit_code == 2 and not out.exists()
+    assert refused.output.strip().splitlines() == [
+        "error: sweep K: method mocov3 has no queue (its negatives are the other keys of the batch); sweep m "
+        "(v3.momentum) instead"]
+    done = CliRunner().invoke(app, ["sweep", "m", "0.9,0.99", *common])
+    assert done.exit_code == 0, done.output
+    for value in (0.9, 0.99):
+        record = json.loads((out / f"momentum={value:g}" / "knn" / "result.json").read_text())
+        assert record["sweep"] == {"param": "momentum", "value": value, "method": "mocov3"}
+        pretrained = record["backbone"]["pretrain"]["config"]
+        assert (pretrained["method"], pretrained["v3"]["momentum"]) == ("mocov3", value)
+        assert pretrained["model"]["momentum"] == 0.999  # v1/v2's, unused: left at its default
+
+
+def test_linear_sweep_reads_its_protocol_before_pretraining_and_gives_it_the_data(shapes_root: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A linear protocol that names no data (LinearConfig's defaults, or a file without data.path) stopped with
+    "data.path: not set" after the first point's pretraining; now the sweep's evaluation root fills it in, and a
+    protocol that does not load stops the sweep before anything runs."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    protocol = tmp_path / "lincls_tiny.yaml"
+    protocol.write_text("optim: {batch_size: 16, epochs: 1, milestones: []}\n"
+                        "data: {crop_size: 32, resize: 32, workers: 0}\nrun: {device: cpu}\n")
+    out = tmp_path / "sweep"
+    args = [*sweep_args(shapes_root, out, "0.99"), "--eval", "linear", "--quiet"]
+    missing = CliRunner().invoke(app, [*args, "--eval-config", str(tmp_path / "absent.yaml")])
+    assert missing.exit_code == 2 and not out.exists(), missing.output
+    done = CliRunner().invoke(app, [*args, "--eval-config", str(protocol)])
+    assert done.exit_code == 0, done.output
+    record = json.loads((out / "momentum=0.99" / "linear" / "result.json").read_text())
+    assert record["sweep"] == {"param": "momentum", "value": 0.99, "method": "moco"}
+    assert record["config"]["data"]["path"] == str(shapes_root)
