@@ -120,6 +120,8 @@ def protocol_preset(pretrained: str, arch: str | None) -> str | None:
     if pretrained == "random":
         return "lincls_mocov3_vit" if arch in VIT_SHAPES else None
     path = Path(pretrained)
+    if not path.exists():
+        return None  # the evaluation says so, once the options are checked
     state, _, facts = read_backbone_state(checkpoint.resolve(path) if path.is_dir() else path)
     if infer_vit(state) is not None:
         return "lincls_mocov3_vit"

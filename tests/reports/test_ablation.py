@@ -99,9 +99,6 @@ def test_the_swept_field_is_the_one_a_sweep_changes(param: str, method: str, tmp
     assert changed == {swept_field(RECORD_NAMES[param], method)}
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason="sweeps.point_config sets model.momentum for mocov3 too, "
-                   "which a mocov3 config refuses (use v3.momentum); when sweeps sweeps v3.momentum this passes: "
-                   "drop the marker")
 def test_the_swept_field_of_a_v3_momentum_sweep(tmp_path: Path) -> None:
     test_the_swept_field_is_the_one_a_sweep_changes("m", "mocov3", tmp_path)
 
