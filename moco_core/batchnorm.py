@@ -152,3 +152,61 @@ def unshuffle_batch(x: torch.Tensor, unshuffle: torch.Tensor) -> torch.Tensor:
     gathered = distributed.all_gather_cat(x)
     mine = unshuffle.view(distributed.world_size(), -1)[distributed.rank()]
     return gathered[mine]
+
+
+
+class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """SyncBatchNorm for processes without CUDA (gloo), where torch's refuses to run (and DDP refuses it): the
+    batch statistics of every process, summed with :func:`distributed.all_reduce_sum_with_grad` in two passes
+    (the mean, then the squared deviations from it); the gradient reaches every process's inputs as torch's
+    does. In eval mode or in one process it is plain BatchNorm. Its state_dict keys are BatchNorm's, so the
+    checkpoints are those of a CUDA run. :func:`sync_batchnorm_for` puts it in place of torch's on CPU.
+    """
+
+    def _check_input_dim(self, x: torch.Tensor) -> None:
+        if x.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or distributed.world_size() == 1:
+            return super().forward(x)
+        self._check_input_dim(x)
+        dims = [0, *range(2, x.dim())]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        count = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype, device=x.device)
+        totals = distributed.all_reduce_sum_with_grad(torch.cat([x.sum(dims), count]))
+        n = totals[-1]
+        mean = totals[:-1] / n
+        centred = x - mean.view(shape)
+        var = distributed.all_reduce_sum_with_grad((centred * centred).sum(dims)) / n
+        y = centred * torch.rsqrt(var + self.eps).view(shape)
+        if self.affine:
+            y = y * self.weight.view(shape) + self.bias.view(shape)
+        if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.lerp_(mean, factor)
+                self.running_var.lerp_(var * n / (n - 1), factor)  # unbiased, as torch's
+        return y
+
+
+def sync_batchnorm_for(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module`` ready to run on ``device``: off CUDA, each of torch's SyncBatchNorm layers is replaced (in
+    place, among its parent's children) by a :class:`CpuSyncBatchNorm` holding the same parameters and buffers,
+    so that several CPU processes (a laptop, the README's commands) run ``model.shuffle_bn: sync`` as GPUs do."""
+    if device.type == "cuda":
+        return module
+    for name, child in module.named_children():
+        if isinstance(child, nn.SyncBatchNorm):
+            synced = CpuSyncBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
+                                      child.track_running_stats, device=device)
+            if child.affine:
+                synced.weight, synced.bias = child.weight, child.bias
+            synced.running_mean, synced.running_var = child.running_mean, child.running_var
+            synced.num_batches_tracked = child.num_batches_tracked
+            synced.train(child.training)
+            module.add_module(name, synced)
+        else:
+            sync_batchnorm_for(child, device)
+    return module

@@ -185,3 +185,24 @@ def launch(nproc: int, fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
         return
     mp.start_processes(_spawned, args=(nproc, free_port(), fn, args), nprocs=nproc, start_method="spawn")
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """all_reduce (sum) whose backward is the all_reduce of the gradients: d(sum of all ranks' losses) / d(x)."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+def all_reduce_sum_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x`` over all ranks, keeping the gradient (each rank's loss reaches every rank's ``x``)."""
+    return x if world_size() == 1 else _AllReduceSum.apply(x)

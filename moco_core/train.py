@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
+from moco_core.batchnorm import sync_batchnorm_for
 from moco_core.config import (
     VIT_ARCHS,
     ConfigError,
@@ -84,9 +85,6 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 def check_run(cfg: PretrainConfig, world_size: int, device: torch.device, dataset_size: int | None) -> int:
     """Per-process batch size, after checking that the run can go as configured on these processes (and, when
     ``dataset_size`` is given, on a dataset of that many images). ``--print-config`` makes the same checks."""
-    if cfg.model.shuffle_bn == "sync" and world_size > 1 and device.type != "cuda":
-        raise ConfigError("model.shuffle_bn: sync needs CUDA when several processes run (SyncBatchNorm is GPU-only); "
-                          "use shuffle")
     batch = cfg.optim.batch_size
     if cfg.method in ("end2end", "mocov3") and batch < 2:
         raise ConfigError(f"optim.batch_size: {cfg.method}'s keys are the batch's: a batch of 1 has no negatives")
@@ -320,7 +318,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
 
     torch.manual_seed(cfg.run.seed)  # identical initial weights and queue on every rank
     method = build_method(cfg, world_size=world, num_classes=len(images.classes), dataset_size=len(images.samples))
-    module = method.module.to(device)
+    module = sync_batchnorm_for(method.module.to(device), device)  # model.shuffle_bn: sync on CPU processes too
     speed = speed_up(method, device, cfg.run)
     optimizer = build_optimizer(module, cfg.optim, device, method=cfg.method, vit=cfg.model.arch in VIT_ARCHS)
     transform = {"two_crops": lambda: build_two_crops(cfg.augment),

@@ -12,7 +12,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from moco_core import distributed
-from moco_core.batchnorm import SplitBatchNorm2d, shuffle_batch, split_batchnorm, to_plain_batchnorm, unshuffle_batch
+from moco_core.batchnorm import (
+    CpuSyncBatchNorm,
+    SplitBatchNorm2d,
+    shuffle_batch,
+    split_batchnorm,
+    sync_batchnorm_for,
+    to_plain_batchnorm,
+    unshuffle_batch,
+)
 from moco_core.encoders import build_encoder
 from moco_core.moco import MoCo
 
@@ -185,3 +193,79 @@ def test_split_bn_encoder_compiles_without_graph_breaks() -> None:
         assert (b.grad - a.grad).norm() <= 1e-3 * a.grad.norm(), name
     for (name, a), (_, b) in zip(eager.named_buffers(), compiled.named_buffers(), strict=True):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _sync_bn_worker(out_dir: str) -> None:
+    """Each of 2 gloo processes normalises its half of a batch with SyncBatchNorm; what each computes (outputs,
+    gradients, running statistics) goes to a file for the test to compare with one BatchNorm over the whole."""
+    torch.distributed.init_process_group("gloo")
+    try:
+        rank = distributed.rank()
+        torch.manual_seed(0)
+        whole = torch.randn(6, 3, 2, 2) * torch.tensor([1.0, 3.0, 0.5]).view(1, 3, 1, 1) + 2.0
+        upstream = torch.randn(6, 3, 2, 2)
+        converted = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.BatchNorm2d(3, momentum=0.3)))
+        bn = sync_batchnorm_for(converted, torch.device("cpu"))[0]
+        with torch.no_grad():
+            bn.weight.copy_(torch.tensor([1.5, 0.5, 2.0]))
+            bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+        half = slice(3 * rank, 3 * rank + 3)
+        x = whole[half].clone().requires_grad_(True)
+        y = bn(x)
+        (y * upstream[half]).sum().backward()
+        grads = [p.grad.clone() for p in (bn.weight, bn.bias)]
+        for g in grads:  # DDP's averaging of parameter gradients
+            torch.distributed.all_reduce(g)
+        result = {"y": y.tolist(), "x_grad": x.grad.tolist(), "w_grad": grads[0].tolist(),
+                  "b_grad": grads[1].tolist(), "mean": bn.running_mean.tolist(), "var": bn.running_var.tolist(),
+                  "type": type(bn).__name__}
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_sync_bn_on_cpu_processes_is_one_bn_over_the_whole_batch(tmp_path: Path) -> None:
+    """torch's SyncBatchNorm refuses CPU tensors; ours sums the statistics over gloo. Two processes with 3 images
+    each must compute what one BatchNorm does on all 6: outputs, input gradients (the loss being the sum of both
+    processes'), the summed parameter gradients, and the running statistics (unbiased variance over 6 x 4)."""
+    distributed.launch(2, _sync_bn_worker, str(tmp_path))
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    torch.manual_seed(0)
+    whole = torch.randn(6, 3, 2, 2) * torch.tensor([1.0, 3.0, 0.5]).view(1, 3, 1, 1) + 2.0
+    upstream = torch.randn(6, 3, 2, 2)
+    x = whole.clone().requires_grad_(True)
+    # the reference, written out: batch statistics over N, H, W; biased variance to normalise
+    mean = x.mean(dim=(0, 2, 3), keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=(0, 2, 3), keepdim=True)
+    weight = torch.tensor([1.5, 0.5, 2.0], requires_grad=True)
+    bias = torch.tensor([0.1, -0.2, 0.3], requires_grad=True)
+    y = (x - mean) / torch.sqrt(var + 1e-5) * weight.view(1, 3, 1, 1) + bias.view(1, 3, 1, 1)
+    (y * upstream).sum().backward()
+    got_y = torch.tensor(results[0]["y"] + results[1]["y"])
+    got_grad = torch.tensor(results[0]["x_grad"] + results[1]["x_grad"])
+    assert torch.allclose(got_y, y.detach(), atol=1e-5)
+    assert torch.allclose(got_grad, x.grad, atol=1e-5)
+    unbiased = whole.var(dim=(0, 2, 3), unbiased=True)
+    for res in results:
+        assert res["type"] == "CpuSyncBatchNorm"
+        assert torch.allclose(torch.tensor(res["w_grad"]), weight.grad, atol=1e-5)
+        assert torch.allclose(torch.tensor(res["b_grad"]), bias.grad, atol=1e-5)
+        assert torch.allclose(torch.tensor(res["mean"]), 0.3 * whole.mean(dim=(0, 2, 3)), atol=1e-5)
+        assert torch.allclose(torch.tensor(res["var"]), 0.7 + 0.3 * unbiased, atol=1e-5)
+
+
+def test_sync_bn_on_cpu_keeps_the_state_and_is_plain_bn_in_one_process() -> None:
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.BatchNorm1d(16))
+    before = copy.deepcopy(plain.state_dict())
+    reference = copy.deepcopy(plain)
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(plain)
+    assert sync_batchnorm_for(synced, torch.device("cuda")) is synced and isinstance(synced[1], nn.SyncBatchNorm)
+    synced = sync_batchnorm_for(synced, torch.device("cpu"))
+    assert [type(m).__name__ for m in synced] == ["Conv2d", "CpuSyncBatchNorm", "ReLU", "Flatten", "CpuSyncBatchNorm"]
+    assert isinstance(synced[1], CpuSyncBatchNorm) and not isinstance(synced[1], nn.SyncBatchNorm)  # DDP takes it
+    assert synced.state_dict().keys() == before.keys()
+    assert all(torch.equal(synced.state_dict()[k], v) for k, v in before.items())
+    x = torch.randn(5, 3, 2, 2)
+    assert torch.allclose(synced(x), reference(x), atol=1e-6)  # one process: plain BN, statistics included
+    assert torch.allclose(synced[1].running_mean, reference[1].running_mean)
