@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import pickle
 import re
@@ -152,7 +153,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         run_dir = work / (out or f"runs/{_option(command, '-c')}")
         ckpt = checkpoint.load(run_dir / checkpoint.LAST)
         epochs = ckpt["config"]["optim"]["epochs"]
-        assert ckpt["epoch"] == epochs == (2 if "epochs=200" in command or "200ep" in command else 1)
+        named = re.search(r"epochs=(\d+)|_(\d+)ep\b", command)  # MOCO_SMOKE: 1 epoch per 100, at least 1
+        assert ckpt["epoch"] == epochs == (math.ceil(int(named.group(1) or named.group(2)) / 100) if named else 1)
         assert json.loads((run_dir / "run.json").read_text())["starts"][-1]["smoke"] is True
     elif command.startswith("moco eval snapshots"):  # each kept snapshot evaluated, marked with its epoch
         records = [json.loads(p.read_text()) for p in sorted((work / "runs/snapshots/linear_snapshots").glob(
@@ -172,6 +174,10 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         state = torch.load(work / command.split()[3], weights_only=True)
         missing, unexpected = torchvision.models.resnet18().load_state_dict(state, strict=False)
         assert sorted(missing) == ["fc.bias", "fc.weight"] and not unexpected
+    elif command.startswith("moco convert") and "--to timm" in command:  # a ViT's state_dict, less its head
+        state = torch.load(work / command.split()[3], weights_only=True)
+        assert {"cls_token", "pos_embed", "patch_embed.proj.weight"} <= state.keys()
+        assert not any(k.startswith("head.") for k in state)
     elif command.startswith("moco convert"):  # detectron2's pickle: {"model": {res2...: ndarray}, ...}
         with open(work / command.split()[3], "rb") as f:
             assert "stem.conv1.weight" in pickle.load(f)["model"]

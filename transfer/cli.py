@@ -115,8 +115,9 @@ def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = No
 
 
 def convert_cli(
-    src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's of v1/v2 or v3) or a "
-                                        "torchvision ResNet state_dict.")],
+    src: Annotated[Path, typer.Argument(help="A checkpoint (ours, official main_moco.py's of v1/v2 or v3), a "
+                                        "pretraining's run directory (its last checkpoint) or a torchvision ResNet "
+                                        "state_dict.")],
     dst: Annotated[str, typer.Argument(help="The file to write, or a folder to write it in (named after SRC).")],
     to: Annotated[str, typer.Option(help="detectron2 (its .pkl, for moco eval voc|coco and detectron2's tools), "
                                     "torchvision (a ResNet state_dict without fc, for torchvision.models) or timm "

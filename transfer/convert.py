@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from moco_core.backbone import file_sha256, infer_arch, infer_vit, read_backbone_state
-from moco_core.checkpoint import CheckpointError, write_atomic
+from moco_core.checkpoint import CheckpointError, resolve, write_atomic
 
 AUTHOR = "moco"
 PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)
@@ -136,13 +136,14 @@ def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str
     timm state_dict (``to="timm"``; timm's ViT of the same shape reports exactly ``head.weight`` and
     ``head.bias`` missing).
 
-    Returns a summary: source, destination, arch, source format, number of arrays written, sha256 of ``src``.
+    ``src`` may be a pretraining's run directory (its last checkpoint). Returns a summary: source, destination,
+    arch, source format, number of arrays written, sha256 of ``src``.
     Every failure is a one-line ``CheckpointError``. ``dst`` is never ``src`` itself (the pretraining checkpoint
     would be replaced by the smaller backbone file), and an existing ``dst`` is replaced only with ``overwrite``.
     """
     if to not in FORMATS:
         raise CheckpointError(f"--to: expected one of {', '.join(FORMATS)}, got {to!r}")
-    src = Path(src)
+    src = resolve(src) if Path(src).is_dir() else Path(src)  # a pretraining's run directory: its last checkpoint
     dst = destination(src, dst, to)
     if dst.exists() and src.exists() and dst.samefile(src):
         raise CheckpointError(f"{dst}: is the checkpoint being converted; write the backbone somewhere else")

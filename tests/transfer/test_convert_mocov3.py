@@ -53,6 +53,16 @@ def test_a_v3_resnet_converts_to_torchvision(tmp_path: Path) -> None:
     assert torch.equal(state["layer4.1.conv2.weight"], encoder["layer4.1.conv2.weight"])
 
 
+def test_a_run_directory_converts_its_last_checkpoint(tmp_path: Path) -> None:
+    """docs/mocov3.md and README convert a run directory (``moco convert runs/PRESET vit.pth --to timm``); it
+    failed with "Is a directory" (the digest of the source was taken of the folder)."""
+    src, encoder = v3_checkpoint(tmp_path, "resnet18")  # tmp_path/checkpoint_last.pth.tar: a run directory's last
+    result = CliRunner().invoke(app, ["convert", str(tmp_path), str(tmp_path / "r18.pth"), "--to", "torchvision"])
+    assert result.exit_code == 0, result.output
+    assert f"source: {src}" in result.output
+    assert torch.equal(torch.load(tmp_path / "r18.pth", weights_only=True)["conv1.weight"], encoder["conv1.weight"])
+
+
 @pytest.mark.parametrize(("arch", "to", "message"), [
     ("vit_nano_p4", "detectron2", "holds a ViT (vit_nano_p4): convert it --to timm"),
     ("resnet18", "timm", "holds a ResNet: convert it --to torchvision or --to detectron2"),
