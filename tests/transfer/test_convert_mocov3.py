@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,22 @@ def test_detection_refuses_a_vit_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as err:
         load_resnet(str(src))
     assert str(err.value) == f"{src}: holds a ViT (vit_nano_p4), not a ResNet: this command takes ResNets only"
+
+
+def test_detection_fine_tunes_a_v3_resnet_through_the_existing_path(tmp_path: Path) -> None:
+    """A MoCo v3 ResNet checkpoint (official layout: module.base_encoder.*) is a backbone for moco eval coco: it
+    fine-tunes, and its record names the v3 pretraining and the format it was read in."""
+    from tests.transfer.test_cli_transfer import TINY, sets
+    from transfer.embedded import ensure_coco
+
+    src, _ = v3_checkpoint(tmp_path, "resnet18")
+    data = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
+    out = tmp_path / "coco"
+    result = CliRunner().invoke(app, ["eval", "coco", str(src), "-c", "coco_embedded", "--data", str(data),
+                                      "--output-dir", str(out), "--engine", "torchvision", "--workers", "0",
+                                      "--quiet", *sets(*TINY)])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "result.json").read_text())
+    assert record["backbone"]["pretrain"]["method"] == "mocov3" and record["backbone"]["arch"] == "resnet18"
+    assert record["backbone"]["format"] == "official-mocov3"
+    assert 0 <= record["metrics"]["bbox_AP"] <= 100
