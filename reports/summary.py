@@ -205,16 +205,21 @@ class Margin:
 
 
 def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
-    """Each row's margin over the setting's one random-init row on ``metric``, for rows of 2+ trials where random
-    init has 2+ trials too; none when the setting has no such random-init row (or several)."""
-    randoms = [e for e in entries if e.pretraining.kind == "random" and e.n > 0]
-    if len(randoms) != 1 or metric not in randoms[0].metrics or randoms[0].metrics[metric].n < 2:
-        return []
-    base = randoms[0].metrics[metric]
+    """Each row's margin over the random-init row of its arch on ``metric`` (a table of R18 and ViT rows has a
+    floor for each), for rows of 2+ trials where that random-init row has 2+ trials too; none for an arch with no
+    such random-init row, or several."""
+    randoms: dict[str | None, list[Entry]] = {}
+    for e in entries:
+        if e.pretraining.kind == "random" and e.n > 0:
+            randoms.setdefault(e.pretraining.arch, []).append(e)
     out = []
     for entry in entries:
+        floor = randoms.get(entry.pretraining.arch, [])
         stat = entry.metrics.get(metric)
-        if entry is randoms[0] or stat is None or stat.n < 2:
+        if len(floor) != 1 or entry is floor[0] or stat is None or stat.n < 2:
+            continue
+        base = floor[0].metrics.get(metric)
+        if base is None or base.n < 2:
             continue
         se = math.sqrt(stat.std ** 2 / stat.n + base.std ** 2 / base.n)
         out.append(Margin(entry, metric, stat.mean - base.mean, se))

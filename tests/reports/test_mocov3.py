@@ -131,6 +131,25 @@ def test_a_random_vit_row_is_the_floor_of_a_v3_table(write_record: WriteRecord, 
     assert margin.endswith("MoCo v3 (ViT-nano/4, 30 ep, embedded) +21.0 (9.4 SE).")
 
 
+def test_each_row_is_measured_against_the_random_init_of_its_arch(write_record: WriteRecord, runs: Path) -> None:
+    """A table of R18 and ViT rows with a random-init row for each: each row's margin is over its own arch's floor
+    (with two floors, no margin was given at all)."""
+    embedded = {"path": "embedded", "classes": 8}
+    for arch, randoms, v3s in (("resnet18", (28.0, 30.0), (40.0, 44.0)), ("vit_nano_p4", (20.0, 22.0), (21.0, 23.0))):
+        for seed, top1 in enumerate(randoms):
+            write_record(f"rand_{arch}{seed}.result.json", v3_linear(30, random_backbone(arch), embedded,
+                                                                     metrics={"top1": top1, "top5": 70.0}))
+        for seed, top1 in enumerate(v3s):
+            write_record(f"v3_{arch}{seed}.result.json", v3_linear(30, v3_backbone(arch, 30, "embedded",
+                                                                                   sha=f"{arch[0]}{seed}"),
+                                                                   embedded, metrics={"top1": top1, "top5": 90.0}))
+    (table,) = tables_by_title(runs).values()
+    (margin,) = [n for n in table.notes if n.startswith("Above random init")]
+    # R18: 42 - 29 = 13, SE sqrt(8/2 + 2/2) = 2.236: 5.8 SE; ViT: 22 - 21 = 1, SE sqrt(2/2 + 2/2) = 1.414: 0.7 SE
+    assert "MoCo v3 (R18, 30 ep, embedded) +13.0 (5.8 SE)" in margin
+    assert "MoCo v3 (ViT-nano/4, 30 ep, embedded) +1.0 (0.7 SE)" in margin
+
+
 def test_published_v3_rows_only_beside_the_v3_protocol_of_their_arch(write_record: WriteRecord,
                                                                      runs: Path) -> None:
     write_record("v3_r50.result.json", v3_linear(90, v3_backbone("resnet50")))
