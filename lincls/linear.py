@@ -3,7 +3,7 @@ MoCo v3's (facebookresearch/moco-v3 main_lincls.py).
 
 A new fc (``head`` on a ViT, whose feature is its class token) on the pooled features of a frozen backbone,
 trained by SGD. v1/v2's protocol, the defaults below: lr 30, momentum 0.9, wd 0, batch 256, 100 epochs, lr x0.1
-at 60 and 80. v3's (presets ``linear_mocov3`` and ``linear_mocov3_vit``): lr 0.1 (ResNet) or 3 (ViT) per 256
+at 60 and 80. v3's (presets ``lincls_mocov3`` and ``lincls_mocov3_vit``): lr 0.1 (ResNet) or 3 (ViT) per 256
 images, times batch / 256, batch 1024, 90 epochs, a cosine schedule set once per epoch. The whole model stays in
 eval mode, so BN statistics never move, and the sanity check at the end proves that nothing but fc changed.
 """
