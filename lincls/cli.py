@@ -37,7 +37,8 @@ def linear_cli(
     data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where config, metrics and result.json go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(help="The ResNet of 'random' (a file names its own).")] = None,
+    arch: Annotated[str | None, typer.Option(help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names "
+                                        "its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     cached_features: Annotated[bool, typer.Option(
@@ -50,7 +51,8 @@ def linear_cli(
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
-    """Linear classification on frozen features (lr 30, 100 epochs, BN in eval mode), with the sanity check."""
+    """Linear classification on frozen features (v1/v2's protocol: lr 30, 100 epochs; MoCo v3's for v3 weights and
+    ViTs), BN in eval mode, with the sanity check."""
     from lincls.linear import load_linear_config, protocol_preset
 
     try:
@@ -143,7 +145,8 @@ def knn_cli(
     crop_size: Annotated[int | None, typer.Option(help="Center-crop size (data.crop_size).")] = None,
     resize: Annotated[int | None, typer.Option(help="Resize before the crop (data.resize).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Images per forward pass.")] = None,
-    arch: Annotated[str | None, typer.Option(help="The ResNet of 'random' (a file names its own).")] = None,
+    arch: Annotated[str | None, typer.Option(help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names "
+                                        "its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")]
