@@ -37,8 +37,8 @@ def linear_cli(
     data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where config, metrics and result.json go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names "
-                                        "its own).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     cached_features: Annotated[bool, typer.Option(
@@ -145,8 +145,8 @@ def knn_cli(
     crop_size: Annotated[int | None, typer.Option(help="Center-crop size (data.crop_size).")] = None,
     resize: Annotated[int | None, typer.Option(help="Resize before the crop (data.resize).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Images per forward pass.")] = None,
-    arch: Annotated[str | None, typer.Option(help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names "
-                                        "its own).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")]
