@@ -31,15 +31,15 @@ from typing import Any
 import torch
 
 import lincls.linear
-import moco_core.device_data
-import moco_core.engine
-import moco_core.runtime
-import moco_core.train
+import moco_core.data.device_data
+import moco_core.run.engine
+import moco_core.run.runtime
+import moco_core.run.train
 import transfer.engine
 from moco_core.config import replace
 
-# Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.runtime).
-AUTOCAST_USERS = (moco_core.runtime, moco_core.engine, lincls.linear, transfer.engine)
+# Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.run.runtime).
+AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, lincls.linear, transfer.engine)
 
 
 def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:
@@ -52,8 +52,8 @@ def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContext
 @contextlib.contextmanager
 def cuda_defaults(*, compile_encoders: bool) -> Iterator[None]:
     """Inside, this process's runs take CUDA's defaults on the CPU (see the module's docstring)."""
-    speed_up = moco_core.train.speed_up
-    loader_init = moco_core.device_data.DeviceAugmentLoader.__init__
+    speed_up = moco_core.run.train.speed_up
+    loader_init = moco_core.data.device_data.DeviceAugmentLoader.__init__
 
     def cuda_speed_up(method: Any, device: torch.device, run: Any) -> Any:
         run = replace(run, channels_last=True if run.channels_last is None else run.channels_last,
@@ -65,8 +65,8 @@ def cuda_defaults(*, compile_encoders: bool) -> Iterator[None]:
 
     with contextlib.ExitStack() as undo:
         for module, name, value in [*((m, "autocast", bf16_autocast) for m in AUTOCAST_USERS),
-                                    (moco_core.train, "speed_up", cuda_speed_up),
-                                    (moco_core.device_data.DeviceAugmentLoader, "__init__", ahead_init)]:
+                                    (moco_core.run.train, "speed_up", cuda_speed_up),
+                                    (moco_core.data.device_data.DeviceAugmentLoader, "__init__", ahead_init)]:
             undo.callback(setattr, module, name, getattr(module, name))
             setattr(module, name, value)
         yield

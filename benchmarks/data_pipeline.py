@@ -34,11 +34,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import PretrainConfig, load_config
-from moco_core.data import ImageDataset, scan_images
-from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_apart, hand_over
-from moco_core.jpeg import decode_jpegs
+from moco_core.data.augment import TwoCrops, build_pretrain_transform
+from moco_core.data.data import ImageDataset, scan_images
+from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_apart, hand_over
+from moco_core.data.jpeg import decode_jpegs
 
 
 def parse_args() -> argparse.Namespace:
@@ -119,7 +119,7 @@ def loader_rate(samples: list[tuple[str, int]], args: argparse.Namespace) -> flo
 
 
 def augment_rate(samples: list[tuple[str, int]], cfg: PretrainConfig, args: argparse.Namespace) -> dict[str, float]:
-    from moco_core.tensor_augment import TensorTwoCrops
+    from moco_core.data.tensor_augment import TensorTwoCrops
 
     datas = [torch.frombuffer(bytearray(Path(p).read_bytes()), dtype=torch.uint8) for p, _ in samples[:args.batch]]
     images = decode_jpegs(datas, "cuda")

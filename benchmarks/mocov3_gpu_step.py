@@ -35,10 +35,10 @@ import torch
 from reference_v3 import ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
 
 from moco_core.config import VIT_ARCHS, PretrainConfig, load_config, replace
-from moco_core.engine import train_step
-from moco_core.methods import build_method
-from moco_core.runtime import resolve_device
-from moco_core.train import StepSchedule, build_optimizer, learning_rate, speed_up
+from moco_core.model.methods import build_method
+from moco_core.run.engine import train_step
+from moco_core.run.runtime import resolve_device
+from moco_core.run.train import StepSchedule, build_optimizer, learning_rate, speed_up
 
 PRESET = "mocov3_vit_base_300ep"  # the official ViT-B/16 setup: AdamW 1.5e-4 per 256, wd 0.1, T 0.2, m 0.99
 STEPS_PER_EPOCH = 1251  # ImageNet's 1,281,167 images at batch 1024: where in the schedule the steps fall
@@ -138,7 +138,7 @@ class _MomentumProbe:
     """Receives the schedule's m for the reference (StepSchedule calls ``schedule(progress)`` on a method)."""
 
     def __init__(self, cfg: PretrainConfig) -> None:
-        from moco_core.mocov3 import momentum_at
+        from moco_core.model.mocov3 import momentum_at
 
         self.cfg, self.at, self.m = cfg, momentum_at, cfg.v3.momentum
 

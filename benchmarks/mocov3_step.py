@@ -30,12 +30,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from moco_core.config import VIT_ARCHS, PretrainConfig, load_config
-from moco_core.data import scan_images
-from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
-from moco_core.engine import train_step
-from moco_core.methods import build_method
-from moco_core.runtime import resolve_data
-from moco_core.train import StepSchedule, build_optimizer
+from moco_core.data.data import scan_images
+from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
+from moco_core.model.methods import build_method
+from moco_core.run.engine import train_step
+from moco_core.run.runtime import resolve_data
+from moco_core.run.train import StepSchedule, build_optimizer
 
 PRESETS = {"v2 resnet18": "embedded", "v3 resnet18": "mocov3_embedded", "v3 vit_nano_p4": "mocov3_vit_embedded"}
 

@@ -1,6 +1,6 @@
 """Throughput of one full MoCo pretraining step (images/s), on CPU or CUDA, unchanged.
 
-What is measured: the step of ``moco_core.engine.train_one_epoch`` itself (the benchmark calls it), i.e. per batch
+What is measured: the step of ``moco_core.run.engine.train_one_epoch`` itself (the benchmark calls it), i.e. per batch
 forward of the query encoder, momentum update, shuffled-BN forward of the key encoder, InfoNCE logits,
 F.cross_entropy, backward, SGD step, ``moco.enqueue(keys)`` and the engine's running loss/accuracy sums. The model
 is ``MocoMethod``'s, i.e. ``build_moco(ModelConfig(...), world_size=1)`` as a real single-process run builds it,
@@ -44,16 +44,16 @@ import torch.nn.functional as F
 from reference import ReferenceMoCo, reference_step  # benchmarks/reference.py, beside this script
 from torch.utils.data import DataLoader
 
-from moco_core.augment import TwoCrops, build_pretrain_transform
 from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, RunConfig, load_config
-from moco_core.data import ImageDataset, scan_images
-from moco_core.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
-from moco_core.engine import top1, train_one_epoch
-from moco_core.methods import MocoMethod, build_moco
-from moco_core.moco import MoCo, contrastive_logits
-from moco_core.progress import MetricsWriter, Progress
-from moco_core.runtime import resolve_data, resolve_device
-from moco_core.train import speed_up, use_fused_kernels
+from moco_core.data.augment import TwoCrops, build_pretrain_transform
+from moco_core.data.data import ImageDataset, scan_images
+from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
+from moco_core.model.methods import MocoMethod, build_moco
+from moco_core.model.moco import MoCo, contrastive_logits
+from moco_core.run.engine import top1, train_one_epoch
+from moco_core.run.progress import MetricsWriter, Progress
+from moco_core.run.runtime import resolve_data, resolve_device
+from moco_core.run.train import speed_up, use_fused_kernels
 
 Batch = tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]
 
@@ -118,7 +118,7 @@ def image_batches(args: argparse.Namespace, device: torch.device, data: str, pip
     """Real images with the MoCo v2 two-crop augmentation, epoch after epoch through one DataLoader.
 
     ``pipeline`` "pil": PIL decoding and augmentation in the workers; "tensor": the workers read bytes, and
-    decoding and augmentation run on ``device`` (``moco_core.device_data``), as ``data.pipeline: tensor``.
+    decoding and augmentation run on ``device`` (``moco_core.data.device_data``), as ``data.pipeline: tensor``.
     """
     overrides = [f"augment.crop_size={args.image_size}", f"data.path={json.dumps(data)}"]
     cfg: PretrainConfig = load_config(PretrainConfig, "moco_v2_200ep", overrides)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.threads and device.type == "cpu":
         torch.set_num_threads(args.threads)
     amp = args.amp and device.type == "cuda"
-    torch.backends.cudnn.benchmark = True  # as a real run on CUDA (moco_core.train.resolve_device)
+    torch.backends.cudnn.benchmark = True  # as a real run on CUDA (moco_core.run.train.resolve_device)
     torch.manual_seed(0)
     cfg = ModelConfig(arch=args.arch, dim=args.dim, mlp=args.mlp, queue_size=args.queue_size,
                       shuffle_bn=args.shuffle_bn, bn_groups=args.bn_groups)

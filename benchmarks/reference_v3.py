@@ -13,7 +13,7 @@ Its ViTs are timm 0.4.9's ``VisionTransformer`` (the version its README names), 
 ``softmax(q k^T * scale) v`` as three kernels with the (heads, tokens, tokens) matrix in memory.
 
 This module writes that recipe from its description (no code was copied). It takes the same network as ours
-(``moco_core.methods.build_mocov3``: the same ViT, projector and predictor), with timm's fused attention turned
+(``moco_core.model.methods.build_mocov3``: the same ViT, projector and predictor), with timm's fused attention turned
 off to match 0.4.9's, so that the timing difference is the recipe; a test checks that its loss and momentum
 update equal ours on equal inputs.
 """

@@ -56,7 +56,7 @@ def launch_cli(
     print(f"submitted job {record['job_id']} ({cluster}, {record['tasks']} processes); run directory: "
           f"{record['run_dir']}; logs: {record['logs']}")
     if wait:
-        from moco_core.preemption import Stopped, report_stop
+        from moco_core.run.preemption import Stopped, report_stop
 
         try:
             code = wait_for(job, cluster)
@@ -78,7 +78,7 @@ def trials_cli(
     """
     from cluster.trials import run_trials
     from moco_core.config import seed_problem
-    from moco_core.preemption import Stopped, report_stop
+    from moco_core.run.preemption import Stopped, report_stop
 
     problem = seed_problem(seed) or (seed_problem(seed + trials - 1) if trials > 0 else None)
     if problem:
@@ -164,11 +164,11 @@ def _executor(cluster: str, folder: Path, *, nodes: int, tasks: int, gpus_per_no
 def wait_for(job: Any, cluster: str) -> int:
     """Block until ``job`` ends: 0 when it succeeded, else 1 with the error its command printed (or raised).
 
-    :class:`moco_core.preemption.Stopped` when a signal stopped the job's command (its tasks say so by their
+    :class:`moco_core.run.preemption.Stopped` when a signal stopped the job's command (its tasks say so by their
     status), or this process: the job is then told to stop too, so that submitting the same command again
     continues it rather than meeting it still running.
     """
-    from moco_core.preemption import Stopped, Stopper
+    from moco_core.run.preemption import Stopped, Stopper
 
     with Stopper() as stopper:
         stopper.doing = f"the wait for job {job.job_id}"

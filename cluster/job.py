@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moco_core import preemption
 from moco_core.checkpoint import LAST, LINEAR_LAST
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
+from moco_core.run import preemption
 
 COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
@@ -168,7 +168,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    from moco_core.rundir import write_text_atomic
+    from moco_core.run.rundir import write_text_atomic
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / RECORD, json.dumps(record, indent=2) + "\n")

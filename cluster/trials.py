@@ -5,7 +5,7 @@ linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the tria
 can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running it again
 continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does). ``moco
 report`` shows the trials as one row, mean ± std over n (pretrainings are grouped by recipe, not by weights).
-A stop signal stops the whole of it (:class:`moco_core.preemption.Stopper`): no further trial is started.
+A stop signal stops the whole of it (:class:`moco_core.run.preemption.Stopper`): no further trial is started.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import sys
 
 from cluster.job import Command, LaunchError, run_moco
-from moco_core.preemption import Stopper
+from moco_core.run.preemption import Stopper
 
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
              "eval coco": ("--seed", "{}")}  # the two words that give a command its seed
@@ -44,7 +44,7 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
 def run_trials(argv: list[str], trials: int, seed: int) -> int:
     """Run each trial in turn, in this process; 0 when all succeeded, else 1 after trying every one.
 
-    A stop signal raises :class:`moco_core.preemption.Stopped` once the trial under way has stopped: a failed
+    A stop signal raises :class:`moco_core.run.preemption.Stopped` once the trial under way has stopped: a failed
     trial lets the next one start, a stopped one does not.
     """
     failed = []

@@ -11,18 +11,18 @@ from typing import Any
 import torch
 
 from lincls.linear import LinearDataConfig, load_splits
-from moco_core.backbone import load_backbone
 from moco_core.config import load_config, require, run_checks
-from moco_core.knn import KnnMonitor
-from moco_core.records import write_record
-from moco_core.rundir import require_writable
-from moco_core.runtime import resolve_device
-from moco_core.shapes import shapes_version
+from moco_core.data.shapes import shapes_version
+from moco_core.model.backbone import load_backbone
+from moco_core.run.knn import KnnMonitor
+from moco_core.run.records import write_record
+from moco_core.run.rundir import require_writable
+from moco_core.run.runtime import resolve_device
 
 
 @dataclass(frozen=True)
 class KnnRunConfig:
-    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/naming.py)
+    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/run/naming.py)
     device: str = "auto"
     seed: int = 0  # draws the weights of "random" (as eval linear's run.seed)
 

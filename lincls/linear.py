@@ -23,20 +23,27 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from moco_core import checkpoint, distributed
-from moco_core.augment import build_eval_transform
-from moco_core.backbone import BackboneInfo, infer_vit, load_backbone, read_backbone_state
 from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
-from moco_core.data import DecodeFailures, ImageDataset, scan_images, unlabelled_splits, warn_revisited, warn_skipped
+from moco_core.data.augment import build_eval_transform
+from moco_core.data.data import (
+    DecodeFailures,
+    ImageDataset,
+    scan_images,
+    unlabelled_splits,
+    warn_revisited,
+    warn_skipped,
+)
+from moco_core.data.shapes import shapes_version
 from moco_core.errors import NonFiniteLossError
-from moco_core.knn import topk_accuracy
-from moco_core.naming import evaluation_dir
-from moco_core.progress import MetricsWriter, Progress, format_duration
-from moco_core.records import write_record
-from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
-from moco_core.runtime import autocast, resolve_data, resolve_device
-from moco_core.shapes import shapes_version
-from moco_core.vit import VIT_SHAPES, classifier_name
+from moco_core.model.backbone import BackboneInfo, infer_vit, load_backbone, read_backbone_state
+from moco_core.model.vit import VIT_SHAPES, classifier_name
+from moco_core.run.knn import topk_accuracy
+from moco_core.run.naming import evaluation_dir
+from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.records import write_record
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.runtime import autocast, resolve_data, resolve_device
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class LinearDataConfig:
 
 @dataclass(frozen=True)
 class LinearRunConfig:
-    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/naming.py)
+    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/run/naming.py)
     device: str = "auto"
     seed: int = 0
     amp: bool = True  # bf16 autocast on CUDA
@@ -139,7 +146,7 @@ def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
 def train_transform(crop: int) -> Any:
     from torchvision import transforms as T
 
-    from moco_core.augment import IMAGENET_MEAN, IMAGENET_STD
+    from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 
     return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
                       T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])

@@ -9,7 +9,7 @@ evaluating each as it appears: beside the pretraining, on the same machine or as
 
 Following ends when every announced snapshot is evaluated, or (:class:`FollowEnded`) when they will not come: the
 pretraining has finished, or no live process has held its run directory's lock (``.moco.lock``, see
-:mod:`moco_core.rundir`) for a grace period (a requeued run waits in the queue meanwhile), or, with a timeout, no
+:mod:`moco_core.run.rundir`) for a grace period (a requeued run waits in the queue meanwhile), or, with a timeout, no
 new snapshot came for that long.
 """
 
@@ -29,7 +29,7 @@ from moco_core import checkpoint
 from moco_core.checkpoint import LINEAR_LAST, snapshot_name
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
-from moco_core.rundir import LOCK
+from moco_core.run.rundir import LOCK
 
 SNAPSHOT = re.compile(r"checkpoint_(\d{4,})\.pth\.tar")
 

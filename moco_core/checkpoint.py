@@ -34,7 +34,7 @@ LINEAR_LAST = "linear_last.pth.tar"  # a linear evaluation's fc, optimizer, hist
 
 # Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed: MoCo
 # (to_official, from_official), the other methods (to_module_names, from_module_names) and the evaluations, which
-# read the query encoder under QUERY_PREFIX in every checkpoint (moco_core/backbone.py).
+# read the query encoder under QUERY_PREFIX in every checkpoint (moco_core/model/backbone.py).
 QUERY_PREFIX = "module.encoder_q."
 _PREFIXES = (("encoder.", QUERY_PREFIX), ("momentum_encoder.", "module.encoder_k."))
 _BUFFERS = (("queue", "module.queue"), ("queue_ptr", "module.queue_ptr"))

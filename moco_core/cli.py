@@ -22,7 +22,7 @@ from moco_core.config import (
     replace,
 )
 from moco_core.errors import UserError, print_error, show
-from moco_core.naming import evaluation_dir, pretrain_dir
+from moco_core.run.naming import evaluation_dir, pretrain_dir
 
 
 def resolve_pretrain_config(
@@ -86,7 +86,7 @@ def preset_list(command: str) -> str:
 
 def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch: str | None,
                     arch_option: str) -> Any:
-    """``cfg`` with ``run.output_dir`` set: as given, else ``runs/<preset>/<weights>`` (:mod:`moco_core.naming`).
+    """``cfg`` with ``run.output_dir`` set: as given, else ``runs/<preset>/<weights>`` (:mod:`moco_core.run.naming`).
 
     Also where 'random' without an arch stops, before any data is read: which ResNet to draw is not guessed."""
     if weights == "random" and not arch:
@@ -99,7 +99,7 @@ def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch:
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
     """Run in this process; user errors become one line on stderr and a non-zero exit, never a traceback."""
-    from moco_core.train import pretrain  # torch and torchvision load only when a run starts
+    from moco_core.run.train import pretrain  # torch and torchvision load only when a run starts
 
     main = int(os.environ.get("RANK", "0")) == 0  # the process group is gone by the time we report
     try:
@@ -154,8 +154,8 @@ def pretrain_cli(
         cfg = resolve_pretrain_config(config, set_ or [], flags, resume_from)
         if cfg.run.output_dir is None:
             cfg = replace(cfg, run={"output_dir": pretrain_dir(config)})
-        from moco_core.runtime import resolve_device
-        from moco_core.train import check_run
+        from moco_core.run.runtime import resolve_device
+        from moco_core.run.train import check_run
 
         launched = os.environ.get("WORLD_SIZE", "1")
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1

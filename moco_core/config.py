@@ -30,7 +30,7 @@ logger = logging.getLogger("moco.config")
 ARCHS = (
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
 )
-# Vision Transformers (timm, the optional extra "vit"; moco_core/vit.py): MoCo v3 only.
+# Vision Transformers (timm, the optional extra "vit"; moco_core/model/vit.py): MoCo v3 only.
 VIT_ARCHS = ("vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")
 
 
@@ -47,7 +47,7 @@ class ModelConfig:
     mlp: bool = False  # MoCo v2's 2-layer MLP head (arXiv 2003.04297); v1 has a single fc
     queue_size: int = 65536  # K, the number of negatives in the dictionary (paper: 65536)
     # The queue before K keys have been written: "random" unit vectors (the official code) or "empty" (unwritten
-    # slots are not negatives; see moco_core/moco.py). Matters only in the first K / batch steps.
+    # slots are not negatives; see moco_core/model/moco.py). Matters only in the first K / batch steps.
     queue_init: Literal["random", "empty"] = "random"
     momentum: float = 0.999  # m, key-encoder momentum (paper: 0.999)
     temperature: float = 0.07  # T in InfoNCE (paper v1: 0.07; v2: 0.2)
@@ -108,8 +108,9 @@ class DataConfig:
     verify_images: bool = True  # open every image's header at start-up and skip unreadable ones
     knn_path: str | None = None  # labelled root (train/, val/ class folders) for the kNN monitor; "embedded"
     # "pil": PIL decoding and augmentation in DataLoader workers (the official way); "tensor": workers only read
-    # bytes, the training device decodes (JPEG on the GPU under CUDA) and augments in batches (moco_core/device_data);
-    # "auto": tensor under CUDA (several times faster there), pil on CPU and for the supervised baseline.
+    # bytes, the training device decodes (JPEG on the GPU under CUDA) and augments in batches
+    # (moco_core/data/device_data.py); "auto": tensor under CUDA (several times faster there), pil on CPU and for
+    # the supervised baseline.
     pipeline: Literal["auto", "pil", "tensor"] = "auto"
 
 
@@ -568,7 +569,7 @@ def seed_problem(seed: int) -> str | None:
 Check = tuple[bool, str, "str | None"]  # (holds, "section.key", what is wrong when it does not)
 
 
-# run.loggers: each mirrors metrics.jsonl (moco_core/loggers.py); the package it needs, named as its extra too.
+# run.loggers: each mirrors metrics.jsonl (moco_core/run/loggers.py); the package it needs, named as its extra too.
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 

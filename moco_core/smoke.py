@@ -25,7 +25,7 @@ from typing import Any
 
 ENV = "MOCO_SMOKE"
 
-SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.shapes.ensure_shapes
+SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ensure_shapes
 SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8}}  # transfer.embedded
 
 _DETECTION = {

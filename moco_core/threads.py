@@ -1,5 +1,5 @@
 """CPU threads chosen for the machine: a run takes the cores other work leaves free, shared between its processes.
-Used by :func:`moco_core.runtime.resolve_device` and by :func:`moco_core.distributed.process_group`."""
+Used by :func:`moco_core.run.runtime.resolve_device` and by :func:`moco_core.distributed.process_group`."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def demo_cli(
     """The whole protocol on the embedded data: pretrain MoCo and the supervised baseline, evaluate them and random
     init (linear, VOC, COCO), write the report. Rerunning continues where an interrupted demo stopped; SIGTERM or
     SIGINT stops it as a whole (exit status 128 + the signal's number) with the command that continues."""
-    from moco_core.preemption import Stopped, report_stop
+    from moco_core.run.preemption import Stopped, report_stop
     from moco_demo.run import TASKS, run_demo
 
     chosen = tuple(t.strip() for t in tasks.split(",") if t.strip())

@@ -5,7 +5,7 @@ images; evaluate MoCo, supervised and random-init backbones with the linear prot
 detection (``voc_embedded``) and COCO instance segmentation (``coco_embedded``); write the report. Every step
 writes into its own directory under the output directory, and a step whose result is already there is skipped, so
 an interrupted demo continues where it stopped. ``demo.json`` keeps each step's wall time. A stop signal stops
-the whole demo once the step under way has stopped (:class:`moco_core.preemption.Stopper`).
+the whole demo once the step under way has stopped (:class:`moco_core.run.preemption.Stopper`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_core import checkpoint
-from moco_core.preemption import Stopper
-from moco_core.progress import LINE
-from moco_core.rundir import write_text_atomic
+from moco_core.run.preemption import Stopper
+from moco_core.run.progress import LINE
+from moco_core.run.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
 
 TASKS = ("linear", "voc", "coco")
@@ -81,7 +81,7 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", "linear", "voc", "coco").
     ``trials`` > 1: the whole protocol once per seed (``seed``, ``seed + 1``, ...), each into ``seed_<s>/``;
     every row of the report is then the mean ± std of its trials (``moco report`` groups pretrainings of one
-    recipe with different seeds). A stop signal raises :class:`moco_core.preemption.Stopped`.
+    recipe with different seeds). A stop signal raises :class:`moco_core.run.preemption.Stopped`.
     """
     overrides = overrides or {}
     from reports.render import write_report
@@ -111,7 +111,7 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
               overrides: dict[str, list[str]], label: str) -> None:
     """One trial's steps into ``root``: the two pretrainings, then every task on every backbone."""
     from moco_core.config import PretrainConfig, load_config, replace, validated
-    from moco_core.train import pretrain
+    from moco_core.run.train import pretrain
 
     runs = {name: root / "pretrain" / name for name in ("moco", "supervised")}
     for name, preset in (("moco", "embedded"), ("supervised", "supervised_embedded")):

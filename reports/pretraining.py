@@ -99,7 +99,7 @@ class Pretraining:
                 self.partial_steps, self.planned_epochs or 0, self.sha256 or "", self.source)
 
 
-# MoCo v3's ViTs (moco_core/vit.py VIT_SHAPES) as papers write them: size, then the patch size. ViT-S and ViT-B as
+# MoCo v3's ViTs (moco_core/model/vit.py VIT_SHAPES) as papers write them: size, then the patch size. ViT-S and ViT-B as
 # arXiv 2104.02057; Ti for DeiT's tiny shape (width 192, 12 blocks, 3 heads; arXiv 2012.12877); "nano" is ours.
 VIT_NAMES = {"vit_small": "ViT-S/16", "vit_base": "ViT-B/16", "vit_tiny_p4": "ViT-Ti/4", "vit_nano_p4": "ViT-nano/4"}
 

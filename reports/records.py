@@ -282,7 +282,7 @@ def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretrai
     partial = _count(pretrain.get("partial_epoch_steps")) or 0  # absent from records written before it was
     if fmt == "random" or source == "random" or method == "random init":
         kind, method, sha, data_path, epochs = "random", "random init", None, None, None
-    elif fmt in ("official-moco", "official-mocov3"):  # moco_core/backbone.py: the official v1/v2 and v3 files
+    elif fmt in ("official-moco", "official-mocov3"):  # moco_core/model/backbone.py: the official v1/v2 and v3 files
         kind = "official"
     elif fmt == "torchvision" and (method in ABSENT_METHODS or not config):
         kind, method, data_path, epochs = "torchvision", "supervised", None, None  # a plain state_dict

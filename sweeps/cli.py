@@ -40,7 +40,7 @@ def sweep_cli(
     number) with the command that continues.
     """
     from moco_core.config import PretrainConfig, load_config, seed_problem
-    from moco_core.preemption import Stopped, report_stop
+    from moco_core.run.preemption import Stopped, report_stop
     from sweeps.sweep import check_sweep, linear_preset, parse_values, run_sweep, summary
 
     if evaluation not in ("knn", "linear"):
@@ -76,8 +76,8 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
 
     from lincls.knn import knn_eval
     from lincls.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
-    from moco_core.augment import eval_resize
     from moco_core.config import replace
+    from moco_core.data.augment import eval_resize
 
     def knn(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
         # center crops at the pretraining scale, as the pretraining's kNN monitor takes them

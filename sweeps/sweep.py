@@ -11,7 +11,7 @@ MoCo v3 (``method: mocov3``, arXiv 2104.02057) has no queue: its m sweep sets ``
 cosine schedule to 1 (the v3 paper's momentum ablation), and a K sweep is refused.
 A point whose pretraining already finished is not run again, and one whose evaluation already wrote its record
 is skipped: rerunning an interrupted sweep continues where it stopped. A stop signal stops the whole sweep once
-the step under way has stopped (:class:`moco_core.preemption.Stopper`); a stopped pretraining is not evaluated.
+the step under way has stopped (:class:`moco_core.run.preemption.Stopper`); a stopped pretraining is not evaluated.
 
 With several trials the whole sweep runs once per seed, into ``OUT/seed_<s>/``: the points' records then differ
 only in their pretraining's seed (``backbone.pretrain.config.run.seed``), and ``moco report`` gathers the records
@@ -31,7 +31,7 @@ from typing import Any
 from moco_core import checkpoint
 from moco_core.config import VIT_ARCHS, ConfigError, PretrainConfig, replace, validated
 from moco_core.errors import NonFiniteLossError
-from moco_core.preemption import Stopper
+from moco_core.run.preemption import Stopper
 
 # The swept parameter as the command names it -> as records and the report name it
 RECORD_NAMES = {"K": "queue_size", "m": "momentum"}
@@ -141,7 +141,7 @@ def run_sweep(
     """Pretrain and evaluate each value; ``evaluate(checkpoint, out_dir, extra, seed) -> (record, metrics)``.
 
     ``trials`` > 1: the whole sweep once per seed (``seed``, ``seed + 1``, ...; default from ``cfg.run.seed``),
-    each into ``output_dir/seed_<s>``. A stop signal raises :class:`moco_core.preemption.Stopped`.
+    each into ``output_dir/seed_<s>``. A stop signal raises :class:`moco_core.run.preemption.Stopped`.
     """
     check_sweep(cfg, param)
     if trials < 1:
@@ -160,7 +160,7 @@ def run_sweep(
 def _point(cfg: PretrainConfig, param: str, value: float, output_dir: Path, evaluate: Evaluate, eval_name: str,
            show_progress: bool, stopper: Stopper) -> SweepPoint:
     """One point: its pretraining (unless finished), then its evaluation (unless recorded)."""
-    from moco_core.train import pretrain  # torch loads only when a sweep runs
+    from moco_core.run.train import pretrain  # torch loads only when a sweep runs
 
     name, seed = RECORD_NAMES[param], cfg.run.seed
     point_dir = output_dir / f"{name}={value:g}"

@@ -25,7 +25,7 @@ from PIL import Image
 
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
-from moco_core.methods import build_moco
+from moco_core.model.methods import build_moco
 from transfer.embedded import ensure_coco, ensure_voc
 from transfer.voc import VOC_CLASSES
 

@@ -82,7 +82,7 @@ ARGUMENTS = {  # positional arguments per command
 def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """Replace the functions that start a job by stubs: the CLI's checks run, the job does not."""
     import lincls.linear
-    import moco_core.train
+    import moco_core.run.train
     import moco_demo.run
     import sweeps.sweep
     import transfer.run
@@ -93,7 +93,7 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
             raise SystemExit(0)
         return record
 
-    monkeypatch.setattr(moco_core.train, "pretrain", stub("pretrain"))
+    monkeypatch.setattr(moco_core.run.train, "pretrain", stub("pretrain"))
     monkeypatch.setattr(lincls.linear, "linear_eval", stub("linear"))
     monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
@@ -557,7 +557,7 @@ class FakeRuns:
         import torch
 
         from moco_core import checkpoint
-        from moco_core.preemption import StopSignal
+        from moco_core.run.preemption import StopSignal
 
         run_dir = Path(cfg.run.output_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -606,11 +606,11 @@ class FakeRuns:
         import cluster.cli
         import lincls.knn
         import lincls.linear
-        import moco_core.train
+        import moco_core.run.train
         import reports.render
         import reports.report
 
-        monkeypatch.setattr(moco_core.train, "pretrain", self.pretrain)
+        monkeypatch.setattr(moco_core.run.train, "pretrain", self.pretrain)
         monkeypatch.setattr(lincls.linear, "linear_eval",
                             lambda cfg, *a, **k: self.evaluate(Path(cfg.run.output_dir)))
         monkeypatch.setattr(lincls.knn, "knn_eval", lambda w, d, out, **k: (self.evaluate(out), {"top1": 1.0}))
@@ -717,7 +717,7 @@ def test_the_command_a_stop_names_parses_to_the_same_command(data: st.DataObject
     case of a wrapper stopped with any options: its last line must be the command to paste)."""
     from hypothesis import event
 
-    from moco_core.preemption import rerun_command
+    from moco_core.run.preemption import rerun_command
 
     name = data.draw(st.sampled_from(sorted(WRAPPER_COMMANDS)))
     command = WRAPPER_COMMANDS[name]
@@ -747,7 +747,7 @@ def test_the_command_a_stop_names_parses_to_the_same_command(data: st.DataObject
     ["launch", "--wait", "--time", "5", "--", "pretrain", "--output-dir", "a\nb"],
 ])
 def test_awkward_command_lines_are_named_so_that_they_parse_back(args: list[str]) -> None:
-    from moco_core.preemption import rerun_command
+    from moco_core.run.preemption import rerun_command
 
     command = WRAPPER_COMMANDS[args[0]]
     ctx = command.make_context(args[0], args[1:])

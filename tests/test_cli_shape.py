@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cli import WORKFLOW, app
 from moco_core.config import PRESETS, PretrainConfig, load_config, presets_for
-from moco_core.naming import evaluation_dir, weights_tag
+from moco_core.run.naming import evaluation_dir, weights_tag
 
 runner = CliRunner()
 
@@ -74,8 +74,8 @@ def test_random_without_an_arch_is_refused_not_a_resnet50(args: list[str]) -> No
 
 
 def test_a_run_directory_given_as_weights_is_its_last_checkpoint(tmp_path: Path) -> None:
-    from moco_core.backbone import load_resnet
     from moco_core.checkpoint import CheckpointError
+    from moco_core.model.backbone import load_resnet
 
     run = tmp_path / "run"
     run.mkdir()

@@ -18,12 +18,23 @@ ALLOWED = {  # package -> the packages of ours it may import
 }
 
 
+def our_module(name: str) -> str | None:
+    """The module of ours that an imported name lies in ("moco_core.run.train.pretrain" -> "moco_core.run.train"),
+    None for a package alone or a name outside our files."""
+    parts = name.split(".")
+    for n in range(len(parts), 1, -1):
+        if (ROOT / Path(*parts[:n])).with_suffix(".py").is_file():
+            return ".".join(parts[:n])
+    return None
+
+
 def module_imports() -> dict[str, set[str]]:
-    """module ("transfer.run") -> the modules of ours it imports, at the top or inside functions."""
+    """module ("transfer.run", "moco_core.run.train") -> the modules of ours it imports, at the top or inside
+    functions."""
     graph: dict[str, set[str]] = defaultdict(set)
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            me = f"{package}.{path.stem}"
+        for path in sorted((ROOT / package).rglob("*.py")):
+            me = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 names: list[str] = []
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -31,9 +42,9 @@ def module_imports() -> dict[str, set[str]]:
                 elif isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 for name in names:
-                    parts = name.split(".")
-                    if parts[0] in PACKAGES and len(parts) >= 2 and (ROOT / parts[0] / f"{parts[1]}.py").is_file():
-                        graph[me].add(f"{parts[0]}.{parts[1]}")
+                    target = our_module(name) if name.split(".")[0] in PACKAGES else None
+                    if target is not None:
+                        graph[me].add(target)
     return graph
 
 

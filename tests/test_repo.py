@@ -43,7 +43,7 @@ def test_the_wheel_holds_every_module_and_data_file(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("moco-*.whl")
     shipped = set(zipfile.ZipFile(wheel).namelist())
     packages = [p.parent for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests"]
-    expected = {"cli.py", *(str(f.relative_to(ROOT)) for package in packages for f in package.glob("*.py"))}
+    expected = {"cli.py", *(str(f.relative_to(ROOT)) for package in packages for f in package.rglob("*.py"))}
     expected |= {f"configs/{p.name}" for p in (ROOT / "configs").glob("*.yaml")}
     expected |= {f"reports/{p.name}" for p in (ROOT / "reports").glob("*.csv")}
     assert {"configs/moco_v2_200ep.yaml", "reports/published.csv", "cluster/job.py"} <= expected

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from moco_core.data import DatasetError, show_value
+from moco_core.data.data import DatasetError, show_value
 
 logger = logging.getLogger("moco.transfer")
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from moco_core.backbone import file_sha256, infer_arch, infer_vit, read_backbone_state
 from moco_core.checkpoint import CheckpointError, resolve, write_atomic
+from moco_core.model.backbone import file_sha256, infer_arch, infer_vit, read_backbone_state
 
 AUTHOR = "moco"
 PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)

@@ -29,7 +29,7 @@ from PIL import Image
 
 from moco_core import smoke
 from moco_core.config import ConfigError
-from moco_core.data import DatasetError, show_value
+from moco_core.data.data import DatasetError, show_value
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     if cfg.data.classes:
         class_names = list(cfg.data.classes)
     elif cfg.data.path == "embedded":
-        from moco_core.shapes import CLASSES
+        from moco_core.data.shapes import CLASSES
 
         class_names = list(CLASSES)
     elif all(s.year for s in specs):

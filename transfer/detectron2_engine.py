@@ -46,13 +46,13 @@ from detectron2.utils.env import seed_all_rng
 from torch import nn
 
 from moco_core import distributed
-from moco_core.backbone import BackboneInfo
 from moco_core.checkpoint import CheckpointError
 from moco_core.config import to_dict
 from moco_core.errors import NonFiniteLossError
-from moco_core.progress import MetricsWriter, Progress
-from moco_core.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
-from moco_core.runtime import resolve_device
+from moco_core.model.backbone import BackboneInfo
+from moco_core.run.progress import MetricsWriter, Progress
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
+from moco_core.run.runtime import resolve_device
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.convert import convert_file, load_detectron2_pkl
 from transfer.datasets import DetectionData, load_data, parse_dataset, require_a_batch

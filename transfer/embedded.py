@@ -4,7 +4,7 @@
 ``ImageSets/Main/{trainval,test}.txt``) and ``ensure_coco()`` writes ``<root>/coco/`` (``annotations/
 instances_{train,val}2017.json``, ``{train,val}2017/*.jpg``), so the real readers (:mod:`transfer.voc`,
 :mod:`transfer.coco`) and the whole transfer protocol run with no download. Both hold the same scenes: trainval
-is train2017, test is val2017. Class names are :data:`moco_core.shapes.CLASSES`; COCO category ids are 1, 3, 5,
+is train2017, test is val2017. Class names are :data:`moco_core.data.shapes.CLASSES`; COCO category ids are 1, 3, 5,
 ... (not contiguous, like COCO's own) so the contiguous-id mapping is exercised.
 
 A scene (``size`` px square, 128 by default) is drawn for detection to be hard the way real photographs are, so
@@ -19,8 +19,8 @@ converted, every backbone, random init included, scored 91-94 AP50):
 - **clutter**: unlabelled lines and irregular blobs, drawn first, in the objects' blues or in greys, on a grey
   background with a gentle gradient in a random direction;
 - **shape, not colour, tells the classes apart**: every object takes a blue of the pretraining data's range
-  (:func:`moco_core.shapes.object_colour`), whatever its class, upright within 15 degrees
-  (:func:`moco_core.shapes.outline`); Gaussian noise of standard deviation 4 is added last.
+  (:func:`moco_core.data.shapes.object_colour`), whatever its class, upright within 15 degrees
+  (:func:`moco_core.data.shapes.outline`); Gaussian noise of standard deviation 4 is added last.
 
 Output is a pure function of the arguments: scene ``i`` of a split draws from its own generator seeded by
 ``SeedSequence([seed, _STREAM, split_id, i])``. Each dataset directory is written into a temporary sibling and
@@ -43,8 +43,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 from pycocotools import mask as mask_utils
 
-from moco_core import shapes
-from moco_core.data import DatasetError
+from moco_core.data import shapes
+from moco_core.data.data import DatasetError
 
 EMBEDDED_VERSION = 2  # bump whenever the files written here change (1: shapes images converted, one object each)
 JPEG_QUALITY = 95

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from moco_core import distributed
 from moco_core.errors import NonFiniteLossError
-from moco_core.preemption import ResumableSampler
-from moco_core.progress import MetricsWriter, Progress
-from moco_core.runtime import autocast
+from moco_core.run.preemption import ResumableSampler
+from moco_core.run.progress import MetricsWriter, Progress
+from moco_core.run.runtime import autocast
 from transfer.config import SolverConfig
 
 Batch = tuple[list[torch.Tensor], list[dict[str, torch.Tensor]], list[int]]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 
 logger = logging.getLogger("moco.transfer")
 

@@ -29,8 +29,8 @@ from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops import MultiScaleRoIAlign, roi_align
 
-from moco_core import backbone
-from moco_core.backbone import BackboneInfo
+from moco_core.model import backbone
+from moco_core.model.backbone import BackboneInfo
 from transfer.config import TransferConfig
 
 FPN_CHANNELS = 256
@@ -38,7 +38,7 @@ FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-
 
 
 def load_resnet(weights: str, arch: str | None = None) -> tuple[torchvision.models.ResNet, BackboneInfo]:
-    """:func:`moco_core.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``."""
+    """:func:`moco_core.model.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``."""
     return backbone.load_resnet(weights, arch=arch, arch_option="detector.arch")
 
 

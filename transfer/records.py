@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from moco_core.backbone import BackboneInfo
 from moco_core.config import to_dict
-from moco_core.progress import format_duration
-from moco_core.records import write_record
+from moco_core.model.backbone import BackboneInfo
+from moco_core.run.progress import format_duration
+from moco_core.run.records import write_record
 from transfer.config import TransferConfig, model_name
 from transfer.datasets import DetectionData
 from transfer.embedded import EMBEDDED_VERSION

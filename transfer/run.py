@@ -22,10 +22,10 @@ from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, to_dict
-from moco_core.preemption import ResumableSampler
-from moco_core.progress import MetricsWriter, Progress
-from moco_core.rundir import require_fresh, run_dir_lock, write_run_files
-from moco_core.runtime import resolve_device
+from moco_core.run.preemption import ResumableSampler
+from moco_core.run.progress import MetricsWriter, Progress
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.runtime import resolve_device
 from transfer import engine
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.datasets import DetectionData, load_data, require_a_batch

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from moco_core.data import DatasetError, show_value
+from moco_core.data.data import DatasetError, show_value
 
 VOC_CLASSES: tuple[str, ...] = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from moco_core.config import PretrainConfig, load_config
-from moco_core.engine import train_step
-from moco_core.methods import build_method
-from moco_core.train import build_optimizer
+from moco_core.model.methods import build_method
+from moco_core.run.engine import train_step
+from moco_core.run.train import build_optimizer
 
 pytest.importorskip("timm")
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from moco_core.config import ModelConfig
-from moco_core.methods import build_moco
+from moco_core.model.methods import build_moco
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

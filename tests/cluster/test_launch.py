@@ -19,7 +19,7 @@ import torch
 from cluster.job import Command, LaunchError
 from moco_core import checkpoint
 from moco_core.config import PretrainConfig, replace
-from moco_core.train import pretrain
+from moco_core.run.train import pretrain
 
 pytest.importorskip("submitit")
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import torch
 
 from lincls.linear import LinearConfig, linear_eval, load_linear_config, sanity_check
 from moco_core import checkpoint
-from moco_core.backbone import load_backbone
 from moco_core.config import ConfigError, replace
-from moco_core.train import pretrain
+from moco_core.model.backbone import load_backbone
+from moco_core.run.train import pretrain
 
 
 def tiny_linear(shapes_root: Path, out: Path, **run: object) -> LinearConfig:
@@ -191,7 +191,7 @@ def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path
     import shutil
 
     from lincls.linear import LinearDataConfig, load_splits
-    from moco_core.knn import KnnMonitor
+    from moco_core.run.knn import KnnMonitor
     from tests.layouts import WNIDS, imagenet_layout
 
     root = imagenet_layout(tmp_path / "imagenet")
@@ -238,7 +238,7 @@ def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path
 
 def test_tensorboard_mirrors_the_evaluations_metrics(shapes_root: Path, tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    from tests.moco_core.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
+    from tests.moco_core.run.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
 
     cfg = replace(tiny_linear(shapes_root, tmp_path / "lin", loggers=("tensorboard",)), arch="resnet18")
     linear_eval(cfg, "random", show_progress=False)

@@ -24,9 +24,9 @@ from lincls.linear import (
     protocol_note,
 )
 from moco_core import checkpoint
-from moco_core.backbone import load_backbone
 from moco_core.config import ConfigError, PretrainConfig, load_config, replace
-from moco_core.train import pretrain
+from moco_core.model.backbone import load_backbone
+from moco_core.run.train import pretrain
 
 
 def test_the_cosine_schedule_against_hand_worked_values() -> None:

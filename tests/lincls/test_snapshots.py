@@ -20,8 +20,8 @@ from cli import app
 from lincls.snapshots import FollowEnded, evaluate_snapshots, expected_snapshots, pretraining_running, snapshot_name
 from moco_core import checkpoint
 from moco_core.config import ConfigError
-from moco_core.rundir import LOCK
-from moco_core.train import pretrain
+from moco_core.run.rundir import LOCK
+from moco_core.run.train import pretrain
 from reports.report import build_report
 from tests.conftest import tiny_config
 
@@ -52,7 +52,7 @@ class Evaluations:
 
 
 def test_snapshots_are_the_ones_keep_every_writes(tmp_path: Path) -> None:
-    # keep_every 2 over 6 epochs: after epochs 2, 4, 6, named by their 0-based index as moco_core.train does
+    # keep_every 2 over 6 epochs: after epochs 2, 4, 6, named by their 0-based index as moco_core.run.train does
     assert expected_snapshots(fake_run(tmp_path, 2, 6, [])) == ["checkpoint_0001.pth.tar", "checkpoint_0003.pth.tar",
                                                                 "checkpoint_0005.pth.tar"]
     with pytest.raises(ConfigError, match="not a pretraining run directory"):
@@ -117,7 +117,7 @@ def test_a_runs_snapshots_through_the_command_into_the_report_curve(shapes_root:
 HOLD_LOCK = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
-fcntl.flock(fd, fcntl.LOCK_EX)  # what moco_core.rundir.acquire_run_dir does for a live run
+fcntl.flock(fd, fcntl.LOCK_EX)  # what moco_core.run.rundir.acquire_run_dir does for a live run
 print("locked", flush=True)
 sys.stdin.read()  # until killed
 """

@@ -7,7 +7,7 @@ and float and 16-bit TIFFs; files truncated, empty, not images at all, or named 
 Decompression bombs are separate (:func:`bombs`): decoding one by mistake takes gigabytes, so they are only opened
 in a process whose memory is capped.
 
-Used by tests/moco_core/test_image_files.py and the property test of tests/test_cli_inputs.py.
+Used by tests/moco_core/data/test_image_files.py and the property test of tests/test_cli_inputs.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from moco_core.data import check_image, load_rgb
-from moco_core.device_data import EncodedImages, collate_encoded, decode_batch
+from moco_core.data.data import check_image, load_rgb
+from moco_core.data.device_data import EncodedImages, collate_encoded, decode_batch
 
 FORMATS = {"PNG": ".png", "TIFF": ".tif", "BMP": ".bmp", "WEBP": ".webp", "GIF": ".gif", "JPEG": ".jpg"}
 MODES = ["1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "I", "F", "LA", "PA", "La", "RGBa", "RGBX",

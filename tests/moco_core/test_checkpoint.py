@@ -11,8 +11,8 @@ import torchvision
 
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
-from moco_core.methods import MocoMethod, build_moco
-from moco_core.train import checkpoint_dict
+from moco_core.model.methods import MocoMethod, build_moco
+from moco_core.run.train import checkpoint_dict
 
 
 def official_lincls_load(path: Path, arch: str) -> set[str]:
@@ -207,7 +207,7 @@ def test_state_mismatch_names_shapes_missing_and_unexpected_keys() -> None:
 ])
 def test_resuming_against_another_model_names_the_arch_and_keys(saved: dict, asked: dict, says: str,
                                                                tmp_path: Path) -> None:
-    from moco_core.train import restore
+    from moco_core.run.train import restore
 
     def method(**model: object) -> MocoMethod:
         return MocoMethod(ModelConfig(queue_size=16, **model), world_size=1, num_classes=0, dataset_size=0)

@@ -18,7 +18,7 @@ import torch
 
 from moco_core import checkpoint, distributed
 from moco_core.config import PretrainConfig, replace
-from moco_core.train import pretrain
+from moco_core.run.train import pretrain
 
 ROOT = Path(__file__).resolve().parents[2]
 # 32 images, batch 8: 4 steps an epoch, 3 epochs = 12 steps; a checkpoint after every step.
@@ -42,7 +42,7 @@ main()
 
 FAIL_STEP = """
 import os, sys
-import moco_core.engine as engine
+import moco_core.run.engine as engine
 real, calls = engine.train_step, []
 def train_step(*args, **kwargs):
     calls.append(1)
@@ -304,7 +304,7 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_leaves_no_partial_file(shape
 
 
 def test_a_full_disk_at_start_leaves_no_empty_file(tmp_path: Path, file_size_limit) -> None:
-    from moco_core.rundir import write_run_files
+    from moco_core.run.rundir import write_run_files
 
     file_size_limit(64)
     try:

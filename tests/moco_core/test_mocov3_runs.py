@@ -14,12 +14,12 @@ import torchvision
 from torch import nn
 
 from moco_core import checkpoint
-from moco_core.backbone import load_backbone, read_backbone_state
 from moco_core.config import PretrainConfig, load_config, replace
-from moco_core.methods import build_method
-from moco_core.optimizers import LARS
-from moco_core.preemption import StopSignal
-from moco_core.train import build_optimizer, pretrain, restore
+from moco_core.model.backbone import load_backbone, read_backbone_state
+from moco_core.model.methods import build_method
+from moco_core.model.optimizers import LARS
+from moco_core.run.preemption import StopSignal
+from moco_core.run.train import build_optimizer, pretrain, restore
 
 
 def v3_cfg(data: Path, out: Path, preset: str = "mocov3_embedded", *sets: str) -> PretrainConfig:

@@ -72,7 +72,7 @@ def test_linear_and_detection(smoking: None) -> None:
 
 
 def test_small_embedded_sets_of_their_own(smoking: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from moco_core.runtime import resolve_data
+    from moco_core.run.runtime import resolve_data
     from transfer.datasets import dataset_root
 
     monkeypatch.setenv("MOCO_DATA_HOME", str(tmp_path))
@@ -87,9 +87,9 @@ def test_small_embedded_sets_of_their_own(smoking: None, tmp_path: Path, monkeyp
 
 
 def test_records_and_run_json_say_smoke(smoking: None, tmp_path: Path) -> None:
-    from moco_core.backbone import BackboneInfo
-    from moco_core.records import write_record
-    from moco_core.rundir import environment
+    from moco_core.model.backbone import BackboneInfo
+    from moco_core.run.records import write_record
+    from moco_core.run.rundir import environment
 
     assert environment()["smoke"] is True
     info = BackboneInfo(source="random", format="random", arch="resnet18", sha256=None, pretrain={})

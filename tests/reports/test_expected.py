@@ -84,7 +84,7 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     resolves them): a change to a preset must come with a new measurement (benchmarks/expected_ranges.py)."""
     from lincls.linear import load_linear_config
     from moco_core.config import PretrainConfig, load_config, replace, to_dict
-    from moco_core.shapes import shapes_version
+    from moco_core.data.shapes import shapes_version
     from moco_demo.run import RANDOM_ARCH
     from reports.pretraining import recipe_digest
     from reports.records import eval_recipe

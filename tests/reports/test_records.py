@@ -128,7 +128,7 @@ def test_short_arch() -> None:
 def test_every_vit_of_moco_core_has_a_readable_name() -> None:
     """reports restates the ViT names (it imports no moco_core): each of VIT_SHAPES has one, whose patch size and
     size letter are its shape's (S: width 384, B: 768, Ti: 192, DeiT's names)."""
-    from moco_core.vit import VIT_SHAPES
+    from moco_core.model.vit import VIT_SHAPES
     from reports.pretraining import VIT_NAMES
 
     assert set(VIT_NAMES) == set(VIT_SHAPES)

@@ -90,7 +90,7 @@ def test_sweep_runs_each_point_writes_records_and_resumes(tiny_cfg, shapes_root:
     def no_pretraining(*args, **kwargs):
         raise AssertionError("a finished point was pretrained again")
 
-    monkeypatch.setattr("moco_core.train.pretrain", no_pretraining)
+    monkeypatch.setattr("moco_core.run.train.pretrain", no_pretraining)
     again = run_sweep(tiny_cfg, "m", [0.0, 0.99], out, evaluate, eval_name="knn", show_progress=False)
     assert len(calls) == 2  # records present: not evaluated again either
     assert [p.metrics for p in again] == [p.metrics for p in points]
@@ -103,7 +103,7 @@ def test_diverging_point_is_reported_failed_not_raised(tiny_cfg, tmp_path: Path,
     def diverge(cfg, **kwargs):
         raise NonFiniteLossError("loss became nan at epoch 1, step 3")
 
-    monkeypatch.setattr("moco_core.train.pretrain", diverge)
+    monkeypatch.setattr("moco_core.run.train.pretrain", diverge)
     points = run_sweep(tiny_cfg, "K", [8], tmp_path, lambda *a: pytest.fail("nothing to evaluate"),
                        eval_name="knn", show_progress=False)
     assert points[0].status == "failed" and "loss diverged: loss became nan" in points[0].failure
@@ -149,7 +149,7 @@ def test_trials_of_a_sweep_write_a_record_per_point_and_seed(shapes_root: Path, 
     def never(*args, **kwargs):
         raise AssertionError("a finished point was run again")
 
-    monkeypatch.setattr("moco_core.train.pretrain", never)
+    monkeypatch.setattr("moco_core.run.train.pretrain", never)
     monkeypatch.setattr("lincls.knn.knn_eval", never)
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 from transfer.coco import load_coco, parse_coco
 from transfer.voc import read_voc_xml
 

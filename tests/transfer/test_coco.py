@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 from transfer.coco import (
     decode_rle_string,
     encode_rle_string,

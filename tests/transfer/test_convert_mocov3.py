@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.config import PretrainConfig, load_config
-from moco_core.methods import build_method
+from moco_core.model.methods import build_method
 
 
 def v3_checkpoint(tmp_path: Path, arch: str) -> tuple[Path, dict[str, torch.Tensor]]:

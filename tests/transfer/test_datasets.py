@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.config import ConfigError
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 from reports.published import PublishedRow, matching
 from reports.summary import Setting
 from tests.layouts import custom_detection_layout

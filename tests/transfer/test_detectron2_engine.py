@@ -15,8 +15,8 @@ import torchvision
 
 from moco_core.checkpoint import CheckpointError
 from moco_core.config import replace
-from moco_core.data import DatasetError
-from moco_core.shapes import CLASSES
+from moco_core.data.data import DatasetError
+from moco_core.data.shapes import CLASSES
 from transfer.config import TransferConfig, load_transfer_config
 from transfer.detectron2_config import FIELDS, detectron2_options
 

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image, ImageDraw
 from pycocotools import mask as mask_utils
 
-from moco_core import shapes
+from moco_core.data import shapes
 from transfer.coco import load_coco
 from transfer.embedded import ensure_coco, ensure_voc, scenes
 from transfer.voc import load_voc

@@ -13,7 +13,7 @@ from PIL import Image
 from torch import nn
 
 from moco_core.config import replace
-from moco_core.shapes import CLASSES
+from moco_core.data.shapes import CLASSES
 from reports.records import load_records
 from transfer import engine
 from transfer.config import SolverConfig, load_transfer_config
@@ -137,7 +137,7 @@ def test_short_voc_run_learns_and_writes_a_readable_record(tiny_voc: Path, tmp_p
 
 def test_tensorboard_mirrors_the_fine_tunings_metrics_by_iteration(tiny_voc: Path, tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    from tests.moco_core.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
+    from tests.moco_core.run.test_loggers import as_tensorboard_stores, expected_series, jsonl, tensorboard_scalars
 
     cfg = load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
                                                        "solver.warmup_iters=1", "solver.precise_bn_iters=0",

@@ -10,7 +10,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from cli import app
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 from transfer.datasets import check_image_sizes
 from transfer.voc import VOC_CLASSES
 

@@ -12,7 +12,7 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from moco_core import checkpoint
 from moco_core.config import ModelConfig, replace
-from moco_core.methods import build_moco
+from moco_core.model.methods import build_moco
 from transfer.config import TransferConfig, model_name
 from transfer.models import Res5Head, build_detector, load_resnet, resnet_tensors
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from moco_core.data import DatasetError
+from moco_core.data.data import DatasetError
 from transfer.voc import VOC_CLASSES, check_voc_layout, load_voc, read_voc_xml
 
 
