@@ -120,19 +120,25 @@ def load_linear_config(config: str | None, overrides: list[str],
     return validate_linear(load_config(LinearConfig, config, overrides, flags=flags))
 
 
+# The presets of MoCo v3's protocol by backbone: (ImageNet's, the embedded data's). reports.protocols restates them
+# (it imports no other package of ours); tests/reports/test_protocols.py checks that they agree.
+MOCOV3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
+                  "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
+
+
 def protocol_preset(pretrained: str, arch: str | None) -> str | None:
     """The preset of the protocol the weights' paper evaluates them with, where it is not v1/v2's (the defaults):
     ``lincls_mocov3_vit`` for a ViT (MoCo v3's, the only one here that trains ViTs), ``lincls_mocov3`` for a MoCo
     v3 ResNet; None otherwise."""
     if pretrained == "random":
-        return "lincls_mocov3_vit" if arch in VIT_SHAPES else None
+        return MOCOV3_PRESETS["vit"][0] if arch in VIT_SHAPES else None
     path = Path(pretrained)
     if not path.exists():
         return None  # the evaluation says so, once the options are checked
     state, _, facts = read_backbone_state(checkpoint.resolve(path) if path.is_dir() else path)
     if infer_vit(state) is not None:
-        return "lincls_mocov3_vit"
-    return "lincls_mocov3" if facts.get("method") == "mocov3" else None
+        return MOCOV3_PRESETS["vit"][0]
+    return MOCOV3_PRESETS["resnet"][0] if facts.get("method") == "mocov3" else None
 
 
 def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:

@@ -41,7 +41,7 @@ def sweep_cli(
     """
     from moco_core.config import PretrainConfig, load_config, seed_problem
     from moco_core.run.preemption import Stopped, report_stop
-    from sweeps.sweep import check_sweep, linear_preset, parse_values, run_sweep, summary
+    from sweeps.sweep import linear_preset, parse_values, run_sweep, summary
 
     if evaluation not in ("knn", "linear"):
         print_error(f"--eval: expected knn or linear, got {evaluation!r}")
@@ -49,7 +49,6 @@ def sweep_cli(
     try:
         swept = parse_values(param, values)
         cfg = load_config(PretrainConfig, config, set_ or [])
-        check_sweep(cfg, param)
         first = cfg.run.seed if seed is None else seed
         if trials < 1:
             raise ConfigError(f"--trials: must be >= 1, got {trials}")

@@ -82,9 +82,11 @@ def linear_preset(cfg: PretrainConfig) -> str | None:
     """The linear-evaluation preset a sweep uses when ``--eval-config`` is not given (None: LinearConfig's
     defaults, the v1/v2 paper's protocol). MoCo v3's protocol differs (the official main_lincls.py of moco-v3),
     and a ViT's more (its class token, another lr): its embedded presets, by backbone."""
+    from lincls.linear import MOCOV3_PRESETS
+
     if cfg.method != "mocov3":
         return None
-    return "lincls_mocov3_vit_embedded" if cfg.model.arch in VIT_ARCHS else "lincls_mocov3_embedded"
+    return MOCOV3_PRESETS["vit" if cfg.model.arch in VIT_ARCHS else "resnet"][1]
 
 
 def point_config(cfg: PretrainConfig, param: str, value: float, run_dir: Path) -> PretrainConfig:
@@ -143,7 +145,6 @@ def run_sweep(
     ``trials`` > 1: the whole sweep once per seed (``seed``, ``seed + 1``, ...; default from ``cfg.run.seed``),
     each into ``output_dir/seed_<s>``. A stop signal raises :class:`moco_core.run.preemption.Stopped`.
     """
-    check_sweep(cfg, param)
     if trials < 1:
         raise ConfigError(f"--trials: must be >= 1, got {trials}")
     first = cfg.run.seed if seed is None else seed

@@ -43,8 +43,9 @@ def test_the_v3_protocol_length_and_presets_are_lincls_own() -> None:
     """The v3 protocol's length (the official moco-v3 main_lincls.py's --epochs default, 90) and the presets the
     hints name are those of lincls: each exists, runs protocol "linear-mocov3", and the embedded ones read the
     embedded data."""
-    from lincls.linear import MOCOV3_PROTOCOL, protocol_name
+    from lincls.linear import MOCOV3_PRESETS, MOCOV3_PROTOCOL, protocol_name
 
+    assert V3_PRESETS == MOCOV3_PRESETS
     assert V3_LINEAR_EPOCHS == MOCOV3_PROTOCOL.epochs == 90
     assert LINEAR_EPOCHS == {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}
     for imagenet, embedded in V3_PRESETS.values():
