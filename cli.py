@@ -96,6 +96,7 @@ app.command("pretrain")(core_cli.pretrain_cli)
 
 eval_app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, help="Evaluate a pretrained backbone.")
 eval_app.command("linear")(lincls_cli.linear_cli)
+eval_app.command("finetune")(lincls_cli.finetune_cli)
 eval_app.command("knn")(lincls_cli.knn_cli)
 eval_app.command("snapshots")(lincls_cli.snapshots_cli)
 eval_app.command("voc")(transfer_cli.voc_cli)

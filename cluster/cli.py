@@ -40,7 +40,7 @@ def launch_cli(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end; exit with its status (128 + N "
                                        "when signal N stopped the job, or this wait, which stops the job).")] = False,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) as a job that requeues itself.
+    """Run COMMAND (pretrain, eval linear, eval finetune, eval voc, eval coco; after --) as a job that requeues itself.
 
     Example: moco launch --nodes 2 --gpus-per-node 8 --partition learn -- pretrain -c moco_v2_200ep
     --data /data/imagenet --output-dir /checkpoints/v2_200ep
@@ -70,7 +70,8 @@ def trials_cli(
     trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
     seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear, eval voc, eval coco; after --) with N seeds, each into OUTPUT_DIR/seed_<s>.
+    """Run COMMAND (pretrain, eval linear or finetune, eval voc, eval coco; after --) with N seeds, each into
+    OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded
     --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped; SIGTERM

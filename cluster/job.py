@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moco_core.checkpoint import LAST, LINEAR_LAST
+from moco_core.checkpoint import FINETUNE_LAST, LAST, LINEAR_LAST
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.run import preemption
 
-COMMANDS = ("pretrain", "eval linear", "eval voc", "eval coco", "eval snapshots")
+COMMANDS = ("pretrain", "eval linear", "eval finetune", "eval voc", "eval coco", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
 # run.json records each start (a requeue is one) with its job id
 DETECTRON2_LAST = "last_checkpoint"  # detectron2's pointer to its newest checkpoint
@@ -88,6 +88,8 @@ class Command:
             return ["--resume"] if (d / LAST).is_file() else []  # the run in --output-dir, which args name
         if self.name == "eval linear":
             return ["--resume"] if (d / LINEAR_LAST).is_file() else []
+        if self.name == "eval finetune":
+            return ["--resume"] if (d / FINETUNE_LAST).is_file() else []
         if self.name == "eval snapshots":  # skips what is evaluated and resumes what is not, by itself
             return []
         return ["--resume"] if (d / LAST).is_file() or (d / DETECTRON2_LAST).is_file() else []

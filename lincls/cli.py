@@ -1,4 +1,4 @@
-"""``moco eval linear`` and ``moco eval knn``: options in, plain function calls out."""
+"""``moco eval linear``, ``moco eval finetune`` and ``moco eval knn``: options in, plain function calls out."""
 
 from __future__ import annotations
 
@@ -74,6 +74,54 @@ def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) 
     from lincls.linear import linear_eval
 
     report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
+
+
+def finetune_cli(
+    pretrained: Pretrained,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('finetune')}). Without it: the paper's ImageNet "
+                                               "fine-tuning (finetune_vit for ViTs).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. optim.epochs=10 (milestones follow).")] = None,
+    data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, iNaturalist 2018's "
+                                             "layout (train2018.json, val2018.json, train_val2018/), or "
+                                             "'embedded'.")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where config, metrics, checkpoint and result.json go (default: runs/<preset>/<weights>).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the fine-tuning in its output directory from "
+                                         "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
+    nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
+) -> None:
+    """Fine-tuning: the whole backbone and a new fc trained end to end, BN trained (SyncBN with several
+    processes); the paper's SGD recipes, AdamW with layer-wise lr decay for ViTs."""
+    from lincls.finetune import finetune_preset, load_finetune_config
+
+    try:
+        if config is None and (preset := finetune_preset(pretrained, arch)) is not None:
+            print(f"note: {pretrained} is a ViT: fine-tuned with -c {preset} (AdamW, layer-wise lr decay); pass -c "
+                  f"to choose another", file=sys.stderr)
+            config = preset
+        cfg = load_finetune_config(config, set_ or [], flags={
+            "arch": arch, "data": {"path": data, "workers": workers},
+            "run": {"output_dir": output_dir, "device": device}})
+        cfg = with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch")
+    except UserError as err:
+        raise _fail(err) from None
+    print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume)
+
+
+def run_finetune(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
+    """One process of ``moco eval finetune``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
+    from lincls.finetune import finetune
+
+    report_result(lambda: finetune(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
 
 
 def snapshots_cli(

@@ -4,9 +4,10 @@ this way, as typed, in one directory).
 
 What it changes, after the preset and the command's own ``--set`` and flags are merged:
 
-- lengths: a pretraining or linear evaluation runs 1 epoch per 100 of its schedule (at least 1: the embedded
-  preset's 100 epochs become 1, a 200-epoch preset 2), a detection fine-tuning 2 iterations; milestones, lr steps
-  and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN intervals;
+- lengths: a pretraining, linear evaluation or fine-tuning runs 1 epoch per 100 of its schedule (at least 1: the
+  embedded preset's 100 epochs become 1, a 200-epoch preset 2), a detection fine-tuning 2 iterations; milestones,
+  lr steps and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN
+  intervals;
 - sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
   no DataLoader workers, detection at 48-64 pixels with few proposals;
 - the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection scenes, generated
@@ -44,6 +45,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "augment.crop_size": 32, "data.workers": 0, "run.log_every": 1,
     },
     "LinearConfig": _LINEAR,
+    "FinetuneConfig": _LINEAR,
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,
 }
@@ -51,6 +53,7 @@ SIZES: dict[str, dict[str, Any]] = {
 LENGTHS = {
     "PretrainConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "LinearConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
+    "FinetuneConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "TransferConfig": ("solver.iterations", lambda n: min(n, 2)),
 }
 

@@ -1,0 +1,383 @@
+"""Fine-tuning: the whole backbone and a new fc (a ViT's ``head``) trained end to end, BN trained (arXiv 1911.05722
+appendix A.6 iNaturalist, A.7 ImageNet).
+
+Unlike the linear protocol (``lincls/linear.py``, whose data config and splits this shares), every layer learns
+and the model is in train mode, so BN statistics follow the new data; with several processes BN is synchronised
+across them (torch's SyncBatchNorm on CUDA, :class:`moco_core.model.batchnorm.CpuSyncBatchNorm` on CPU).
+Augmentation: RandomResizedCrop + flip for training, Resize + CenterCrop for validation. The optimiser is SGD with
+a step schedule (the paper's ResNet recipes), or AdamW with a warm-up, a cosine schedule and layer-wise lr decay
+(the ViT recipe of MAE, arXiv 2111.06377, section A.3 of its appendix); the lr is set every step.
+
+A run directory holds ``config.yaml``, ``run.json``, ``metrics.jsonl``, ``finetune_last.pth.tar`` (the model,
+optimiser, history and RNG after the last epoch: ``--resume`` continues bit-identically on CPU) and, at the end,
+``result.json`` (task and protocol ``finetune``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from lincls.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
+from moco_core import checkpoint, distributed
+from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
+from moco_core.data.augment import build_eval_transform
+from moco_core.data.data import DecodeFailures, ImageDataset
+from moco_core.data.inat import inat_splits, is_inat_layout
+from moco_core.data.shapes import shapes_version
+from moco_core.errors import NonFiniteLossError
+from moco_core.model.backbone import BackboneInfo, load_backbone
+from moco_core.model.batchnorm import sync_batchnorm_for
+from moco_core.model.vit import is_vit
+from moco_core.run.naming import evaluation_dir
+from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.records import write_record
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.runtime import autocast, resolve_data, resolve_device
+
+FINETUNE_LAST = checkpoint.FINETUNE_LAST
+FINETUNE_VIT_PRESET = "finetune_vit"  # chosen for ViT weights when no -c is given
+
+
+@dataclass(frozen=True)
+class FinetuneOptimConfig:
+    """Defaults: ImageNet fine-tuning of a pretrained ResNet-50 (appendix A.7; configs/finetune_imagenet.yaml)."""
+
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 0.03  # A.7: 0.03 for fine-tuning (0.1 from scratch)
+    scale_lr: bool = False  # lr is per 256 images, times batch_size / 256 (MAE's and SimCLR's rule)
+    momentum: float = 0.9  # SGD
+    nesterov: bool = False  # SGD (SimCLR's semi-supervised fine-tuning: true)
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW
+    weight_decay: float = 1e-4
+    batch_size: int = 256  # global, over all processes
+    epochs: int = 90
+    milestones: tuple[int, ...] = (30, 60)  # step schedule: lr x0.1 at these epochs
+    schedule: Literal["step", "cosine"] = "step"
+    warmup_epochs: float = 0.0  # linear warm-up from 0, per step, before the schedule
+    min_lr: float = 0.0  # cosine: the lr it ends at
+    # ViTs: block i's lr is lr x layer_decay^(depth - i), the patch embedding's layer_decay^(depth + 1), the final
+    # norm's and head's lr; 1 (ResNets): one lr for all
+    layer_decay: float = 1.0
+
+
+@dataclass(frozen=True)
+class FinetuneRunConfig:
+    output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/run/naming.py)
+    device: str = "auto"
+    seed: int = 0
+    amp: bool = True  # bf16 autocast on CUDA
+    log_every: int = 10
+    loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb"
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    arch: str | None = None  # None: read from the weights ("random" needs it)
+    optim: FinetuneOptimConfig = field(default_factory=FinetuneOptimConfig)
+    data: LinearDataConfig = field(default_factory=LinearDataConfig)  # eval linear's: the same data options
+    run: FinetuneRunConfig = field(default_factory=FinetuneRunConfig)
+
+
+# lr x0.1 at the same fractions of a shortened or lengthened run; the warm-up keeps its fraction too
+SCHEDULES["FinetuneConfig"] = [("optim.epochs", ("optim.milestones",), step_schedule, None),
+                               ("optim.epochs", ("optim.warmup_epochs",), None, None)]
+
+
+def validate_finetune(cfg: FinetuneConfig) -> FinetuneConfig:
+    o, d = cfg.optim, cfg.data
+    require([
+        (0 < o.lr < math.inf, "optim.lr", f"must be finite and > 0, got {o.lr}"),
+        (0 <= o.min_lr < math.inf, "optim.min_lr", f"must be finite and >= 0, got {o.min_lr}"),
+        (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
+        (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (0 <= o.warmup_epochs < o.epochs, "optim.warmup_epochs", f"must be >= 0 and below optim.epochs "
+         f"({o.epochs}), got {o.warmup_epochs}"),
+        (o.schedule == "step" or not o.milestones, "optim.milestones", f"{list(o.milestones)}: not used by the "
+         f"{o.schedule} schedule; set optim.milestones=[] (or optim.schedule=step)"),
+        (all(0 < m < o.epochs for m in o.milestones), "optim.milestones", f"{list(o.milestones)} fall outside a "
+         f"{o.epochs}-epoch run: set them between 0 and optim.epochs, or leave them out to scale the preset's"),
+        (0 < o.layer_decay <= 1, "optim.layer_decay", f"must be in (0, 1], got {o.layer_decay}"),
+        (all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {list(o.betas)}"),
+        (o.momentum >= 0 and o.weight_decay >= 0, "optim", "momentum and weight_decay must be >= 0"),
+        (not o.nesterov or (o.optimizer == "sgd" and o.momentum > 0), "optim.nesterov", "needs optimizer sgd "
+         "with momentum > 0"),
+        (d.path is not None, "data.path", "not set: pass --data DIR (train/ and val/, or iNaturalist 2018's "
+         "layout) or --data embedded"),
+        (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "
+         f"{d.resize}"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
+    ])
+    return cfg
+
+
+def load_finetune_config(config: str | None, overrides: list[str],
+                         flags: dict[str, Any] | None = None) -> FinetuneConfig:
+    """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result."""
+    return validate_finetune(load_config(FinetuneConfig, config, overrides, flags=flags))
+
+
+def finetune_preset(pretrained: str, arch: str | None) -> str | None:
+    """``finetune_vit`` for ViT weights (or 'random' with a ViT arch), where no preset was chosen; else None (the
+    defaults: the paper's ResNet recipe)."""
+    chosen = protocol_preset(pretrained, arch)
+    return FINETUNE_VIT_PRESET if chosen is not None and "vit" in chosen else None
+
+
+def finetune_lr(cfg: FinetuneOptimConfig, progress: float) -> float:
+    """The base lr ``progress`` epochs into the run (fractional: it is set every step).
+
+    Warm-up: linear from 0 over ``warmup_epochs``. Then step: x0.1 at each milestone passed; or cosine from the lr
+    to ``min_lr`` over the epochs after the warm-up. ``lr`` is per 256 images with ``scale_lr``."""
+    base = cfg.lr * cfg.batch_size / 256 if cfg.scale_lr else cfg.lr
+    if progress < cfg.warmup_epochs:
+        return base * progress / cfg.warmup_epochs
+    if cfg.schedule == "cosine":
+        done = (progress - cfg.warmup_epochs) / (cfg.epochs - cfg.warmup_epochs)
+        return cfg.min_lr + (base - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * done))
+    return base * 0.1 ** sum(progress >= m for m in cfg.milestones)
+
+
+def vit_layer(name: str, depth: int) -> int:
+    """The layer of a ViT parameter for layer-wise lr decay: 0 for the patch embedding, class token and position
+    embedding; i + 1 for block i; depth + 1 for what follows the blocks (the final norm, the head)."""
+    if name.startswith(("cls_token", "pos_embed", "patch_embed", "reg_token")):
+        return 0
+    if name.startswith("blocks."):
+        return int(name.split(".")[1]) + 1
+    return depth + 1
+
+
+def param_groups(model: nn.Module, *, weight_decay: float, layer_decay: float) -> list[dict[str, Any]]:
+    """The optimiser's parameter groups, each with ``lr_scale`` (its lr is the schedule's lr times it) and
+    ``layer``. A ResNet: one group, weight decay on every parameter (the supervised ResNet recipe the paper
+    follows). A ViT: a group per layer (:func:`vit_layer`) and per decay, scale ``layer_decay^(depth + 1 -
+    layer)``; no weight decay on biases, norms, the class token or the position embedding (MAE's and DeiT's)."""
+    vit = is_vit(model)
+    if layer_decay != 1.0 and not vit:
+        raise ConfigError(f"optim.layer_decay: {layer_decay} decays the lr per ViT block; a ResNet takes 1.0")
+    depth = len(model.blocks) if vit else 0
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:  # a ViT's fixed sin-cos position embedding
+            continue
+        layer = vit_layer(name, depth) if vit else 0
+        decay = not vit or (param.ndim > 1 and name not in ("cls_token", "pos_embed", "reg_token"))
+        group = groups.setdefault((layer, decay), {
+            "params": [], "weight_decay": weight_decay if decay else 0.0, "layer": layer,
+            "lr_scale": layer_decay ** (depth + 1 - layer) if vit else 1.0})
+        group["params"].append(param)
+    return [groups[key] for key in sorted(groups)]
+
+
+def build_optimizer(model: nn.Module, cfg: FinetuneOptimConfig) -> torch.optim.Optimizer:
+    groups = param_groups(model, weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"]
+
+
+def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = None) -> tuple[Splits, str]:
+    """(the labelled splits, the layout): iNaturalist 2018's (``train2018.json``, ``val2018.json``,
+    ``train_val2018/``) where the root has its files, else eval linear's (train/ and val/ class folders, or
+    "embedded"), with the training crops of the paper."""
+    root = resolve_data(cfg.path or "")
+    if not is_inat_layout(root):
+        return load_splits(cfg, augment=True, failures=failures), "imagefolder"
+    train, val, classes = inat_splits(root)
+    evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize)
+    return Splits(ImageDataset(train, train_transform(cfg.crop_size), failures),
+                  ImageDataset(val, evaluate_view, failures), classes), "inat2018"
+
+
+def finetune(cfg: FinetuneConfig, pretrained: str, *, show_progress: bool | str = True,
+             extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
+    """Fine-tune ``pretrained`` (a checkpoint, a run directory or "random"); returns the result record's path.
+
+    ``resume``: continue from the run directory's last epoch (bit-identical on CPU), or extend a finished run to
+    more ``optim.epochs``."""
+    device = resolve_device(cfg.run.device)
+    if cfg.run.output_dir is None:
+        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "finetune", pretrained, cfg.arch)})
+    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
+        return _finetune(cfg, pretrained, device, show_progress, extra or {}, resume)
+
+
+@dataclass
+class _Setup:
+    model: nn.Module  # the backbone with its new fc, in SyncBatchNorm with several processes
+    trained: nn.Module  # the model, wrapped in DDP with several processes
+    info: BackboneInfo
+    optimizer: torch.optim.Optimizer
+    sampler: DistributedSampler
+    train_loader: DataLoader
+    val_loader: DataLoader
+    splits: Splits
+    layout: str
+
+
+def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures: DecodeFailures) -> _Setup:
+    world = distributed.world_size()
+    if cfg.optim.batch_size % world:
+        raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
+    splits, layout = finetune_splits(cfg.data, failures)
+    torch.manual_seed(cfg.run.seed)
+    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+                                crop_option="--set data.crop_size={0} --set data.resize={0}")
+    if world > 1:  # BN statistics over the whole batch, as the paper's fine-tuning (SyncBN)
+        model = sync_batchnorm_for(nn.SyncBatchNorm.convert_sync_batchnorm(model), device)
+    model = model.to(device)
+    optimizer = build_optimizer(model, cfg.optim)
+    local_batch = cfg.optim.batch_size // world
+    sampler = DistributedSampler(splits.train, num_replicas=world, rank=distributed.rank(), shuffle=True,
+                                 seed=cfg.run.seed)
+    # drop_last: a last batch of one image would stop BN in train mode (and the paper's loaders drop it)
+    train_loader = DataLoader(splits.train, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
+                              pin_memory=device.type == "cuda", drop_last=len(splits.train) >= cfg.optim.batch_size)
+    # each rank evaluates a disjoint shard (no padding): the summed counts are exact
+    shard = Subset(splits.val, range(distributed.rank(), len(splits.val), world))
+    val_loader = DataLoader(shard, batch_size=local_batch, num_workers=cfg.data.workers)
+    trained: nn.Module = model
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                      else None)
+    return _Setup(model, trained, info, optimizer, sampler, train_loader, val_loader, splits, layout)
+
+
+def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_progress: bool | str,
+              extra: dict[str, Any], resume: bool) -> Path:
+    main = distributed.is_main()
+    run_dir = Path(cfg.run.output_dir)
+    if not resume:
+        hint = "pass --resume to continue or extend it, or choose another --output-dir"
+        require_fresh(run_dir, ("result.json",), "a finished fine-tuning", hint)
+        require_fresh(run_dir, (FINETUNE_LAST,), "an unfinished fine-tuning", hint)
+    failures = DecodeFailures(run_dir / ".undecodable")
+    run = _set_up(cfg, pretrained, device, failures)
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
+    history: list[dict[str, float]] = []
+    first = _restore(run_dir / FINETUNE_LAST, pretrained, run, history) if resume else 0
+    if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
+        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / FINETUNE_LAST} are done already; raise "
+                          f"it to extend the fine-tuning")
+    steps = len(run.train_loader)
+    started = time.perf_counter()
+    progress = Progress(steps * cfg.optim.epochs, done_steps=first * steps, every=cfg.run.log_every,
+                        enabled=main and show_progress)
+    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
+                       config=to_dict(cfg)) as metrics:
+        metrics.start(first * steps)
+        for epoch in range(first, cfg.optim.epochs):
+            loss, lr = _train_epoch(cfg, run, epoch, device, progress)
+            acc = evaluate(run.model, run.val_loader, device, cfg.run.amp, len(run.splits.classes))
+            history.append({"epoch": epoch, **acc})
+            metrics.write(epoch=epoch, step=(epoch + 1) * steps, loss=loss, lr=lr, **acc)
+            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 "
+                             f"{acc['top5']:.2f}")
+            note = failures.report(f"epoch {epoch + 1}") if main else None
+            if note:
+                print(f"warning: {note}", file=sys.stderr)
+            if main:  # after the evaluation: the RNG state the next epoch's loader starts from
+                checkpoint.save_atomic({"format": "moco-finetune", "epoch": epoch + 1, "arch": run.info.arch,
+                                        "model": _plain_state(run.model), "optimizer": run.optimizer.state_dict(),
+                                        "history": history, "pretrained": pretrained,
+                                        "rng": checkpoint.rng_state(), "config": to_dict(cfg)},
+                                        run_dir / FINETUNE_LAST)
+    if not main:
+        return run_dir / "result.json"
+    return _write_result(cfg, run, history, run_dir, started, extra)
+
+
+def _train_epoch(cfg: FinetuneConfig, run: _Setup, epoch: int, device: torch.device,
+                 progress: Progress) -> tuple[float, float]:
+    """One epoch of end-to-end training, BN in train mode; (last loss, last lr). A NaN or inf loss stops it."""
+    run.sampler.set_epoch(epoch)
+    run.trained.train()  # every layer learns, BN statistics included
+    steps = len(run.train_loader)
+    loss, lr = torch.zeros(()), finetune_lr(cfg.optim, epoch)
+    for i, (inputs, target, _) in enumerate(run.train_loader):
+        lr = finetune_lr(cfg.optim, epoch + i / steps)
+        set_lr(run.optimizer, lr)
+        with autocast(device, cfg.run.amp):
+            loss = F.cross_entropy(run.trained(inputs.to(device, non_blocking=True)).float(), target.to(device))
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        progress.update(epoch * steps + i + 1, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
+    if not math.isfinite(loss.item()):
+        raise NonFiniteLossError(f"fine-tuning diverged (loss {loss.item()}) at epoch {epoch + 1}; lower optim.lr")
+    return loss.item(), lr
+
+
+def _plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state_dict with torchvision's / timm's names (SyncBatchNorm's keys are BatchNorm's)."""
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _restore(path: Path, pretrained: str, run: _Setup, history: list[dict[str, float]]) -> int:
+    """Load a fine-tuning's last epoch (model, optimiser, history, RNG) from ``path``; the epochs it had done."""
+    saved = checkpoint.load(path)
+    if saved.get("format") != "moco-finetune":
+        raise checkpoint.CheckpointError(f"{path}: not a fine-tuning checkpoint")
+    if saved.get("pretrained") != pretrained:
+        raise ConfigError(f"--resume: {path} fine-tunes {saved.get('pretrained')!r}, not {pretrained!r}")
+    try:
+        checkpoint.load_into(run.model, saved["model"])
+        run.optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise checkpoint.CheckpointError(f"{path}: does not match this fine-tuning "
+                                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+    history += saved["history"]
+    checkpoint.set_rng_state(saved["rng"])
+    return int(saved["epoch"])
+
+
+def protocol_note(cfg: FinetuneConfig) -> str:
+    """What the record and the summary line call the run: its optimiser and schedule, in a few words."""
+    o = cfg.optim
+    lr = f"lr {o.lr:g}" + (" per 256" if o.scale_lr else "")
+    schedule = f"x0.1 at {list(o.milestones)}" if o.schedule == "step" else "cosine"
+    parts = [f"fine-tuning: {o.optimizer} {lr}, {o.epochs} epochs, {schedule}", f"wd {o.weight_decay:g}",
+             f"batch {o.batch_size}"]
+    if o.warmup_epochs:
+        parts.append(f"warm-up {o.warmup_epochs:g} epochs")
+    if o.layer_decay != 1.0:
+        parts.append(f"layer decay {o.layer_decay:g}")
+    return ", ".join(parts)
+
+
+def _write_result(cfg: FinetuneConfig, run: _Setup, history: list[dict[str, float]], run_dir: Path,
+                  started: float, extra: dict[str, Any]) -> Path:
+    best = max(history, key=lambda h: h["top1"])
+    result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],
+              "best_top5": best["top5"], "best_epoch": best["epoch"]}
+    note = protocol_note(cfg)
+    splits = run.splits
+    record = write_record(run_dir / "result.json", task="finetune", protocol="finetune", metrics=result,
+                          backbone=run.info, dataset={"path": cfg.data.path, "layout": run.layout,
+                                                      "classes": len(splits.classes),
+                                                      "train_images": len(splits.train),
+                                                      "val_images": len(splits.val),
+                                                      **shapes_version(cfg.data.path)},
+                          config=to_dict(cfg), history=history,
+                          extra={"wall_time_s": time.perf_counter() - started, "note": note, **extra})
+    print(f"{note}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at epoch "
+          f"{best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}", file=sys.stderr)
+    return record
