@@ -6,6 +6,8 @@
   ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names) and
   ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``;
   :func:`custom_detection_layout`: one's own VOC-style devkit and COCO-format files, in no standard place.
+- :func:`inat_layout`: iNaturalist 2018 as its competition ships it: ``train_val2018/<supercategory>/<category
+  id>/<32 hex digits>.jpg`` with ``train2018.json`` and ``val2018.json`` (COCO-like, the 2018 files' fields).
 - :func:`official_checkpoint`: a checkpoint as the official ``main_moco.py`` writes it (DDP's ``module.`` prefix,
   a real SGD state); :func:`torchvision_weights`: a torchvision ResNet ``state_dict`` file.
 """
@@ -115,3 +117,36 @@ def official_checkpoint(path: Path, arch: str = "resnet18") -> Path:
 def torchvision_weights(path: Path, arch: str = "resnet18") -> Path:
     torch.save(getattr(torchvision.models, arch)().state_dict(), path)
     return path
+
+
+# (category id, supercategory, name): ids as the 2018 files number them (0..8141), a few of their kingdoms
+INAT_CATEGORIES = ((0, "Plantae", "Aa calceata"), (1, "Plantae", "Abies alba"), (2, "Insecta", "Abaeis nicippe"),
+                   (3, "Aves", "Abeillia abeillei"))
+
+
+def inat_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2, seed: int = 0) -> Path:
+    """iNaturalist 2018's layout under ``root`` (4 categories of 40-60 px JPEGs): the images of both splits in
+    ``train_val2018/<supercategory>/<id>/<hash>.jpg``, each split's ``images`` / ``annotations`` / ``categories``
+    in ``train2018.json`` and ``val2018.json``, whose ``file_name`` is relative to ``root``; returns ``root``."""
+    rng = np.random.default_rng(seed)
+    categories = [{"id": i, "name": name, "supercategory": sup, "kingdom": "Animalia" if sup != "Plantae" else
+                   sup} for i, sup, name in INAT_CATEGORIES]
+    image_id = 0
+    for split, count in (("train2018", train_per_class), ("val2018", val_per_class)):
+        images, annotations = [], []
+        for category_id, sup, _ in INAT_CATEGORIES:
+            folder = root / "train_val2018" / sup / str(category_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            for _ in range(count):
+                name = "".join(f"{b:02x}" for b in rng.integers(0, 256, 16))
+                height, width = int(rng.integers(40, 60)), int(rng.integers(40, 60))
+                _photo(rng, height, width).save(folder / f"{name}.jpg", quality=90)
+                images.append({"id": image_id, "file_name": f"train_val2018/{sup}/{category_id}/{name}.jpg",
+                               "width": width, "height": height, "license": 3, "rights_holder": "someone"})
+                annotations.append({"id": image_id, "image_id": image_id, "category_id": category_id})
+                image_id += 1
+        doc = {"info": {"year": 2018, "version": "1.0", "description": "iNaturalist 2018 (test fixture)"},
+               "images": images, "annotations": annotations, "categories": categories,
+               "licenses": [{"id": 3, "name": "Attribution-NonCommercial License"}]}
+        (root / f"{split}.json").write_text(json.dumps(doc))
+    return root
