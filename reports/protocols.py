@@ -32,10 +32,17 @@ LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  
 # The presets that run the MoCo v3 protocol (lincls/): (ImageNet, embedded data), by backbone family
 V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
               "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
+EPOCH_TASKS = ("linear", "finetune")  # lengths counted in epochs (optim.epochs)
+# Fine-tuning's presets by evaluation data (configs/finetune_*.yaml; tests/reports/test_protocols.py checks them):
+# data kind -> (preset, its optim.epochs, what the title calls it)
+FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet recipe"),
+                    "inat2018": ("finetune_inat", 100, "the paper's iNaturalist recipe"),
+                    "embedded": ("finetune_embedded", 10, "the embedded preset")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
+                 "finetune": "moco eval finetune random --arch {arch}",
                  "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}"}
 
 
@@ -45,6 +52,17 @@ def preset_schedule(s: Setting) -> str:
     return (s.schedule or "").split(", ")[0]
 
 
+def finetune_data(s: Setting) -> str | None:
+    """The kind of a fine-tuning's evaluation data, for its preset: "embedded", "inat2018" (a name or path that
+    says iNat), "imagenet" (ImageNet or ILSVRC); None otherwise."""
+    if s.dataset_path == "embedded":
+        return "embedded"
+    text = f"{s.dataset} {s.dataset_path}".lower()
+    if "inat" in text:
+        return "inat2018"
+    return "imagenet" if "imagenet" in text or "ilsvrc" in text else None
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -52,7 +70,7 @@ def _count(value: Any) -> int | None:
 def eval_length(task: str, config: dict[str, Any]) -> int | None:
     """The epochs (linear: ``optim.epochs``) or iterations (detection: ``iterations``, else ``solver.iterations``)
     a record's evaluation trained; None for kNN, which trains nothing, and where the config does not say."""
-    if task == "linear":
+    if task in EPOCH_TASKS:
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
     if task in ("voc", "coco"):
@@ -66,13 +84,16 @@ def length_key(s: Setting) -> str | None:
     """The length in a setting's key: "100ep", "200it"."""
     if s.length is None:
         return None
-    return f"{s.length}ep" if s.task == "linear" else f"{s.length}it"
+    return f"{s.length}ep" if s.task in EPOCH_TASKS else f"{s.length}it"
 
 
 def paper_length(s: Setting) -> int | None:
     """The length of the preset a setting's protocol and schedule name; None where none is known."""
     if s.task == "linear":
         return LINEAR_EPOCHS.get(s.protocol, PAPER_LINEAR_EPOCHS)
+    if s.task == "finetune":
+        kind = finetune_data(s)
+        return FINETUNE_PRESETS[kind][1] if kind else None
     return SCHEDULE_ITERATIONS.get((s.task, preset_schedule(s)))
 
 
@@ -124,6 +145,8 @@ def setting_title(s: Setting) -> str:
             head = f"Linear classification on cached features (NOT the paper's protocol{length})"
         else:
             head = f"Linear classification (protocol {s.protocol}, {_linear_length(s)})"
+    elif s.task == "finetune":
+        head = f"Fine-tuning ({_finetune_length(s)})"
     elif s.task == "knn":
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
@@ -132,10 +155,25 @@ def setting_title(s: Setting) -> str:
     return f"{head}: {s.dataset}"
 
 
+def _finetune_length(s: Setting) -> str:
+    """"the paper's iNaturalist recipe, 100 epochs", "5 of the embedded preset's 10 epochs", "30 epochs"."""
+    kind = finetune_data(s)
+    if kind is None:
+        return "epochs not recorded" if s.length is None else f"{s.length} epochs"
+    _, epochs, name = FINETUNE_PRESETS[kind]
+    if s.length == epochs:
+        return f"{name}, {epochs} epochs"
+    whose = f"{name.removeprefix('the ')}'s"
+    return _linear_length(s, f"the {whose}", epochs)
+
+
 def setting_subtitle(s: Setting) -> str:
     text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
     if s.protocol == "linear-cached":
         text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
+    if s.task == "finetune":
+        text += (" The whole backbone and a new fc trained end to end, BN trained (arXiv 1911.05722 appendix A.6 "
+                 "and A.7); the record's note gives the optimiser and schedule.")
     if s.protocol == V3_PROTOCOL:
         text += (" The protocol of the official moco-v3 main_lincls.py (its presets: SGD with momentum 0.9, no weight "
                  "decay, a cosine lr per epoch, batch 1024, lr per 256 images 0.1 for a ResNet and 3 for a ViT); "
@@ -145,7 +183,7 @@ def setting_subtitle(s: Setting) -> str:
 
 def chance_note(s: Setting) -> str | None:
     """Top-1 and top-5 of guessing, for classification over a known number of classes."""
-    if s.task not in ("linear", "knn") or not s.classes:
+    if s.task not in ("linear", "finetune", "knn") or not s.classes:
         return None
     top1, top5 = 100 / s.classes, 100 * min(5, s.classes) / s.classes
     return f"Chance level: top-1 {top1:.3g}%, top-5 {top5:.3g}% ({s.classes} classes)."
@@ -161,11 +199,14 @@ def _hint_command(s: Setting, arch: str) -> str:
     command = TASK_COMMANDS[s.task].format(arch=arch)
     if s.protocol == V3_PROTOCOL:
         command += f" -c {v3_preset(arch, s.dataset_path)}"
+    kind = finetune_data(s) if s.task == "finetune" else None
+    if kind:
+        command += f" -c {FINETUNE_PRESETS[kind][0]}"
     command += f" --data {shlex.quote(s.dataset_path)}"
     if s.protocol == "linear-cached":
         command += " --cached-features"
     if s.length is not None:
-        command += f" --set {'optim.epochs' if s.task == 'linear' else 'solver.iterations'}={s.length}"
+        command += f" --set {'optim.epochs' if s.task in EPOCH_TASKS else 'solver.iterations'}={s.length}"
     return command
 
 

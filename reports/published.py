@@ -11,6 +11,9 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   beside the v1/v2 protocol's numbers, nor v1/v2's beside the v3 protocol's.
   The momentum-ablation rows (backbone "R50 (K=4096)", MoCo v1's) are shown in our momentum ablation table of
   the v1/v2 mechanisms under the same conditions, never in MoCo v3's.
+* Fine-tuning (appendix A.6, A.7): task ``finetune`` on ImageNet (a dataset name or path with "imagenet" or
+  "ilsvrc") beside ``imagenet_finetune``, on iNaturalist 2018 ("inat") beside ``inat2018_finetune``, run for the
+  epochs of the preset (``finetune_imagenet``, ``finetune_inat``), the published ``backbone`` an arch in the table.
 * VOC detection: task ``voc``, dataset name or path contains "voc" and the sets are the standard ones (not
   "custom: ..."), engine ``detectron2`` (the published numbers
   are Detectron2's), the detector model equals the published backbone (R50-C4) and the schedule equals it (24k)
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.pretraining import short_arch
-from reports.protocols import V3_PROTOCOL, paper_length, runs_preset_length
+from reports.protocols import V3_PROTOCOL, finetune_data, paper_length, runs_preset_length
 from reports.summary import Setting
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
@@ -38,6 +41,7 @@ PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75", "APmk": "segm_AP",
                 "APmk50": "segm_AP50", "APmk75": "segm_AP75"}
 TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg"}
+FINETUNE_TASKS = {"imagenet": "imagenet_finetune", "inat2018": "inat2018_finetune"}  # by data kind
 _MOMENTUM = re.compile(r"\bm=([0-9.]+)")
 
 
@@ -65,7 +69,7 @@ class PublishedRow:
 
     @property
     def label(self) -> str:
-        details = ", ".join(p for p in (self.pretrain_data, self.backbone) if p and p != "none")
+        details = ", ".join(p for p in (self.pretrain_data, self.backbone) if p and p not in ("none", "-"))
         return f"{self.origin}: {self.pretrain} ({details})"
 
     @property
@@ -131,6 +135,10 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         epochs = setting.length or paper_length(setting)
         return [r for r in rows if r.task == TASKS["linear"] and r.protocol == setting.protocol
                 and r.backbone in shorts and _schedule_epochs(r.schedule) in (None, epochs)]
+    if setting.task == "finetune":
+        task = FINETUNE_TASKS.get(finetune_data(setting) or "")
+        shorts = {short_arch(a) for a in archs}
+        return [r for r in rows if task and r.task == task and r.backbone in shorts]
     if setting.task in ("voc", "coco"):
         custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/datasets.py)
         if setting.engine != "detectron2" or custom or not _named(setting, setting.task):

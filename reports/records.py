@@ -4,7 +4,7 @@ Every evaluation writes ``result.json`` (a sweep writes many, in subdirectories)
 too. A file that cannot be used -- malformed JSON, another schema, an unknown version, missing or ill-typed
 fields -- becomes a :class:`Skipped` with the reason, never an exception and never a silent drop.
 
-Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco), ``protocol``,
+Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, finetune, knn, voc, coco), ``protocol``,
 ``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
 metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
 a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
@@ -43,6 +43,7 @@ RECORD_SUFFIX = ".result.json"
 # Metrics every successful record of a task must carry, in table order.
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "linear": ("top1", "top5"),
+    "finetune": ("top1", "top5"),
     "knn": ("top1", "top5"),
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reports import FORMATS
 from reports.expected import Expected
-from reports.protocols import LINEAR_EPOCHS, V3_PROTOCOL
+from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
@@ -98,7 +98,7 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
         "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
         "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "engine": s.engine or "",
         "model": s.model or "", "schedule": s.schedule or "",
-        "eval_epochs": _text(s.length) if s.task == "linear" else "",
+        "eval_epochs": _text(s.length) if s.task in EPOCH_TASKS else "",
         "eval_iterations": _text(s.length) if s.task in ("voc", "coco") else "",
         "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",
         "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": _text(p.epochs),
