@@ -32,6 +32,7 @@ from tests.layouts import (
     custom_detection_layout,
     detection_layout,
     imagenet_layout,
+    inat_layout,
     official_checkpoint,
     torchvision_weights,
 )
@@ -88,7 +89,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         **os.environ,
         "MOCO_SMOKE": "1", "MOCO_DATA_HOME": str(base / "data"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), str(stand_in), os.environ.get("PATH", "")]),
-        "IMAGENET": str(imagenet_layout(base / "imagenet")), "GPUS": "2",
+        "IMAGENET": str(imagenet_layout(base / "imagenet")), "INAT": str(inat_layout(base / "inat")), "GPUS": "2",
         "CKPT": str(official_checkpoint(base / "weights" / "moco_v2_200ep.pth.tar")),
         "TV_WEIGHTS": str(torchvision_weights(base / "weights" / "resnet-weights.pth")),
         "DETECTRON2_DATASETS": str(detection_layout(base / "datasets")),
@@ -125,9 +126,9 @@ def _option(command: str, name: str) -> str | None:
     return match.group(1) if match else None
 
 
-CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval knn", "moco eval voc", "moco eval coco",
-          "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
-          "MOCO_SMOKE=1 moco demo")
+CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval voc",
+          "moco eval coco", "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep",
+          "moco trials", "MOCO_SMOKE=1 moco demo")
 
 
 def _checked(command: str) -> bool:
@@ -160,6 +161,14 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         records = [json.loads(p.read_text()) for p in sorted((work / "runs/snapshots/linear_snapshots").glob(
             "*/result.json"))]
         assert [r["snapshot"]["epoch"] for r in records] == [1], records
+    elif command.startswith("moco eval finetune"):  # every epoch of the shortened schedule, on the data's layout
+        record = _record(output, work)
+        assert record["task"] == "finetune" and 0 <= record["metrics"]["top1"] <= 100
+        assert len(record["history"]) == record["config"]["optim"]["epochs"] == 1
+        assert record["dataset"]["layout"] == ("inat2018" if "$INAT" in command else "imagefolder")
+        if "--nproc" in command:  # two processes, BN synchronised across them
+            result = work / re.findall(r"^result: (.+)$", output, re.M)[-1].strip()
+            assert json.loads((result.parent / "run.json").read_text())["starts"][-1]["world_size"] == 2
     elif command.startswith(("moco eval linear", "moco eval knn")):
         record = _record(output, work)
         assert 0 <= record["metrics"]["top1"] <= 100
