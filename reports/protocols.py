@@ -37,7 +37,7 @@ EPOCH_TASKS = ("linear", "finetune")  # lengths counted in epochs (optim.epochs)
 # data kind -> (preset, its optim.epochs, what the title calls it)
 FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet recipe"),
                     "inat2018": ("finetune_inat", 100, "the paper's iNaturalist recipe"),
-                    "embedded": ("finetune_embedded", 10, "the embedded preset")}
+                    "embedded": ("finetune_embedded", 5, "the embedded preset")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200}

@@ -37,7 +37,7 @@ def test_help_lists_every_command() -> None:
         assert command in result.output
     result = runner.invoke(app, ["eval", "--help"])
     assert result.exit_code == 0
-    for command in ("linear", "knn", "voc", "coco"):
+    for command in ("linear", "finetune", "knn", "voc", "coco"):
         assert command in result.output
 
 

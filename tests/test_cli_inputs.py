@@ -74,13 +74,14 @@ PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--resume-from
          "--out", "-o", "--train", "--test", "--resume"}
 FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume"}
 ARGUMENTS = {  # positional arguments per command
-    "pretrain": 0, "sweep": 2, "eval linear": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1, "convert": 2,
-    "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
+    "pretrain": 0, "sweep": 2, "eval linear": 1, "eval finetune": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1,
+    "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
 }
 
 
 def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """Replace the functions that start a job by stubs: the CLI's checks run, the job does not."""
+    import lincls.finetune
     import lincls.linear
     import moco_core.run.train
     import moco_demo.run
@@ -95,6 +96,7 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
     monkeypatch.setattr(moco_core.run.train, "pretrain", stub("pretrain"))
     monkeypatch.setattr(lincls.linear, "linear_eval", stub("linear"))
+    monkeypatch.setattr(lincls.finetune, "finetune", stub("finetune"))
     monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
     monkeypatch.setattr(moco_demo.run, "run_demo", stub("demo"))

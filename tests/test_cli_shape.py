@@ -155,7 +155,7 @@ def test_version_and_workflow_order() -> None:
     assert "b''" not in shown  # click probes streams with write(b""): the guard must refuse bytes as text does
 
 
-@pytest.mark.parametrize("command", ["pretrain", "linear", "knn", "voc", "coco"])
+@pytest.mark.parametrize("command", ["pretrain", "linear", "finetune", "knn", "voc", "coco"])
 def test_each_command_lists_its_own_presets(command: str) -> None:
     args = ["pretrain"] if command == "pretrain" else ["eval", command]
     shown = " ".join(runner.invoke(app, [*args, "--help"], terminal_width=400).output.split())

@@ -100,7 +100,7 @@ def test_every_layer_and_bn_learn_and_the_record_is_complete(shapes_root: Path, 
                                                                                   "imagefolder")
     assert [h["epoch"] for h in record["history"]] == [0, 1] and record["wall_time_s"] > 0
     assert record["dataset"]["classes"] == 8 and record["dataset"]["val_images"] == 16
-    assert record["note"].startswith("fine-tuning: sgd lr 0.03, 2 epochs, x0.1 at [1]")
+    assert record["note"].startswith("fine-tuning: sgd lr 0.015, 2 epochs, x0.1 at [1]")
     final = checkpoint.load(tmp_path / "ft" / FINETUNE_LAST)["model"]
     unchanged = {k for k, v in initial.state_dict().items() if k != "fc.weight" and k != "fc.bias"
                  and "num_batches" not in k and torch.equal(v, final[k])}

@@ -30,14 +30,14 @@ def test_published_rows_stand_beside_runs_of_the_papers_recipes(write_record: Wr
     write_record("inat/result.json", finetune_record("/data/inat2018", 100))
     write_record("imagenet/result.json", finetune_record("/data/imagenet", 90))
     write_record("short/result.json", finetune_record("/data/imagenet", 9))
-    write_record("embedded/result.json", finetune_record("embedded", 10, arch="resnet18"))
+    write_record("embedded/result.json", finetune_record("embedded", 5, arch="resnet18"))
     report = build_report([str(runs)], published=load_published(), expected={})
     tables = {t.title: t for t in report.tables}
     assert list(tables) == [  # by data path, the preset's length first
         "Fine-tuning (the paper's ImageNet recipe, 90 epochs): imagenet",
         "Fine-tuning (9 of the paper's ImageNet recipe's 90 epochs): imagenet",
         "Fine-tuning (the paper's iNaturalist recipe, 100 epochs): inat2018",
-        "Fine-tuning (the embedded preset, 10 epochs): embedded",
+        "Fine-tuning (the embedded preset, 5 epochs): embedded",
     ]
 
     def labels(title: str) -> list[str]:
@@ -53,6 +53,6 @@ def test_published_rows_stand_beside_runs_of_the_papers_recipes(write_record: Wr
                          "published (secondary): MoCo v1 200ep (IN-1M, R50)": "77.0",
                          "published (secondary): MoCo v1 (IG-1B, R50)": "77.3"}
     assert len(labels("Fine-tuning (9 of the paper's ImageNet recipe's 90 epochs): imagenet")) == 1
-    embedded = tables["Fine-tuning (the embedded preset, 10 epochs): embedded"]
+    embedded = tables["Fine-tuning (the embedded preset, 5 epochs): embedded"]
     assert len(embedded.rows) == 1 and any("moco eval finetune random --arch resnet18 -c finetune_embedded "
-                                           "--data embedded --set optim.epochs=10" in n for n in embedded.notes)
+                                           "--data embedded --set optim.epochs=5" in n for n in embedded.notes)
