@@ -108,6 +108,24 @@ def test_every_layer_and_bn_learn_and_the_record_is_complete(shapes_root: Path, 
     assert final["layer4.1.bn2.num_batches_tracked"].item() == 2 * 4  # 32 images / 8: 4 steps an epoch
 
 
+def test_a_vit_fine_tunes_with_its_preset_chosen_for_it(shapes_root: Path, tmp_path: Path) -> None:
+    """No -c: a ViT gets finetune_vit (AdamW, layer decay), named in a note; one epoch runs end to end."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    sets = ["optim.epochs=1", "optim.batch_size=8", "optim.warmup_epochs=0", "data.workers=0", "data.crop_size=32",
+            "data.resize=32"]
+    result = CliRunner().invoke(app, ["eval", "finetune", "random", "--arch", "vit_nano_p4", "--data",
+                                      str(shapes_root), "--output-dir", str(tmp_path / "vit"), "--quiet",
+                                      *[a for v in sets for a in ("--set", v)]])
+    assert result.exit_code == 0, result.output
+    assert "fine-tuned with -c finetune_vit (AdamW, layer-wise lr decay)" in result.output
+    record = json.loads((tmp_path / "vit" / "result.json").read_text())
+    assert record["backbone"]["arch"] == "vit_nano_p4" and "adamw lr 0.0005 per 256" in record["note"]
+    assert "layer decay 0.65" in record["note"]
+
+
 class _Crash(Exception):
     pass
 
