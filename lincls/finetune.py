@@ -81,18 +81,10 @@ class FinetuneRunConfig:
 
 
 @dataclass(frozen=True)
-class FinetuneAugmentConfig:
-    # RandomResizedCrop's range of areas (torchvision's default, the paper's); the embedded preset takes its
-    # pretraining's 50-100%
-    crop_scale: tuple[float, float] = (0.08, 1.0)
-
-
-@dataclass(frozen=True)
 class FinetuneConfig:
     arch: str | None = None  # None: read from the weights ("random" needs it)
     optim: FinetuneOptimConfig = field(default_factory=FinetuneOptimConfig)
     data: LinearDataConfig = field(default_factory=LinearDataConfig)  # eval linear's: the same data options
-    augment: FinetuneAugmentConfig = field(default_factory=FinetuneAugmentConfig)
     run: FinetuneRunConfig = field(default_factory=FinetuneRunConfig)
 
 
@@ -114,8 +106,6 @@ def validate_finetune(cfg: FinetuneConfig) -> FinetuneConfig:
          f"{o.schedule} schedule; set optim.milestones=[] (or optim.schedule=step)"),
         (all(0 < m < o.epochs for m in o.milestones), "optim.milestones", f"{list(o.milestones)} fall outside a "
          f"{o.epochs}-epoch run: set them between 0 and optim.epochs, or leave them out to scale the preset's"),
-        (0 < cfg.augment.crop_scale[0] <= cfg.augment.crop_scale[1] <= 1, "augment.crop_scale", f"need 0 < low "
-         f"<= high <= 1, got {list(cfg.augment.crop_scale)}"),
         (0 < o.layer_decay <= 1, "optim.layer_decay", f"must be in (0, 1], got {o.layer_decay}"),
         (all(0 <= b < 1 for b in o.betas), "optim.betas", f"must be in [0, 1), got {list(o.betas)}"),
         (o.momentum >= 0 and o.weight_decay >= 0, "optim", "momentum and weight_decay must be >= 0"),
@@ -202,21 +192,17 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group["lr_scale"]
 
 
-def finetune_splits(cfg: LinearDataConfig, crop_scale: tuple[float, float] = (0.08, 1.0),
-                    failures: DecodeFailures | None = None) -> tuple[Splits, str]:
+def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = None) -> tuple[Splits, str]:
     """(the labelled splits, the layout): iNaturalist 2018's (``train2018.json``, ``val2018.json``,
     ``train_val2018/``) where the root has its files, else eval linear's (train/ and val/ class folders, or
-    "embedded"); training crops of ``crop_scale`` of the image's area, and flips."""
+    "embedded"), with the training crops of the paper."""
     root = resolve_data(cfg.path or "")
-    crops = train_transform(cfg.crop_size, crop_scale)
     if not is_inat_layout(root):
-        splits = load_splits(cfg, augment=True, failures=failures)
-        splits.train.transform = crops  # eval linear's crops, with this run's range of areas
-        return splits, "imagefolder"
+        return load_splits(cfg, augment=True, failures=failures), "imagefolder"
     train, val, classes = inat_splits(root)
     evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize)
-    return Splits(ImageDataset(train, crops, failures), ImageDataset(val, evaluate_view, failures),
-                  classes), "inat2018"
+    return Splits(ImageDataset(train, train_transform(cfg.crop_size), failures),
+                  ImageDataset(val, evaluate_view, failures), classes), "inat2018"
 
 
 def finetune(cfg: FinetuneConfig, pretrained: str, *, show_progress: bool | str = True,
@@ -249,7 +235,7 @@ def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures
     world = distributed.world_size()
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
-    splits, layout = finetune_splits(cfg.data, tuple(cfg.augment.crop_scale), failures)  # type: ignore[arg-type]
+    splits, layout = finetune_splits(cfg.data, failures)
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")

@@ -149,13 +149,12 @@ def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
     return base * 0.1 ** sum(epoch >= m for m in cfg.milestones)
 
 
-def train_transform(crop: int, scale: tuple[float, float] = (0.08, 1.0)) -> Any:
-    """RandomResizedCrop(crop) of ``scale`` (torchvision's default area range) + flip, as tensors normalised."""
+def train_transform(crop: int) -> Any:
     from torchvision import transforms as T
 
     from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 
-    return T.Compose([T.RandomResizedCrop(crop, scale=scale), T.RandomHorizontalFlip(), T.ToTensor(),
+    return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
                       T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 

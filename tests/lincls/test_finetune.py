@@ -92,19 +92,6 @@ def test_a_resnet_has_one_lr_and_refuses_layer_decay() -> None:
         build_optimizer(model, replace(cfg.optim, layer_decay=0.7))
 
 
-def test_the_crop_range_reaches_the_training_crops(shapes_root: Path) -> None:
-    from lincls.finetune import finetune_splits
-    from lincls.linear import LinearDataConfig
-
-    data = LinearDataConfig(path=str(shapes_root), crop_size=32, resize=32, workers=0)
-    splits, layout = finetune_splits(data, (0.5, 1.0))
-    crop = splits.train.transform.transforms[0]
-    assert layout == "imagefolder" and (crop.size, crop.scale) == ((32, 32), (0.5, 1.0))
-    assert load_finetune_config("finetune_imagenet", ["data.path=x"]).augment.crop_scale == (0.08, 1.0)
-    with pytest.raises(ConfigError, match=r"augment.crop_scale: need 0 < low <= high <= 1, got \[0.9, 0.5\]"):
-        load_finetune_config("finetune_embedded", ["augment.crop_scale=[0.9,0.5]"])
-
-
 def test_every_layer_and_bn_learn_and_the_record_is_complete(shapes_root: Path, tmp_path: Path) -> None:
     torch.manual_seed(0)
     initial, _ = load_backbone("random", 8, arch="resnet18")
