@@ -109,6 +109,18 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     for row in linear_rows:
         assert (row["pretrain_recipe"], row["eval_recipe"]) == recipes[row["backbone"]], row["backbone"]
         assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
+    from lincls.finetune import load_finetune_config
+
+    finetune = load_finetune_config("finetune_embedded", [])  # as docs/finetune.md's moco trials run it
+    finetune_recipes = {"moco": eval_recipe(to_dict(finetune), shapes), "supervised": eval_recipe(to_dict(finetune),
+                                                                                                  shapes),
+                        "random": eval_recipe(to_dict(replace(finetune, arch=RANDOM_ARCH)), shapes)}
+    finetune_rows = [r for r in rows if r["task"] == "finetune"]
+    assert {r["backbone"] for r in finetune_rows} >= {"random", "supervised"}
+    for row in finetune_rows:
+        assert (row["pretrain_recipe"], row["eval_recipe"]) == (recipes[row["backbone"]][0],
+                                                                finetune_recipes[row["backbone"]]), row["backbone"]
+        assert int(row["n"]) >= 2 and (row["dataset"], row["protocol"]) == ("embedded", "finetune")
     for task in ("voc", "coco"):  # as moco demo runs them where detectron2 is missing (auto: torchvision)
         detection = load_transfer_config(task, f"{task}_embedded", [], {"engine": "torchvision"})
         digest = eval_recipe(record_config(detection, RANDOM_ARCH), embedded_version(detection)["version"])
