@@ -118,8 +118,15 @@ def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
         parse_labels(d.labels)  # a one-line error naming data.labels
     return [(d.labels is None or d.subset is None, "data.labels",
              "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
-            (d.subset is None or Path(d.subset).expanduser().is_file(), "data.subset", f"{d.subset}: no such file"),
+            (d.subset is None or _is_file(d.subset), "data.subset", f"{d.subset!r}: no such file"),
             (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return False
 
 
 def load_linear_config(config: str | None, overrides: list[str],
