@@ -389,6 +389,10 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
     checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": run.info.arch, "state_dict": run.model.state_dict(),
                             "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
     protocol, note = protocol_name(cfg), protocol_note(cfg, run.info.arch)
+    subset = run.splits.subset
+    if subset:  # semi-supervised: which of the train labels fc saw
+        note += (f", on {subset['images']} of the {subset['of']} train images "
+                 f"({subset.get('labels') or subset.get('file')})")
     record = write_record(run_dir / "result.json", task="linear", protocol=protocol, metrics=result,
                           backbone=run.info, dataset=dataset_record(cfg.data.path, run.splits),
                           config=to_dict(cfg), history=history,
