@@ -203,7 +203,7 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
 SEMI_NOTE = ("Each column trains on a subset of the train labels: a class-balanced fraction (round(f n_c) of each "
              "class, at least 1, drawn with data.subset_seed, 0 unless the column names another), or the images a "
              "file names (SimCLR's imagenet_subsets format), shown with its SHA-256's first six hex digits. "
-             "Validation is on the whole val split. moco_published.csv holds no semi-supervised numbers: the MoCo "
+             "Validation is on the whole val split. reports/published.csv holds no semi-supervised numbers: the MoCo "
              "paper (arXiv 1911.05722) reports none.")
 
 
