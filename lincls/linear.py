@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from lincls.splits import Splits, dataset_record, load_splits
+from lincls.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
 from lincls.subsets import parse_labels
 from moco_core import checkpoint, distributed
 from moco_core.checkpoint import LINEAR_LAST
