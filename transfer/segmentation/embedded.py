@@ -44,7 +44,7 @@ def _write(target: Path, counts: dict[str, int], size: int, seed: int) -> None:
         for n, (image, objects) in enumerate(scenes(scene_split, counts[split], size=size, seed=seed)):
             image_id = f"{offset + n:06d}"
             image.save(devkit / "JPEGImages" / f"{image_id}.jpg", format="JPEG", quality=JPEG_QUALITY)
-            Image.fromarray(class_mask(objects, size), "L").save(devkit / "SegmentationClassAug" / f"{image_id}.png")
+            Image.fromarray(class_mask(objects, size)).save(devkit / "SegmentationClassAug" / f"{image_id}.png")
             ids.append(image_id)
         listing = devkit / "ImageSets" / "Segmentation" / f"{split}.txt"
         listing.write_text("".join(i + "\n" for i in ids), encoding="utf-8")
