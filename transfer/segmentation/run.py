@@ -100,10 +100,18 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
     return sum(distributed.all_gather_objects(matrix), torch.zeros_like(matrix))
 
 
+def record_config(cfg: SemsegConfig, arch: str) -> dict[str, Any]:
+    """The record's ``config``: the network's name, schedule, iterations, batch, lr and test mode, then the whole
+    config (as the detection records have it)."""
+    s = cfg.solver
+    return {"model": model_name(cfg, arch), "schedule": cfg.schedule, "iterations": s.iterations,
+            "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, "test": "whole image", **to_dict(cfg)}
+
+
 def _record(run_dir: Path, cfg: SemsegConfig, data: SegmentationData, info: BackboneInfo, results: dict[str, Any],
             history: list[dict[str, float]], *, started: float, train_time: float, extra: dict[str, Any]) -> Path:
     """The result record (main process only), and a one-line summary on stderr."""
-    s, name = cfg.solver, model_name(cfg, info.arch)
+    name = model_name(cfg, info.arch)
     version = {"version": dataset_version()} if cfg.data.path == "embedded" else {}
     metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}  # NaN: null
     record = write_record(
@@ -112,8 +120,7 @@ def _record(run_dir: Path, cfg: SemsegConfig, data: SegmentationData, info: Back
                  "test_split": cfg.data.test, "train_images": len(data.train), "test_images": len(data.test),
                  "classes": len(data.class_names), "class_names": list(data.class_names),
                  "ignore_index": cfg.data.ignore_index, **version},
-        config={"model": name, "schedule": cfg.schedule, "iterations": s.iterations, "batch_size": s.batch_size,
-                "lr": s.lr * s.batch_size / 16, "test": "whole image", **to_dict(cfg)},
+        config=record_config(cfg, info.arch),
         history=history,
         extra={"engine": "torchvision", "world_size": distributed.world_size(), "device": str(resolve_device(cfg.run.device)),
                "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
