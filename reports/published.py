@@ -138,7 +138,7 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         return [r for r in rows if r.task == TASKS["linear"] and r.protocol == setting.protocol
                 and r.backbone in shorts and _schedule_epochs(r.schedule) in (None, epochs)]
     if setting.task in ("voc", "coco"):
-        custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/datasets.py)
+        custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/detection/datasets.py)
         if setting.engine != "detectron2" or custom or not _named(setting, setting.task):
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model

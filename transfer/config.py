@@ -85,7 +85,7 @@ class TransferDataConfig:
     # detectron2's dataset names: voc_<year>_<split> (VOC<year>/ImageSets/Main/<split>.txt) and
     # coco_<year>_<split> (coco/annotations/instances_<split><year>.json with images in coco/<split><year>/);
     # or one's own: a VOC-style split file DEVKIT/ImageSets/Main/<split>.txt, a COCO-format
-    # ANNOTATIONS.json:IMAGE_DIR (relative paths are under `path`; transfer/datasets.py).
+    # ANNOTATIONS.json:IMAGE_DIR (relative paths are under `path`; transfer/detection/datasets.py).
     train: tuple[str, ...] = ("voc_2007_trainval", "voc_2012_trainval")
     test: str = "voc_2007_test"
     # VOC layout only: the class names of the XML files, in label order. Empty: VOC's 20 classes for the standard
@@ -146,7 +146,7 @@ def model_name(cfg: TransferConfig, arch: str) -> str:
 
 def validate_transfer(cfg: TransferConfig) -> TransferConfig:
     """Reject impossible values with a one-line error naming the key."""
-    from transfer.datasets import parse_dataset  # here: it loads torch, which `moco eval voc --help` must not
+    from transfer.detection.datasets import parse_dataset  # here: it loads torch, which `moco eval voc --help` must not
 
     d, i, s, r = cfg.detector, cfg.input, cfg.solver, cfg.run
     names = (*cfg.data.train, cfg.data.test)

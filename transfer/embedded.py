@@ -2,10 +2,10 @@
 
 ``ensure_voc()`` writes ``<root>/VOC2007/`` (``Annotations/*.xml``, ``JPEGImages/*.jpg``,
 ``ImageSets/Main/{trainval,test}.txt``) and ``ensure_coco()`` writes ``<root>/coco/`` (``annotations/
-instances_{train,val}2017.json``, ``{train,val}2017/*.jpg``), so the real readers (:mod:`transfer.voc`,
-:mod:`transfer.coco`) and the whole transfer protocol run with no download. Both hold the same scenes: trainval
-is train2017, test is val2017. Class names are :data:`moco_core.data.shapes.CLASSES`; COCO category ids are 1, 3, 5,
-... (not contiguous, like COCO's own) so the contiguous-id mapping is exercised.
+instances_{train,val}2017.json``, ``{train,val}2017/*.jpg``), so the real readers (:mod:`transfer.detection.voc`,
+:mod:`transfer.detection.coco`) and the whole transfer protocol run with no download. Both hold the same scenes:
+trainval is train2017, test is val2017. Class names are :data:`moco_core.data.shapes.CLASSES`; COCO category ids are
+1, 3, 5, ... (not contiguous, like COCO's own) so the contiguous-id mapping is exercised.
 
 A scene (``size`` px square, 128 by default) is drawn for detection to be hard the way real photographs are, so
 that the backbone a detector starts from matters (issue #17: with one large shape per image, shapes version 3

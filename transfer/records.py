@@ -13,7 +13,7 @@ from moco_core.model.backbone import BackboneInfo
 from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
 from transfer.config import TransferConfig, model_name
-from transfer.datasets import DetectionData
+from transfer.detection.datasets import DetectionData
 from transfer.embedded import EMBEDDED_VERSION
 
 

@@ -1,10 +1,10 @@
 """``moco eval voc`` and ``moco eval coco`` as plain functions: weights -> dataset -> detector -> fine-tuning ->
 test -> result record.
 
-The engine is detectron2 when it is installed (``transfer.detectron2_engine``, imported lazily) and torchvision's
-detection models otherwise; both run the same protocol and the record names the one that ran. The detectron2
-engine provides ``evaluate(cfg, weights, *, show_progress, extra, resume) -> Path`` (the record it wrote, with
-``engine: "detectron2"``), reading the same TransferConfig.
+The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
+torchvision's detection models otherwise; both run the same protocol and the record names the one that ran. The
+detectron2 engine provides ``evaluate(cfg, weights, *, show_progress, extra, resume) -> Path`` (the record it wrote,
+with ``engine: "detectron2"``), reading the same TransferConfig.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.run.runtime import resolve_device
 from transfer import engine
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
-from transfer.datasets import DetectionData, load_data, require_a_batch
-from transfer.models import build_detector, load_resnet
+from transfer.detection import data as detection_data
+from transfer.detection.datasets import DetectionData, load_data, require_a_batch
+from transfer.detection.models import build_detector, load_resnet
 from transfer.records import write_transfer_record
 
 
@@ -37,7 +38,7 @@ def resolve_engine(name: str) -> str:
     """"auto" is detectron2 when both it and our detectron2 engine can be imported, else torchvision."""
     has_detectron2 = importlib.util.find_spec("detectron2") is not None
     if name == "auto":
-        ours = importlib.util.find_spec("transfer.detectron2_engine") is not None
+        ours = importlib.util.find_spec("transfer.detection.detectron2_engine") is not None
         return "detectron2" if has_detectron2 and ours else "torchvision"
     if name == "detectron2" and not has_detectron2:
         raise ConfigError("engine: detectron2 is not installed (it is on no package registry: install it from its "
@@ -71,7 +72,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
     cfg = dataclasses.replace(cfg, engine=chosen)
     if chosen == "detectron2":
         try:
-            from transfer import detectron2_engine
+            from transfer.detection import detectron2_engine
         except ImportError as err:
             raise ConfigError(f"engine: detectron2 is installed but its engine cannot be loaded ({err}); use "
                               f"--engine torchvision") from None
@@ -112,7 +113,7 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
-    train_set = engine.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
+    train_set = detection_data.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
                                         masks=cfg.detector.mask)
     sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
                                seed=cfg.run.seed, drop_last=True)
@@ -168,12 +169,12 @@ def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -
 def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: torch.device,
           progress: Progress) -> dict[str, Any]:
     """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class), COCO box and mask AP (percent)."""
-    test_set = engine.DetectionDataset(data.test, train=False)
+    test_set = detection_data.DetectionDataset(data.test, train=False)
     kwargs = dict(device=device, amp=cfg.run.amp, batch_size=cfg.run.test_batch_size, workers=cfg.data.workers,
                   progress=progress)
-    from transfer.metrics import score
+    from transfer.detection.metrics import score
 
-    convert = (engine.voc_detections(data.test) if cfg.task == "voc" else
-               engine.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask))
+    convert = (detection_data.voc_detections(data.test) if cfg.task == "voc" else
+               detection_data.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask))
     found = engine.predict(model, test_set, convert, **kwargs)
     return score(cfg.task, found, data, masks=cfg.detector.mask) if distributed.is_main() else {}

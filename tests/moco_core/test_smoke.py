@@ -73,7 +73,7 @@ def test_linear_and_detection(smoking: None) -> None:
 
 def test_small_embedded_sets_of_their_own(smoking: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from moco_core.run.runtime import resolve_data
-    from transfer.datasets import dataset_root
+    from transfer.detection.datasets import dataset_root
 
     monkeypatch.setenv("MOCO_DATA_HOME", str(tmp_path))
     root = resolve_data("embedded")

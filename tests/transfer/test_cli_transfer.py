@@ -138,10 +138,10 @@ def test_auto_engine_dispatches_to_detectron2_when_installed(monkeypatch: pytest
     from transfer import run
 
     calls = []
-    fake = types.ModuleType("transfer.detectron2_engine")
+    fake = types.ModuleType("transfer.detection.detectron2_engine")
     fake.evaluate = lambda cfg, weights, **kwargs: calls.append((cfg.engine, weights, kwargs)) or tmp_path / "r.json"
-    monkeypatch.setitem(sys.modules, "transfer.detectron2_engine", fake)
-    installed = {"detectron2", "transfer.detectron2_engine"}
+    monkeypatch.setitem(sys.modules, "transfer.detection.detectron2_engine", fake)
+    installed = {"detectron2", "transfer.detection.detectron2_engine"}
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name in installed else None)
     cfg = load_transfer_config("voc", "voc_embedded", [])
     assert cfg.engine == "auto" and run.resolve_engine("auto") == "detectron2"

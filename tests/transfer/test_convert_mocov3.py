@@ -79,7 +79,7 @@ def test_the_wrong_target_is_one_line(tmp_path: Path, arch: str, to: str, messag
 def test_detection_refuses_a_vit_in_one_line(tmp_path: Path) -> None:
     pytest.importorskip("timm")
     from moco_core.checkpoint import CheckpointError
-    from transfer.models import load_resnet
+    from transfer.detection.models import load_resnet
 
     src, _ = v3_checkpoint(tmp_path, "vit_nano_p4")
     with pytest.raises(CheckpointError) as err:

@@ -13,9 +13,9 @@ from PIL import Image, ImageDraw
 from pycocotools import mask as mask_utils
 
 from moco_core.data import shapes
-from transfer.coco import load_coco
+from transfer.detection.coco import load_coco
+from transfer.detection.voc import load_voc
 from transfer.embedded import ensure_coco, ensure_voc, scenes
-from transfer.voc import load_voc
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # pycocotools' decode
 

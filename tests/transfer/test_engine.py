@@ -1,4 +1,4 @@
-"""Detection fine-tuning pieces (schedule, optimizer groups, targets, precise BN) and a short run end to end."""
+"""The shared fine-tuning engine (schedule, optimizer groups, precise BN) and a short detection run end to end."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from torch import nn
 
 from moco_core.config import replace
@@ -17,6 +16,7 @@ from moco_core.data.shapes import CLASSES
 from reports.records import load_records
 from transfer import engine
 from transfer.config import SolverConfig, load_transfer_config
+from transfer.detection import data as detection_data
 from transfer.embedded import ensure_voc
 from transfer.run import evaluate
 
@@ -46,31 +46,6 @@ def test_bn_parameters_get_their_own_weight_decay() -> None:
     assert {id(p) for p in norm["params"]} == {id(model[1].weight), id(model[1].bias)}
     assert (other["weight_decay"], norm["weight_decay"], len(other["params"])) == (1e-4, 0.0, 4)
     assert other["momentum"] == 0.9
-
-
-def test_training_targets_drop_crowd_keep_difficult_and_flip(tmp_path: Path) -> None:
-    path = tmp_path / "a.png"
-    pixels = np.zeros((10, 20, 3), dtype=np.uint8)
-    pixels[:, :5] = 255  # white left strip
-    Image.fromarray(pixels).save(path)
-    square = [2.0, 1.0, 6.0, 1.0, 6.0, 5.0, 2.0, 5.0]
-    record = {"file_name": str(path), "image_id": 7, "height": 10, "width": 20, "annotations": [
-        {"bbox": [2.0, 1.0, 6.0, 5.0], "category_id": 0, "iscrowd": 0, "difficult": False, "segmentation": [square]},
-        {"bbox": [0.0, 0.0, 4.0, 4.0], "category_id": 1, "iscrowd": 1, "difficult": False, "segmentation": [square]},
-        {"bbox": [1.0, 1.0, 3.0, 3.0], "category_id": 2, "iscrowd": 0, "difficult": True, "segmentation": [square]},
-    ]}
-    image, target, index = engine.DetectionDataset([record], train=True, masks=True)[0]
-    assert image.shape == (3, 10, 20) and image[0, 0, 0] == 1.0 and image[0, 0, 10] == 0.0
-    assert target["labels"].tolist() == [1, 3]  # category + 1: torchvision's 0 is the background
-    assert target["boxes"].tolist() == [[2.0, 1.0, 6.0, 5.0], [1.0, 1.0, 3.0, 3.0]]  # difficult kept (detectron2)
-    assert target["masks"].shape == (2, 10, 20) and target["masks"][0, 2:5, 2:6].all()
-    assert target["masks"][0].sum() == 16 and index == 0
-    image, target, _ = engine.DetectionDataset([record], train=True, flip_prob=1.0, masks=True)[0]
-    assert image[0, 0, 19] == 1.0  # the white strip moved right
-    assert target["boxes"].tolist() == [[14.0, 1.0, 18.0, 5.0], [17.0, 1.0, 19.0, 3.0]]  # x -> width - x
-    assert target["masks"][0, 2:5, 14:18].all() and target["masks"][0].sum() == 16
-    _, empty, _ = engine.DetectionDataset([record], train=False)[0]
-    assert empty == {}
 
 
 class _Normed(nn.Module):
@@ -164,14 +139,14 @@ def test_a_resumed_fine_tuning_sees_the_batches_an_uninterrupted_one_would(tiny_
     from moco_core import checkpoint
 
     seen: list[int] = []
-    real_getitem = engine.DetectionDataset.__getitem__
+    real_getitem = detection_data.DetectionDataset.__getitem__
 
     def spy(self: Any, index: int) -> Any:
         if self.train:
             seen.append(index)
         return real_getitem(self, index)
 
-    monkeypatch.setattr(engine.DetectionDataset, "__getitem__", spy)
+    monkeypatch.setattr(detection_data.DetectionDataset, "__getitem__", spy)
 
     def config(out: str) -> Any:
         return load_transfer_config("voc", "voc_embedded", [*TINY, "solver.iterations=16", "solver.steps=[12]",

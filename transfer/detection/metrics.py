@@ -124,7 +124,7 @@ def voc_evaluate(detections: Mapping[int, Sequence[Detection]], dataset_dicts: S
     """VOC AP in percent: ``{"AP50", "AP", "AP75", "per_class_AP50": {name: AP50}}``.
 
     ``detections[category_id]`` lists ``(image_id, score, x0, y0, x1, y1)`` in the dataset dicts' coordinates;
-    ``dataset_dicts`` (from :func:`transfer.voc.load_voc`) are the ground truth, difficult boxes included.
+    ``dataset_dicts`` (from :func:`transfer.detection.voc.load_voc`) are the ground truth, difficult boxes included.
     """
     image_index: dict[Hashable, int] = {}
     for d in dataset_dicts:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from moco_core.data.data import DatasetError
-from transfer.coco import (
+from transfer.detection.coco import (
     decode_rle_string,
     encode_rle_string,
     filter_empty,

@@ -2,13 +2,13 @@
 
 detectron2 is not on any package registry: this module is imported only by ``transfer.run.evaluate`` when the
 engine resolves to detectron2, and only it imports detectron2. The config is ``get_cfg()`` with the values of
-:func:`transfer.detectron2_config.detectron2_options` written over it, from the same TransferConfig presets the
-torchvision engine runs. The backbone is converted by :mod:`transfer.convert` into ``backbone.pkl`` in the run
-directory and loaded by ``DetectionCheckpointer`` (its name-matching heuristics put ``res5`` in the C4 ROI head);
+:func:`transfer.detection.detectron2_config.detectron2_options` written over it, from the same TransferConfig
+presets the torchvision engine runs. The backbone is converted by :mod:`transfer.convert` into ``backbone.pkl`` in the
+run directory and loaded by ``DetectionCheckpointer`` (its name-matching heuristics put ``res5`` in the C4 ROI head);
 "random" loads nothing. Our VOC/COCO readers' dicts are registered as ``moco_<name>`` datasets. Training is
 detectron2's ``SimpleTrainer`` (``AMPTrainer`` with run.amp on CUDA) with its LR-scheduler, precise-BN and
 checkpointer hooks and our metrics.jsonl; testing runs the model over the test dicts and scores its outputs
-with :mod:`transfer.metrics`, the code the torchvision engine uses, so the two engines' numbers compare.
+with :mod:`transfer.detection.metrics`, the code the torchvision engine uses, so the two engines' numbers compare.
 
 Several processes: ``moco eval ... --nproc N`` (or torchrun) starts them and each joins detectron2's
 process groups as its own ``launch`` would; :func:`launch` runs detectron2's launcher itself (several machines).
@@ -55,9 +55,9 @@ from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, w
 from moco_core.run.runtime import resolve_device
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.convert import convert_file, load_detectron2_pkl
-from transfer.datasets import DetectionData, load_data, parse_dataset, require_a_batch
-from transfer.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
-from transfer.models import load_resnet
+from transfer.detection.datasets import DetectionData, load_data, parse_dataset, require_a_batch
+from transfer.detection.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
+from transfer.detection.models import load_resnet
 from transfer.records import write_transfer_record
 
 BASIC_BLOCKS = {18: 2, 34: 3}  # res5 blocks of the ResNets made of basic blocks
@@ -227,7 +227,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
              extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """The protocol for ``cfg.task`` on detectron2; returns the result record's path.
 
-    ``weights``: a checkpoint path (any format :func:`transfer.models.load_resnet` reads) or "random".
+    ``weights``: a checkpoint path (any format :func:`transfer.detection.models.load_resnet` reads) or "random".
     ``resume``: continue from the run directory's last detectron2 checkpoint.
     """
     device = _device(cfg.run.device)
@@ -352,7 +352,7 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}
-    from transfer.metrics import score
+    from transfer.detection.metrics import score
 
     return score(cfg.task, records, data, masks=cfg.detector.mask)
 

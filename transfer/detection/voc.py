@@ -3,7 +3,7 @@
 Coordinates. VOC XML boxes are 1-based and inclusive: a box covering pixel columns 0..9 (0-based) is written
 ``xmin=1, xmax=10``. Like detectron2's VOC loader we subtract 1 from ``xmin`` and ``ymin`` only, which gives
 continuous 0-based coordinates ``[xmin - 1, xmax]`` = [0, 10] whose width is the pixel count. The evaluator
-(:func:`transfer.metrics.voc_evaluate`) adds the 1 back before using the devkit's ``+1`` area formula, so both
+(:func:`transfer.detection.metrics.voc_evaluate`) adds the 1 back before using the devkit's ``+1`` area formula, so both
 together compute exactly the VOC devkit's overlaps.
 
 Policy for boxes that do not fit the image (``[0, width] x [0, height]`` in these coordinates): a box that

@@ -8,7 +8,7 @@ than 3 points (or an odd number of coordinates) is dropped, and an annotation le
 plain Python: reading COCO does not need pycocotools).
 
 Boxes: COCO's ``[x, y, w, h]`` become ``[x0, y0, x1, y1]`` (pixel edges, no +1), with the VOC loader's policy
-(:mod:`transfer.voc`): ``w`` or ``h`` <= 0 or a non-finite value is an error, a box sticking out of the image
+(:mod:`transfer.detection.voc`): ``w`` or ``h`` <= 0 or a non-finite value is an error, a box sticking out of the image
 is clipped to it, a box with no area inside the image is an error.
 """
 

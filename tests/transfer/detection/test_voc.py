@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from moco_core.data.data import DatasetError
-from transfer.voc import VOC_CLASSES, check_voc_layout, load_voc, read_voc_xml
+from transfer.detection.voc import VOC_CLASSES, check_voc_layout, load_voc, read_voc_xml
 
 
 def obj_xml(name: str, box: tuple, difficult: str | None = "0") -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from moco_core.data.data import DatasetError
-from transfer.metrics import coco_evaluate, dicts_to_coco, voc_evaluate
+from transfer.detection.metrics import coco_evaluate, dicts_to_coco, voc_evaluate
 
 
 def image(image_id: Any, annotations: list[tuple], size: int = 100) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moco_core.data.data import DatasetError
-from transfer.coco import load_coco, parse_coco
-from transfer.voc import read_voc_xml
+from transfer.detection.coco import load_coco, parse_coco
+from transfer.detection.voc import read_voc_xml
 
 CLASSES = ("circle", "square", "star")
 # Examples per property (the closing note of the transfer work quotes these numbers).

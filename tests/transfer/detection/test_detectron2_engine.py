@@ -18,7 +18,7 @@ from moco_core.config import replace
 from moco_core.data.data import DatasetError
 from moco_core.data.shapes import CLASSES
 from transfer.config import TransferConfig, load_transfer_config
-from transfer.detectron2_config import FIELDS, detectron2_options
+from transfer.detection.detectron2_config import FIELDS, detectron2_options
 
 VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
 # What every *_moco.yaml of facebookresearch/moco detection/configs sets (with Base-RCNN-C4-BN.yaml's BN).
@@ -146,7 +146,7 @@ def test_each_field_sets_exactly_its_keys(field: str) -> None:
 @pytest.fixture(scope="module")
 def d2() -> Any:
     pytest.importorskip("detectron2")
-    from transfer import detectron2_engine
+    from transfer.detection import detectron2_engine
 
     detectron2_engine.register_roi_heads()
     return detectron2_engine
@@ -215,7 +215,7 @@ def test_datasets_are_registered_under_our_names_per_directory(d2: Any) -> None:
     from detectron2.data import DatasetCatalog, MetadataCatalog
     from detectron2.structures import BoxMode
 
-    from transfer.datasets import DetectionData
+    from transfer.detection.datasets import DetectionData
 
     root = Path("/datasets")
     image = {"height": 10, "width": 10, "annotations": [{"bbox": [1.0, 1.0, 5.0, 5.0], "category_id": 0}]}
@@ -236,7 +236,7 @@ def test_coco_outputs_become_the_torchvision_engines_results(d2: Any) -> None:
     from detectron2.structures import Boxes, Instances
     from pycocotools import mask as mask_utils
 
-    from transfer.datasets import DetectionData
+    from transfer.detection.datasets import DetectionData
 
     instances = Instances((6, 8))
     instances.pred_boxes = Boxes(torch.tensor([[1.0, 2.0, 5.0, 4.0]]))

@@ -16,7 +16,7 @@ from reports.published import PublishedRow, matching
 from reports.summary import Setting
 from tests.layouts import custom_detection_layout
 from transfer.config import load_transfer_config
-from transfer.datasets import DatasetSpec, load_data, parse_dataset
+from transfer.detection.datasets import DatasetSpec, load_data, parse_dataset
 
 runner = CliRunner()
 DEVKIT_TRAIN, DEVKIT_VAL = "MyDevkit/ImageSets/Main/train.txt", "MyDevkit/ImageSets/Main/val.txt"

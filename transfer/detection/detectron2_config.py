@@ -1,8 +1,8 @@
 """A TransferConfig as detectron2 config keys: ``{"MODEL.RESNETS.DEPTH": 50, "SOLVER.BASE_LR": 0.02, ...}``.
 
 Plain Python, no detectron2 import: the translation is checked where detectron2 is not installed, and
-:mod:`transfer.detectron2_engine` writes these values over ``get_cfg()``'s defaults. With the paper presets the
-result is the official MoCo detection configs (facebookresearch/moco ``detection/configs``:
+:mod:`transfer.detection.detectron2_engine` writes these values over ``get_cfg()``'s defaults. With the paper
+presets the result is the official MoCo detection configs (facebookresearch/moco ``detection/configs``:
 ``Base-RCNN-C4-BN.yaml`` under ``pascal_voc_R_50_C4_24k_moco.yaml`` and ``coco_R_50_C4_2x_moco.yaml``) and, for
 FPN, detectron2's ``Base-RCNN-FPN.yaml`` with the same BN treatment. What the protocol fixes rather than the
 config: FREEZE_AT 0 (every stage fine-tuned), synchronised BN, torchvision's input statistics on RGB images,
@@ -17,7 +17,7 @@ from typing import Any
 
 from transfer.config import TransferConfig
 
-# Our C4 ROI heads (registered by transfer.detectron2_engine): res5 built for the backbone's depth, with or
+# Our C4 ROI heads (registered by transfer.detection.detectron2_engine): res5 built for the backbone's depth, with or
 # without the MoCo configs' extra norm after it. Names of our own: the official train_net.py registers
 # "Res5ROIHeadsExtraNorm", and a registry refuses a name twice.
 C4_ROI_HEADS = "MocoRes5ROIHeads"

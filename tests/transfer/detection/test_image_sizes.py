@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.data.data import DatasetError
-from transfer.datasets import check_image_sizes
-from transfer.voc import VOC_CLASSES
+from transfer.detection.datasets import check_image_sizes
+from transfer.detection.voc import VOC_CLASSES
 
 from .test_voc import annotation_xml, make_voc, obj_xml
 

@@ -143,7 +143,7 @@ def found_elsewhere(root: Path, spec: DatasetSpec, path: Path | None = None) -> 
 
 
 def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
-    from transfer.voc import VOC_CLASSES, check_voc_layout, class_names_in, load_voc
+    from transfer.detection.voc import VOC_CLASSES, check_voc_layout, class_names_in, load_voc
 
     folders = [(root / s.folder).absolute() for s in specs]
     for folder, spec in zip(folders, specs, strict=True):
@@ -174,7 +174,7 @@ def _trainable(record: dict[str, Any]) -> bool:
 
 
 def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
-    from transfer.coco import filter_empty, load_coco, require_annotations
+    from transfer.detection.coco import filter_empty, load_coco, require_annotations
 
     loaded = []
     for spec in specs:

@@ -14,7 +14,7 @@ from moco_core import checkpoint
 from moco_core.config import ModelConfig, replace
 from moco_core.model.methods import build_moco
 from transfer.config import TransferConfig, model_name
-from transfer.models import Res5Head, build_detector, load_resnet, resnet_tensors
+from transfer.detection.models import Res5Head, build_detector, load_resnet, resnet_tensors
 
 NUM_CLASSES = 3
 
