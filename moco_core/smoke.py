@@ -5,12 +5,13 @@ this way, as typed, in one directory).
 What it changes, after the preset and the command's own ``--set`` and flags are merged:
 
 - lengths: a pretraining or linear evaluation runs 1 epoch per 100 of its schedule (at least 1: the embedded
-  preset's 100 epochs become 1, a 200-epoch preset 2), a detection or segmentation fine-tuning 2 iterations; milestones, lr steps
-  and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN intervals;
+  preset's 100 epochs become 1, a 200-epoch preset 2), a detection or segmentation fine-tuning 2 iterations;
+  milestones, lr steps and labels follow the length as they do for ``--set optim.epochs=N``, and so do the
+  snapshot and kNN intervals;
 - sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
   no DataLoader workers, detection at 48-64 pixels with few proposals, segmentation crops of 48 pixels;
-- the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or segmentation) scenes, generated
-  beside the full ones, never in their place.
+- the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or
+  segmentation) scenes, generated beside the full ones, never in their place.
 
 Runs stay real runs: their directories, checkpoints and records are written as usual, and each record and
 ``run.json`` says ``"smoke": true``. Numbers from them mean nothing. Torch-free: the CLI reads this first.

@@ -3,8 +3,8 @@
 A table says "the paper's protocol" or "the embedded schedule" only where the records' config trained for that
 preset's length: a linear run shortened to 5 epochs is "5 of the paper's 100 epochs", a VOC run of 60 iterations
 is not the embedded schedule of 200. The lengths below are those of the presets (lincls/linear.py's defaults,
-configs/voc_*.yaml, coco_*.yaml and semseg_*.yaml); tests/reports/test_protocols.py checks them against the presets themselves,
-since ``reports`` imports no other package of ours.
+configs/voc_*.yaml, coco_*.yaml and semseg_*.yaml); tests/reports/test_protocols.py checks them against the
+presets themselves, since ``reports`` imports no other package of ours.
 """
 
 from __future__ import annotations

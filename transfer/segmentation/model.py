@@ -15,8 +15,6 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from transfer.models import stage_channels
-
 
 def dilate_last_stage(resnet: torchvision.models.ResNet) -> torchvision.models.ResNet:
     """``resnet`` with res5 (``layer4``) at stride 1 and dilation 2, in place: the layout torchvision builds with
@@ -51,7 +49,7 @@ class SegmentationNetwork(nn.Module):
         names = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
         self.backbone = nn.Sequential(OrderedDict((name, getattr(resnet, name)) for name in names))
         layers: list[nn.Module] = []
-        width = stage_channels(resnet.layer4)
+        width = resnet.fc.in_features  # res5's channels (512 x block expansion)
         for _ in range(convs):
             # A.5: 3x3, 256 channels, dilation 6, BN, ReLU (bias-free: the BN that follows has one)
             layers += [nn.Conv2d(width, channels, 3, padding=dilation, dilation=dilation, bias=False),

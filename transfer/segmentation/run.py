@@ -20,14 +20,13 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.config import to_dict
 from moco_core.data.data import DatasetError
-from moco_core.model.backbone import BackboneInfo
+from moco_core.model.backbone import BackboneInfo, load_resnet
 from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
 from transfer import engine
 from transfer.finetune import fine_tune, sync_batchnorm
-from transfer.models import load_resnet
 from transfer.segmentation.config import SemsegConfig, model_name, semseg_run_dir
 from transfer.segmentation.datasets import SegmentationData, SegmentationDataset, load_data
 from transfer.segmentation.embedded import dataset_version
@@ -61,7 +60,7 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     torch.manual_seed(cfg.run.seed)
     d, i = cfg.data, cfg.input
     # The weights before the data: a bad file fails at once (a ViT's too: the network is a ResNet's, A.5)
-    resnet, info = load_resnet(weights, cfg.head.arch)
+    resnet, info = load_resnet(weights, arch=cfg.head.arch, arch_option="head.arch")
     data = load_data(str(d.path), d.train, d.test, d.classes)
     network = build_network(cfg, resnet, len(data.class_names))
     if len(data.train) < cfg.solver.batch_size:
@@ -122,8 +121,9 @@ def _record(run_dir: Path, cfg: SemsegConfig, data: SegmentationData, info: Back
                  "ignore_index": cfg.data.ignore_index, **version},
         config=record_config(cfg, info.arch),
         history=history,
-        extra={"engine": "torchvision", "world_size": distributed.world_size(), "device": str(resolve_device(cfg.run.device)),
-               "wall_time_s": time.perf_counter() - started, "train_time_s": train_time, **extra})
+        extra={"engine": "torchvision", "world_size": distributed.world_size(),
+               "device": str(resolve_device(cfg.run.device)), "wall_time_s": time.perf_counter() - started,
+               "train_time_s": train_time, **extra})
     print(f"semseg ({name} on {data.name}, torchvision): mIoU {results['mIoU']:.2f} pixel_acc "
           f"{results['pixel_acc']:.2f} in {format_duration(time.perf_counter() - started)}", file=sys.stderr)
     return record

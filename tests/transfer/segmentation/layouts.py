@@ -82,7 +82,8 @@ def cityscapes_layout(root: Path, seed: int = 0, train_ids: bool = True) -> Path
     for split, stems in CITYSCAPES.items():
         for stem in stems:
             city = stem.split("_")[0]
-            images, gt = root / "cityscapes" / "leftImg8bit" / split / city, root / "cityscapes" / "gtFine" / split / city
+            images = root / "cityscapes" / "leftImg8bit" / split / city
+            gt = root / "cityscapes" / "gtFine" / split / city
             images.mkdir(parents=True, exist_ok=True)
             gt.mkdir(parents=True, exist_ok=True)
             _photo(rng, 32, 64).save(images / f"{stem}_leftImg8bit.png")
