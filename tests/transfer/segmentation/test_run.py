@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.config import ConfigError
-from moco_core.model.vit import build_vit
 from tests.transfer.segmentation.layouts import cityscapes_layout, custom_segmentation_layout, voc_segmentation_layout
+from tests.transfer.test_convert_mocov3 import v3_checkpoint
 from transfer.segmentation.config import load_semseg_config
 
 runner = CliRunner()
-TINY = ["solver.batch_size=2", "solver.iterations=2", "input.crop_size=32", "head.channels=8", "data.workers=0",
-        "run.log_every=1"]
+TINY = ["solver.batch_size=2", "solver.iterations=2", "solver.steps=[1]", "input.crop_size=32", "head.channels=8",
+        "data.workers=0", "run.log_every=1"]
 
 
 def sets(*overrides: str) -> list[str]:
@@ -92,7 +92,7 @@ def test_cityscapes_label_ids_and_own_folders(tmp_path: Path) -> None:
     (["random", "--arch", "resnet18", "--data", "/d", "--set", "solver.steps=[40000]"], "solver.steps"),
     (["random", "--arch", "resnet18", "--data", "/d", "--classes", "a,b", "--ignore-index", "1"],
      "data.ignore_index"),
-    (["random", "--arch", "resnet18", "-c", "voc_embedded"], "not semseg"),
+    (["random", "--arch", "resnet18", "-c", "voc_embedded"], "detector: unknown key"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["eval", "semseg", *args])
@@ -104,8 +104,7 @@ def test_missing_data_and_a_vit_are_one_line(tmp_path: Path) -> None:
                                  "--output-dir", str(tmp_path / "a")])
     assert result.exit_code == 2 and "train_aug.txt: no such split list" in error_line(result.output)
     pytest.importorskip("timm")
-    vit = tmp_path / "vit.pth"
-    torch.save(build_vit("vit_nano_p4", img_size=32).state_dict(), vit)  # a ViT's weights: refused, one line
+    vit, _ = v3_checkpoint(tmp_path, "vit_nano_p4")  # a MoCo v3 ViT: refused in one line
     result = runner.invoke(app, ["eval", "semseg", str(vit), "--data", str(tmp_path), "--output-dir",
                                  str(tmp_path / "b")])
     assert result.exit_code == 2 and "holds a ViT (vit_nano_p4), not a ResNet" in error_line(result.output)
