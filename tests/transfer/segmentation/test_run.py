@@ -115,3 +115,13 @@ def test_print_config_and_a_wrong_preset() -> None:
     assert result.exit_code == 0 and "path: embedded" in result.output and "crop_size: 96" in result.output
     with pytest.raises(ConfigError, match="unknown config preset"):
         load_semseg_config("semseg_nope", [])
+
+
+def test_trials_give_each_semseg_run_its_seed(tmp_path: Path) -> None:
+    from cluster.trials import trial_commands
+
+    first, second = trial_commands(["eval", "semseg", "runs/moco/seed_{seed}", "-c", "semseg_embedded",
+                                    "--output-dir", str(tmp_path / "semseg")], 2, 0)
+    assert first.argv() == ["eval", "semseg", "runs/moco/seed_0", "-c", "semseg_embedded", "--seed", "0",
+                            "--output-dir", str(tmp_path / "semseg" / "seed_0")]
+    assert second.run_dir == tmp_path / "semseg" / "seed_1"
