@@ -200,13 +200,15 @@ class SegmentationDataset(Dataset):
 
     Training (A.5): the image is scaled by a random ratio in ``scale_range`` (labels by nearest neighbour), padded
     to ``crop_size`` with the mean colour (0 once normalised) and ``ignore_index``, cropped at a random place to
-    ``crop_size`` square and flipped with ``flip_prob``. Test: the whole image at its own size.
+    ``crop_size`` square and flipped with ``flip_prob``. Test: the whole image at its own size. With
+    ``num_classes``, a label value that is neither a class nor ``ignore_index`` is a DatasetError.
     """
 
     def __init__(self, samples: list[Sample], *, train: bool, label_map: tuple[int, ...] | None = None,
                  crop_size: int = 513, scale_range: tuple[float, float] = (0.5, 2.0), flip_prob: float = 0.5,
-                 mean: tuple[float, ...] = (0.485, 0.456, 0.406), ignore_index: int = 255) -> None:
-        self.samples, self.train, self.label_map = samples, train, label_map
+                 mean: tuple[float, ...] = (0.485, 0.456, 0.406), ignore_index: int = 255,
+                 num_classes: int | None = None) -> None:
+        self.samples, self.train, self.label_map, self.num_classes = samples, train, label_map, num_classes
         self.crop_size, self.scale_range, self.flip_prob = crop_size, scale_range, flip_prob
         self.mean, self.ignore_index = mean, ignore_index
 
@@ -219,6 +221,11 @@ class SegmentationDataset(Dataset):
         if image.shape[1:] != label.shape:
             raise DatasetError(f"{sample.label}: {tuple(label.shape)} pixels, its image {sample.image} "
                                f"{tuple(image.shape[1:])}")
+        if self.num_classes is not None:
+            wrong = label[(label >= self.num_classes) & (label != self.ignore_index)]
+            if wrong.numel():
+                raise DatasetError(f"{sample.label}: label value {int(wrong.max())} is neither a class (0-"
+                                   f"{self.num_classes - 1}) nor the ignore index {self.ignore_index}")
         if self.train:
             image, label = self.augment(image, label)
         return image, {"mask": label}, index

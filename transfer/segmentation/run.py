@@ -69,7 +69,7 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     model = sync_batchnorm(network.to(device), device)
     train_set = SegmentationDataset(data.train, train=True, label_map=data.label_map, crop_size=i.crop_size,
                                     scale_range=i.scale_range, flip_prob=i.flip_prob, mean=i.mean,
-                                    ignore_index=d.ignore_index)
+                                    ignore_index=d.ignore_index, num_classes=len(data.class_names))
     history = fine_tune(cfg, model, train_set, weights=weights, info=info, run_dir=run_dir, device=device,
                         resume=resume, show_progress=show_progress, what="segmentation network")
     train_time = time.perf_counter() - started
@@ -85,7 +85,8 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
          show_progress: bool | str = False) -> torch.Tensor:
     """The (K, K) confusion matrix of the test split over all processes (each predicts every world-th image)."""
     model.eval()
-    dataset = SegmentationDataset(data.test, train=False, label_map=data.label_map)
+    dataset = SegmentationDataset(data.test, train=False, label_map=data.label_map,
+                                  ignore_index=cfg.data.ignore_index, num_classes=len(data.class_names))
     shard = torch.utils.data.Subset(dataset, range(distributed.rank(), len(dataset), distributed.world_size()))
     loader = DataLoader(shard, batch_size=1, num_workers=cfg.data.workers, collate_fn=engine.collate)
     k = len(data.class_names)

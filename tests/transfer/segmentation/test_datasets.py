@@ -97,6 +97,14 @@ def test_one_line_errors(tmp_path: Path, train: str, message: str) -> None:
         load_data(str(root), train, test, ("a", "b", "c") if ":" in train else ())
 
 
+def test_a_label_outside_the_classes_is_one_line(tmp_path: Path) -> None:
+    root = custom_segmentation_layout(tmp_path, classes=3)  # values 0, 1, 2 and 255
+    data = load_data(str(root), "images/train:labels/train", "images/val:labels/val", ("bg", "a"))
+    SegmentationDataset(data.train, train=False, num_classes=3)[0]
+    with pytest.raises(DatasetError, match="label value 2 is neither a class \\(0-1\\) nor the ignore index 255"):
+        SegmentationDataset(data.train, train=False, num_classes=2)[0]
+
+
 def test_an_rgb_label_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "x.png"
     Image.fromarray(np.zeros((4, 4, 3), dtype=np.uint8)).save(path)
