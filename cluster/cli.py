@@ -70,7 +70,8 @@ def trials_cli(
     trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
     seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear or finetune, eval voc, eval coco; after --) with N seeds, each into
+    """Run COMMAND (pretrain, eval linear or finetune, eval voc, eval coco, eval semseg; after --) with N seeds,
+    each into
     OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded

@@ -1,6 +1,6 @@
 """``moco trials N -- COMMAND``: one command run with N seeds, each trial in a run directory of its own.
 
-Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, voc and coco; ``--set run.seed`` for
+Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, voc, coco, semseg; ``--set run.seed`` for
 linear and finetune) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the trial's seed, so an
 evaluation can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running
 it again continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does).
@@ -16,9 +16,10 @@ import sys
 from cluster.job import Command, LaunchError, run_moco
 from moco_core.run.preemption import Stopper
 
-# the two words that give a command its seed
+# the words that give a command its seed
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"),
-             "eval finetune": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"), "eval coco": ("--seed", "{}")}
+             "eval finetune": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"), "eval coco": ("--seed", "{}"),
+             "eval semseg": ("--seed", "{}")}
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:

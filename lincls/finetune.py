@@ -28,12 +28,12 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from lincls.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
+from lincls.splits import dataset_record
 from moco_core import checkpoint, distributed
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.data.inat import inat_splits, is_inat_layout
-from moco_core.data.shapes import shapes_version
 from moco_core.errors import NonFiniteLossError
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.batchnorm import sync_batchnorm_for
@@ -198,7 +198,8 @@ def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = Non
     "embedded"), with the training crops of the paper."""
     root = resolve_data(cfg.path or "")
     if not is_inat_layout(root):
-        return load_splits(cfg, augment=True, failures=failures), "imagefolder"
+        splits = load_splits(cfg, augment=True, failures=failures)
+        return splits, splits.layout
     train, val, classes = inat_splits(root)
     evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize)
     return Splits(ImageDataset(train, train_transform(cfg.crop_size), failures),
@@ -371,11 +372,8 @@ def _write_result(cfg: FinetuneConfig, run: _Setup, history: list[dict[str, floa
     note = protocol_note(cfg)
     splits = run.splits
     record = write_record(run_dir / "result.json", task="finetune", protocol="finetune", metrics=result,
-                          backbone=run.info, dataset={"path": cfg.data.path, "layout": run.layout,
-                                                      "classes": len(splits.classes),
-                                                      "train_images": len(splits.train),
-                                                      "val_images": len(splits.val),
-                                                      **shapes_version(cfg.data.path)},
+                          backbone=run.info, dataset={**dataset_record(cfg.data.path, splits),
+                                                      "layout": run.layout},
                           config=to_dict(cfg), history=history,
                           extra={"wall_time_s": time.perf_counter() - started, "note": note, **extra})
     print(f"{note}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at epoch "

@@ -3,8 +3,8 @@
 A table says "the paper's protocol" or "the embedded schedule" only where the records' config trained for that
 preset's length: a linear run shortened to 5 epochs is "5 of the paper's 100 epochs", a VOC run of 60 iterations
 is not the embedded schedule of 200. The lengths below are those of the presets (lincls/linear.py's defaults,
-configs/voc_*.yaml and coco_*.yaml); tests/reports/test_protocols.py checks them against the presets themselves,
-since ``reports`` imports no other package of ours.
+configs/voc_*.yaml, coco_*.yaml and semseg_*.yaml); tests/reports/test_protocols.py checks them against the
+presets themselves, since ``reports`` imports no other package of ours.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class Setting(Protocol):
     dataset_path: str
     schedule: str | None
     length: int | None
+    data_digest: str | None
 
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
@@ -40,10 +41,12 @@ FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet 
                     "embedded": ("finetune_embedded", 5, "the embedded preset")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
-                       ("coco", "2x"): 180000, ("coco", "embedded"): 200}
+                       ("coco", "2x"): 180000, ("coco", "embedded"): 200,
+                       ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "finetune": "moco eval finetune random --arch {arch}",
-                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}"}
+                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
+                 "semseg": "moco eval semseg random --arch {arch}"}
 
 
 def preset_schedule(s: Setting) -> str:
@@ -73,7 +76,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task in EPOCH_TASKS:
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in ("voc", "coco"):
+    if task in ("voc", "coco", "semseg"):
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))
@@ -151,7 +154,8 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        head = f"VOC detection ({what})" if s.task == "voc" else f"COCO detection and instance segmentation ({what})"
+        head = {"voc": f"VOC detection ({what})", "semseg": f"Semantic segmentation ({what})"}.get(
+            s.task, f"COCO detection and instance segmentation ({what})")
     return f"{head}: {s.dataset}"
 
 
@@ -168,7 +172,9 @@ def _finetune_length(s: Setting) -> str:
 
 
 def setting_subtitle(s: Setting) -> str:
-    text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
+    content = f" (content digest {s.data_digest[:12]}: runs on copies of it elsewhere are grouped here)" \
+        if s.data_digest else ""
+    text = f"Evaluation data: {s.dataset_path}{content}. Protocol: {s.protocol}."
     if s.protocol == "linear-cached":
         text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
     if s.task == "finetune":

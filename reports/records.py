@@ -4,7 +4,7 @@ Every evaluation writes ``result.json`` (a sweep writes many, in subdirectories)
 too. A file that cannot be used -- malformed JSON, another schema, an unknown version, missing or ill-typed
 fields -- becomes a :class:`Skipped` with the reason, never an exception and never a silent drop.
 
-Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, finetune, knn, voc, coco), ``protocol``,
+Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, finetune, knn, voc, coco, semseg), ``protocol``,
 ``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
 metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
 a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
@@ -47,6 +47,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "knn": ("top1", "top5"),
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
+    "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
 SWEEP_PARAMS = ("queue_size", "momentum")
@@ -98,6 +99,8 @@ class Record:
     eval_recipe: str | None = None  # recipe_digest of the evaluation's own config
     eval_length: int | None = None  # epochs (linear) or iterations (detection) the evaluation trained
     classes: int | None = None  # of the evaluation data
+    labels: str | None = None  # the subset of train labels it trained on ("10%", "1percent.txt 3f2a1b"); None: all
+    data_digest: str | None = None  # dataset.content_sha256: the evaluation folder's content (lincls/layouts.py)
 
     @property
     def ok(self) -> bool:
@@ -171,7 +174,8 @@ def parse_record(data: Any, shown: str) -> Record:
     metrics, per_class = _metrics(data, task, required=status == "ok")
     dataset = _required(data, "dataset", dict)
     dataset_path = _required(dataset, "path", str, "dataset.path")
-    name = dataset.get("name") if isinstance(dataset.get("name"), str) and dataset.get("name") else None
+    name = next((dataset[k] for k in ("name", "folder") if isinstance(dataset.get(k), str) and dataset[k]), None)
+    digest = dataset.get("content_sha256")
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     engine, model, schedule = _detection_setting(data, task, config)
     backbone = _required(data, "backbone", dict)
@@ -182,8 +186,24 @@ def parse_record(data: Any, shown: str) -> Record:
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
         sweep=_sweep(data.get("sweep"), _pretrain_config(backbone)),
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
-        classes=_count(dataset.get("classes")),
+        classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
+        data_digest=digest if isinstance(digest, str) and digest else None,
     )
+
+
+def subset_label(subset: Any) -> str | None:
+    """What a record's ``dataset.subset`` trained on, as a column names it: "10%" (drawn with seed 0; another seed
+    follows: "10% seed 3"), or a file by name and the first six hex digits of its SHA-256 ("1percent.txt 3f2a1b");
+    None for the whole train split."""
+    if not isinstance(subset, dict):
+        return None
+    if subset.get("kind") == "labels" and isinstance(subset.get("labels"), str):
+        seed = subset.get("seed")
+        return subset["labels"] + (f" seed {seed}" if seed not in (0, None) else "")
+    if subset.get("kind") == "file":
+        sha = subset.get("sha256") if isinstance(subset.get("sha256"), str) else ""
+        return " ".join(p for p in (str(subset.get("file") or "subset file"), sha[:6]) if p)
+    raise RecordError(f"field 'dataset.subset' has an unknown kind {subset.get('kind')!r} (expected labels or file)")
 
 
 def _required(obj: dict[str, Any], key: str, kind: type, name: str | None = None) -> Any:
@@ -249,16 +269,17 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a VOC/COCO record; all None for classification."""
-    if task not in ("voc", "coco"):
+    """(engine, model, schedule) of a VOC/COCO/semantic segmentation record; all None for classification."""
+    if task not in ("voc", "coco", "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
     model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
     schedule = config.get("schedule")
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
-    if task == "coco" and (not isinstance(schedule, str) or not schedule):
-        raise RecordError("missing field 'config.schedule' (1x or 2x) for task coco")
+    if task in ("coco", "semseg") and (not isinstance(schedule, str) or not schedule):
+        raise RecordError(f"missing field 'config.schedule' ({'1x or 2x' if task == 'coco' else '30k, 90k'}) for "
+                          f"task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 

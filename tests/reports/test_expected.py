@@ -104,10 +104,16 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
                        linear_recipe(linear)),
         "random": ("", linear_recipe(replace(linear, arch=RANDOM_ARCH))),
     }
+    # the 10%-labels version of the shapes data: the same preset with --labels 10% (README, moco trials)
+    tenth = {name: (pretrain, linear_recipe(replace(linear, arch=linear.arch if name != "random" else RANDOM_ARCH,
+                                                    data={"labels": "10%"})))
+             for name, (pretrain, _) in recipes.items()}
     linear_rows = [r for r in rows if r["task"] == "linear"]
-    assert {r["backbone"] for r in linear_rows} == set(recipes)
+    assert {r["backbone"] for r in linear_rows if (r["pretrain_recipe"], r["eval_recipe"]) == recipes[
+        r["backbone"]]} == set(recipes)
     for row in linear_rows:
-        assert (row["pretrain_recipe"], row["eval_recipe"]) == recipes[row["backbone"]], row["backbone"]
+        assert (row["pretrain_recipe"], row["eval_recipe"]) in (recipes[row["backbone"]], tenth[row["backbone"]]), \
+            row["backbone"]
         assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
     from lincls.finetune import load_finetune_config
 
@@ -140,3 +146,20 @@ def test_the_version_of_generated_data_is_part_of_the_evaluation_recipe() -> Non
 
     assert len({recipe(None), recipe("scenes v1"), recipe("scenes v2")}) == 3
     assert recipe("scenes v2") == recipe("scenes v2") and recipe(None) is not None
+
+
+def test_the_semseg_rows_are_the_embedded_preset() -> None:
+    """expected.csv's semantic segmentation rows were measured with semseg_embedded as it is today (its record's
+    config and the version of the scenes' masks): a change to the preset must come with a new measurement."""
+    from moco_demo.run import RANDOM_ARCH
+    from reports.records import eval_recipe
+    from transfer.segmentation.config import load_semseg_config
+    from transfer.segmentation.embedded import dataset_version
+    from transfer.segmentation.run import record_config
+
+    rows = [r for r in csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")) if r["task"] == "semseg"]
+    digest = eval_recipe(record_config(load_semseg_config("semseg_embedded", []), RANDOM_ARCH), dataset_version())
+    assert rows and {r["eval_recipe"] for r in rows} == {digest}
+    assert {(r["metric"], r["engine"], r["schedule"], r["model"]) for r in rows} >= {
+        ("mIoU", "torchvision", "embedded", "R18 FCN-style os16")}
+    assert all(int(r["n"]) >= 3 for r in rows)
