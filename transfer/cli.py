@@ -81,7 +81,8 @@ def _transfer(task: str, weights: str | None, old_weights: str | None, config: s
 
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
-    """One process of ``moco eval voc|coco|keypoints``: user errors are one line (from rank 0), exit code 2; a NaN loss 1."""
+    """One process of ``moco eval voc|coco|keypoints``: user errors are one line (from rank 0), exit code 2; a NaN
+    loss 1."""
     from moco_core.cli import report_result
     from transfer.run import evaluate
 
@@ -122,7 +123,8 @@ def keypoints_cli(weights: Weights = None, config: KeypointsConfig = None, set_:
                   arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
                   resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
                   old_weights: OldWeights = None) -> None:
-    """Keypoint R-CNN (R50-FPN, 2x) fine-tuned from a backbone on COCO keypoints train2017, tested on val2017 (AP^kp)."""
+    """Keypoint R-CNN (R50-FPN, 2x) fine-tuned from a backbone on COCO keypoints train2017, tested on val2017
+    (AP^kp)."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("keypoints", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 

@@ -37,6 +37,7 @@ class DetectorConfig:
     extra_norm: bool = True
     # FPN: BN in the new FPN and mask-head convs too (the paper normalises the newly initialised layers).
     norm_new_layers: bool = True
+    fpn_channels: int = 256  # FPN: the pyramid's channels (detectron2's FPN.OUT_CHANNELS)
     anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512)  # detectron2's; C4: all on res4, FPN: one per level
     aspect_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
     pooler_resolution: int = 14  # RoIAlign output of the box branch: C4 14 (res5 halves it to 7), FPN 7
@@ -206,6 +207,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (cfg.task != "keypoints" or d.head == "FPN", "detector.head", "Keypoint R-CNN is built on FPN (the "
          "paper's R50-FPN): set detector.head FPN"),
+        (d.fpn_channels >= 1, "detector.fpn_channels", f"must be >= 1, got {d.fpn_channels}"),
         (d.keypoint_pooler_resolution >= 2 and d.min_keypoints_per_image >= 0, "detector.keypoint_pooler_resolution",
          "need keypoint_pooler_resolution >= 2 and min_keypoints_per_image >= 0"),
         (len(d.keypoint_conv_dims) >= 1 and min(d.keypoint_conv_dims) >= 1, "detector.keypoint_conv_dims",

@@ -1,5 +1,5 @@
-"""``moco eval voc``, ``moco eval coco`` and ``moco eval keypoints`` as plain functions: weights -> dataset -> detector -> fine-tuning ->
-test -> result record.
+"""``moco eval voc``, ``moco eval coco`` and ``moco eval keypoints`` as plain functions: weights -> dataset ->
+detector -> fine-tuning -> test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
 torchvision's detection models otherwise; both run the same protocol and the record names the one that ran. The

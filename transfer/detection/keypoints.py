@@ -12,9 +12,10 @@ Horizontal flip swaps left and right keypoints (detectron2's ``keypoint_flip_map
 ``_flip_coco_person_keypoints``): a name's partner is the name with "left" and "right" exchanged (``left_eye`` and
 ``right_eye``; ``left`` and ``right``), where the set has it; other keypoints keep their index.
 
-OKS sigmas: COCO's 17 for COCO's person keypoints (pycocotools' ``Params.setKpParams``); ``detector.keypoint_oks_sigmas``
-where the config gives them (detectron2's ``TEST.KEYPOINT_OKS_SIGMAS``); otherwise, for a keypoint set of one's
-own, every keypoint gets the mean of COCO's 17 (0.0669): a documented choice, as no per-keypoint scale is known.
+OKS sigmas: COCO's 17 for COCO's person keypoints (pycocotools' ``Params.setKpParams``);
+``detector.keypoint_oks_sigmas`` where the config gives them (detectron2's ``TEST.KEYPOINT_OKS_SIGMAS``);
+otherwise, for a keypoint set of one's own, every keypoint gets the mean of COCO's 17 (0.0669): a documented
+choice, as no per-keypoint scale is known.
 """
 
 from __future__ import annotations
