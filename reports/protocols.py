@@ -33,10 +33,13 @@ LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  
 V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
               "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
 # (task, schedule label) -> the preset's solver.iterations
+DETECTION_TASKS = ("voc", "coco", "keypoints")  # fine-tuned detectors: an engine, a model and a schedule each
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
-                       ("coco", "2x"): 180000, ("coco", "embedded"): 200}
+                       ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
+                       ("keypoints", "embedded"): 200}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
-                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}"}
+                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
+                 "keypoints": "moco eval keypoints random --arch {arch}"}
 
 
 def preset_schedule(s: Setting) -> str:
@@ -55,7 +58,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task == "linear":
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in ("voc", "coco"):
+    if task in DETECTION_TASKS:
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))
@@ -128,7 +131,8 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        head = f"VOC detection ({what})" if s.task == "voc" else f"COCO detection and instance segmentation ({what})"
+        head = {"voc": "VOC detection", "keypoints": "COCO keypoint detection"}.get(
+            s.task, "COCO detection and instance segmentation") + f" ({what})"
     return f"{head}: {s.dataset}"
 
 

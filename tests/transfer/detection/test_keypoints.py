@@ -15,8 +15,15 @@ import torch
 from moco_core.data.data import DatasetError
 from transfer.detection.data import DetectionDataset
 from transfer.detection.keypoints import (
-    COCO_PERSON_KEYPOINTS, COCO_PERSON_SIGMAS, KeypointSet, keypoint_evaluate, keypoint_gt, keypoint_results,
-    load_keypoints, oks_sigmas)
+    COCO_PERSON_KEYPOINTS,
+    COCO_PERSON_SIGMAS,
+    KeypointSet,
+    keypoint_evaluate,
+    keypoint_gt,
+    keypoint_results,
+    load_keypoints,
+    oks_sigmas,
+)
 
 SIGMAS = np.array([0.1, 0.05])  # the toy set's two keypoints "a" and "b"
 
