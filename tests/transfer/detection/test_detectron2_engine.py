@@ -367,3 +367,30 @@ def test_two_processes_through_detectron2s_launcher(d2: Any, tiny_voc: Path, tmp
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["world_size"] == 2 and record["engine"] == "detectron2"
     assert [h["iteration"] for h in record["history"]] == [1, 2] and record["dataset"]["test_images"] == 8
+
+
+def test_keypoint_outputs_and_metadata(d2: Any) -> None:
+    """Keypoints are registered at pixel centres (+0.5) with their flip map, and come back as COCO's indices."""
+    from detectron2.data import DatasetCatalog, MetadataCatalog
+    from detectron2.structures import Boxes, Instances
+
+    from transfer.detection.datasets import DetectionData
+    from transfer.detection.keypoints import KeypointSet
+
+    points = KeypointSet(("top", "left_a", "right_a"))
+    ann = {"bbox": [1.0, 1.0, 5.0, 5.0], "category_id": 0, "keypoints": [2.0, 3.0, 2, 0, 0, 0, 4.0, 4.0, 1],
+           "num_keypoints": 2}
+    record = {"file_name": "/datasets/coco/val2017/1.jpg", "image_id": 1, "height": 10, "width": 10,
+              "annotations": [ann]}
+    data = DetectionData(Path("/datasets"), "x", [record], [record], ["star"], {0: 1}, None, points, None)
+    d2.register_datasets(paper("keypoints"), data)
+    registered = DatasetCatalog.get("moco_keypoints_coco_2017_val")[0]["annotations"][0]["keypoints"]
+    assert registered == [2.5, 3.5, 2, 0.5, 0.5, 0, 4.5, 4.5, 1]
+    assert MetadataCatalog.get("moco_keypoints_coco_2017_val").keypoint_flip_map == [("left_a", "right_a")]
+    instances = Instances((10, 10))
+    instances.pred_boxes = Boxes(torch.tensor([[1.0, 2.0, 5.0, 4.0]]))
+    instances.scores, instances.pred_classes = torch.tensor([0.9]), torch.tensor([0])
+    instances.pred_keypoints = torch.tensor([[[2.5, 3.5, 0.7], [1.0, 1.0, 0.1], [4.5, 4.5, 0.3]]])
+    [result] = d2._convert(paper("keypoints"), data, 1, instances)
+    assert result["category_id"] == 1
+    assert result["keypoints"] == pytest.approx([2.0, 3.0, 0.7, 0.5, 0.5, 0.1, 4.0, 4.0, 0.3])
