@@ -70,8 +70,8 @@ def trials_cli(
     trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
     seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear, eval voc, eval coco, eval keypoints; after --) with N seeds, each into
-    OUTPUT_DIR/seed_<s>.
+    """Run COMMAND (pretrain, eval linear, eval voc, eval coco, eval keypoints, eval semseg; after --) with N seeds,
+    each into OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded
     --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped; SIGTERM

@@ -17,6 +17,10 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   where our record names one.
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
 * COCO keypoints: task ``keypoints``, the same conditions as COCO's (R50-FPN, 2x).
+* Semantic segmentation: task ``semseg``, the dataset's name or path contains "voc" (VOC12 semantic) or
+  "cityscapes" (Cityscapes semantic) and is not one's own folders, the network equals the published backbone
+  ("R50 FCN-style os16", the name ``moco eval semseg`` records) and the schedule equals it (30k, 90k). The
+  published numbers come from the authors' own code, which was not released: any engine of ours matches.
 
 Nothing matches the embedded toy data. Published rows are labelled "published" ("published (secondary)" where the
 CSV's ``checked`` is ``secondary``: read from a re-typed copy of the paper), keep their source, and never enter our
@@ -40,6 +44,8 @@ METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75",
                 "APmk50": "segm_AP50", "APmk75": "segm_AP75", "APkp": "keypoints_AP", "APkp50": "keypoints_AP50",
                 "APkp75": "keypoints_AP75"}
 TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "keypoints": "coco_keypoints"}
+# Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
+SEMSEG_TASKS = {"voc": "voc12_semantic", "cityscapes": "cityscapes_semantic"}
 _MOMENTUM = re.compile(r"\bm=([0-9.]+)")
 
 
@@ -140,6 +146,9 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
                 and (setting.schedule is None or r.schedule == setting.schedule)]
+    if setting.task == "semseg" and not setting.dataset.startswith("custom:"):
+        tasks = {task for word, task in SEMSEG_TASKS.items() if _named(setting, word)}
+        return [r for r in rows if r.task in tasks and r.backbone == setting.model and r.schedule == setting.schedule]
     return []
 
 

@@ -4,7 +4,7 @@ Every evaluation writes ``result.json`` (a sweep writes many, in subdirectories)
 too. A file that cannot be used -- malformed JSON, another schema, an unknown version, missing or ill-typed
 fields -- becomes a :class:`Skipped` with the reason, never an exception and never a silent drop.
 
-Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco), ``protocol``,
+Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco, semseg), ``protocol``,
 ``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
 metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
 a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
@@ -47,6 +47,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
     "keypoints": ("keypoints_AP", "keypoints_AP50", "keypoints_AP75"),
+    "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
 SWEEP_PARAMS = ("queue_size", "momentum")
@@ -249,16 +250,17 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a VOC/COCO record; all None for classification."""
-    if task not in DETECTION_TASKS:
+    """(engine, model, schedule) of a VOC/COCO/keypoints/semantic segmentation record; all None for classification."""
+    if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
     model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
     schedule = config.get("schedule")
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
-    if task in ("coco", "keypoints") and (not isinstance(schedule, str) or not schedule):
-        raise RecordError(f"missing field 'config.schedule' (1x or 2x) for task {task}")
+    if task in ("coco", "keypoints", "semseg") and (not isinstance(schedule, str) or not schedule):
+        raise RecordError(f"missing field 'config.schedule' ({'30k, 90k' if task == 'semseg' else '1x or 2x'}) for "
+                          f"task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 
