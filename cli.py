@@ -101,6 +101,7 @@ eval_app.command("knn")(lincls_cli.knn_cli)
 eval_app.command("snapshots")(lincls_cli.snapshots_cli)
 eval_app.command("voc")(transfer_cli.voc_cli)
 eval_app.command("coco")(transfer_cli.coco_cli)
+eval_app.command("keypoints")(transfer_cli.keypoints_cli)
 eval_app.command("semseg")(transfer_cli.semseg_cli)
 app.add_typer(eval_app, name="eval")
 

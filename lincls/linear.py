@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from lincls.splits import Splits, dataset_record, load_splits
+from lincls.splits import LinearDataConfig, Splits, dataset_record, load_splits
 from lincls.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
 from lincls.subsets import parse_labels
 from moco_core import checkpoint, distributed
@@ -51,18 +51,6 @@ class LinearOptimConfig:
     # step (v1/v2's main_lincls.py) or cosine: lr x (1 + cos(pi epoch / epochs)) / 2, set once per epoch (v3's)
     schedule: Literal["step", "cosine"] = "step"
     scale_lr: bool = False  # lr is per 256 images, times batch_size / 256 (v3's main_lincls.py; v1/v2's: not)
-
-
-@dataclass(frozen=True)
-class LinearDataConfig:
-    path: str | None = None  # ImageFolder root with train/ and val/ (or test/), Flowers-102, Pets, or "embedded"
-    crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
-    resize: int = 256
-    workers: int = 8
-    # Semi-supervised subsets of the train split (lincls/subsets.py); val stays whole. None: every train image.
-    labels: str | None = None  # "1%", "10%": a class-balanced draw, round(f n_c) (at least 1) of each class
-    subset: str | None = None  # a file of image names, SimCLR's format (imagenet_subsets/1percent.txt)
-    subset_seed: int = 0  # draws data.labels; not run.seed, so trials of other run seeds share the subset
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lincls.layouts import content_digest, find_listed, val_split
 from lincls.subsets import select
@@ -31,8 +31,17 @@ from moco_core.data.data import (
 from moco_core.data.shapes import shapes_version
 from moco_core.run.runtime import resolve_data
 
-if TYPE_CHECKING:
-    from lincls.linear import LinearDataConfig
+
+@dataclass(frozen=True)
+class LinearDataConfig:
+    path: str | None = None  # ImageFolder root with train/ and val/ (or test/), Flowers-102, Pets, or "embedded"
+    crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
+    resize: int = 256
+    workers: int = 8
+    # Semi-supervised subsets of the train split (lincls/subsets.py); val stays whole. None: every train image.
+    labels: str | None = None  # "1%", "10%": a class-balanced draw, round(f n_c) (at least 1) of each class
+    subset: str | None = None  # a file of image names, SimCLR's format (imagenet_subsets/1percent.txt)
+    subset_seed: int = 0  # draws data.labels; not run.seed, so trials of other run seeds share the subset
 
 
 @dataclass

@@ -388,7 +388,8 @@ def parse_override(text: str) -> dict[str, Any]:
 # voc_* and coco_* for the detection tasks, semseg_* for semantic segmentation, the rest (embedded, moco_*,
 # supervised_*) for pretraining.
 _PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
-                    "detection": ("voc_", "coco_"), "semseg": ("semseg_",), "finetune": ("finetune_",)}
+                    "keypoints": ("keypoints_",), "detection": ("voc_", "coco_", "keypoints_"),
+                    "semseg": ("semseg_",), "finetune": ("finetune_",)}
 COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection",
             "SemsegConfig": "semseg", "FinetuneConfig": "finetune"}
 

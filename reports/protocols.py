@@ -40,12 +40,15 @@ FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet 
                     "inat2018": ("finetune_inat", 100, "the paper's iNaturalist recipe"),
                     "embedded": ("finetune_embedded", 5, "the embedded preset")}
 # (task, schedule label) -> the preset's solver.iterations
+DETECTION_TASKS = ("voc", "coco", "keypoints")  # fine-tuned detectors: an engine, a model and a schedule each
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
-                       ("coco", "2x"): 180000, ("coco", "embedded"): 200,
+                       ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
+                       ("keypoints", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "finetune": "moco eval finetune random --arch {arch}",
                  "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
+                 "keypoints": "moco eval keypoints random --arch {arch}",
                  "semseg": "moco eval semseg random --arch {arch}"}
 
 
@@ -76,7 +79,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task in EPOCH_TASKS:
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in ("voc", "coco", "semseg"):
+    if task in (*DETECTION_TASKS, "semseg"):
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))
@@ -154,8 +157,8 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        head = {"voc": f"VOC detection ({what})", "semseg": f"Semantic segmentation ({what})"}.get(
-            s.task, f"COCO detection and instance segmentation ({what})")
+        names = {"voc": "VOC detection", "keypoints": "COCO keypoint detection", "semseg": "Semantic segmentation"}
+        head = names.get(s.task, "COCO detection and instance segmentation") + f" ({what})"
     return f"{head}: {s.dataset}"
 
 

@@ -33,7 +33,7 @@ from reports.pretraining import (
     recipe_digest,
     series_digest,
 )
-from reports.protocols import eval_length
+from reports.protocols import DETECTION_TASKS, eval_length
 
 SCHEMA = "moco.result"
 VERSION = 1
@@ -47,6 +47,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "knn": ("top1", "top5"),
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
+    "keypoints": ("keypoints_AP", "keypoints_AP50", "keypoints_AP75"),
     "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
@@ -269,16 +270,16 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a VOC/COCO/semantic segmentation record; all None for classification."""
-    if task not in ("voc", "coco", "semseg"):
+    """(engine, model, schedule) of a VOC/COCO/keypoints/semantic segmentation record; all None for classification."""
+    if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
     model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
     schedule = config.get("schedule")
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
-    if task in ("coco", "semseg") and (not isinstance(schedule, str) or not schedule):
-        raise RecordError(f"missing field 'config.schedule' ({'1x or 2x' if task == 'coco' else '30k, 90k'}) for "
+    if task in ("coco", "keypoints", "semseg") and (not isinstance(schedule, str) or not schedule):
+        raise RecordError(f"missing field 'config.schedule' ({'30k, 90k' if task == 'semseg' else '1x or 2x'}) for "
                           f"task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 

@@ -1,5 +1,5 @@
-"""``moco eval voc``, ``moco eval coco``, ``moco eval semseg`` and ``moco convert``: options in, plain function calls
-out."""
+"""``moco eval voc``, ``moco eval coco``, ``moco eval keypoints``, ``moco eval semseg`` and ``moco convert``: options
+in, plain function calls out."""
 
 from __future__ import annotations
 
@@ -28,13 +28,15 @@ def _config(task: str) -> Any:
 
 VocConfig = Annotated[str | None, _config("voc")]
 CocoConfig = Annotated[str | None, _config("coco")]
+KeypointsConfig = Annotated[str | None, _config("keypoints")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
 Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
 Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/), "
                                           "or 'embedded'.")]
 Train = Annotated[list[str] | None, typer.Option(
-    "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train..., or one's own: "
-    "DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), ANNOTATIONS.json:IMAGE_DIR (COCO format); relative to --data.")]
+    "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train, "
+    "keypoints_coco_2017_train..., or one's own: DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), "
+    "ANNOTATIONS.json:IMAGE_DIR (COCO format, keypoint files for eval keypoints); relative to --data.")]
 Test = Annotated[str | None, typer.Option(help="The test set, in the forms --train takes.")]
 Classes = Annotated[str | None, typer.Option(
     help="A VOC-style devkit's class names in label order, comma-separated (default: VOC's 20 for the standard "
@@ -90,8 +92,8 @@ def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, 
 
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
-    """One process of ``moco eval voc|coco|semseg``: user errors are one line (from rank 0), exit code 2; a NaN
-    loss 1."""
+    """One process of ``moco eval voc|coco|keypoints|semseg``: user errors are one line (from rank 0), exit code 2;
+    a NaN loss 1."""
     from moco_core.cli import report_result
 
     if cfg.task == "semseg":
@@ -128,6 +130,17 @@ def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = No
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("coco", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+
+
+def keypoints_cli(weights: Weights = None, config: KeypointsConfig = None, set_: Sets = None, engine: Engine = None,
+                  data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
+                  arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+                  resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+                  old_weights: OldWeights = None) -> None:
+    """Keypoint R-CNN (R50-FPN, 2x) fine-tuned from a backbone on COCO keypoints train2017, tested on val2017
+    (AP^kp)."""
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("keypoints", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 SemsegConfigOption = Annotated[str | None, typer.Option(
