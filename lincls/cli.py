@@ -121,6 +121,8 @@ def finetune_cli(
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    labels: Labels = None,
+    subset: SubsetFile = None,
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
@@ -134,9 +136,9 @@ def finetune_cli(
                   f"to choose another", file=sys.stderr)
             config = preset
         cfg = load_finetune_config(config, set_ or [], flags={
-            "arch": arch, "data": {"path": data, "workers": workers},
+            "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
             "run": {"output_dir": output_dir, "device": device}})
-        cfg = with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch")
+        cfg = _subset_output_dir(with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
     print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume)

@@ -126,6 +126,30 @@ def test_a_vit_fine_tunes_with_its_preset_chosen_for_it(shapes_root: Path, tmp_p
     assert "layer decay 0.65" in record["note"]
 
 
+def test_labels_reach_the_fine_tuning_through_the_cli(shapes_root: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`eval finetune --labels 10%` (the semi-supervised protocol) trains on the class-balanced tenth the shared data
+    layer draws, validates on the whole val split, names the subset in the record and writes to its own default
+    directory (the CLI had no --labels: fine-tuning on a subset needed --set data.labels=...)."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    sets = ["optim.epochs=1", "optim.batch_size=8", "data.workers=0"]
+    monkeypatch.chdir(tmp_path)  # the default output directory is relative
+    result = CliRunner().invoke(app, ["eval", "finetune", "random", "--arch", "resnet18", "-c", "finetune_embedded",
+                                      "--data", str(shapes_root), "--labels", "10%", "--quiet",
+                                      *[a for v in sets for a in ("--set", v)]])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "runs" / "finetune_embedded_labels10pct" / "random_resnet18"
+    dataset = json.loads((run_dir / "result.json").read_text())["dataset"]
+    train, classes = dataset["subset"]["of"], dataset["classes"]
+    per_class = max(1, math.floor(0.1 * train / classes + 0.5))  # a balanced split: every class as big
+    assert dataset["subset"] == {"kind": "labels", "labels": "10%", "seed": 0, "images": per_class * classes,
+                                 "of": train}
+    assert dataset["train_images"] == per_class * classes and dataset["val_images"] > dataset["train_images"]
+
+
 class _Crash(Exception):
     pass
 
