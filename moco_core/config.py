@@ -386,8 +386,8 @@ def parse_override(text: str) -> dict[str, Any]:
 
 # The presets of configs/ each command takes, by the file's name: lincls_* for eval linear, knn_* for eval knn,
 # voc_* and coco_* for the detection tasks, the rest (embedded, moco_*, supervised_*) for pretraining.
-_PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
-                    "detection": ("voc_", "coco_")}
+_PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",), "lvis": ("lvis_",),
+                    "cityscapes": ("cityscapes_",), "detection": ("voc_", "coco_", "lvis_", "cityscapes_")}
 COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection"}
 
 

@@ -26,7 +26,8 @@ from typing import Any
 ENV = "MOCO_SMOKE"
 
 SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ensure_shapes
-SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8}}  # transfer.embedded
+SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8},  # transfer.embedded
+          "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8}}
 
 _DETECTION = {
     "solver.batch_size": 2, "solver.warmup_iters": 1, "solver.precise_bn_iters": 1,

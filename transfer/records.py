@@ -1,4 +1,4 @@
-"""The result record of ``moco eval voc`` and ``moco eval coco``, the same for every engine."""
+"""The result record of ``moco eval voc|coco|lvis|cityscapes``, the same for every engine."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from transfer.embedded import EMBEDDED_VERSION
 
 def embedded_version(cfg: TransferConfig) -> dict[str, str]:
     """``{"version": "scenes v2"}`` for the embedded data (part of the evaluation's recipe), else nothing."""
-    return {"version": f"scenes v{EMBEDDED_VERSION}"} if cfg.data.path == "embedded" else {}
+    if cfg.data.path != "embedded":
+        return {}
+    if cfg.task == "lvis":
+        from transfer.detection.lvis import embedded_version as lvis_version
+
+        return {"version": lvis_version()}
+    return {"version": f"scenes v{EMBEDDED_VERSION}"}
 
 
 def record_config(cfg: TransferConfig, arch: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``moco eval voc`` and ``moco eval coco`` as plain functions: weights -> dataset -> detector -> fine-tuning ->
+"""``moco eval voc|coco|lvis|cityscapes`` as plain functions: weights -> dataset -> detector -> fine-tuning ->
 test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
@@ -31,6 +31,7 @@ from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.detection import data as detection_data
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
+from transfer.detection.sampling import RepeatFactorSampler, repeat_factors
 from transfer.records import write_transfer_record
 
 
@@ -115,8 +116,13 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                                                       else None)
     train_set = detection_data.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
                                         masks=cfg.detector.mask)
-    sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
-                               seed=cfg.run.seed, drop_last=True)
+    sampler: ResumableSampler
+    if cfg.data.repeat_threshold > 0:  # LVIS: images of rare categories repeated (transfer/detection/sampling.py)
+        sampler = RepeatFactorSampler(repeat_factors(data.train, cfg.data.repeat_threshold), num_replicas=world,
+                                      rank=distributed.rank(), seed=cfg.run.seed)
+    else:
+        sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
+                                   seed=cfg.run.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                         collate_fn=engine.collate, drop_last=True, pin_memory=device.type == "cuda",
                         persistent_workers=cfg.data.workers > 0)
@@ -168,7 +174,8 @@ def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -
 
 def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: torch.device,
           progress: Progress) -> dict[str, Any]:
-    """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class), COCO box and mask AP (percent)."""
+    """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class); COCO, LVIS and Cityscapes box and mask
+    AP (percent) by their official evaluators."""
     test_set = detection_data.DetectionDataset(data.test, train=False)
     kwargs = dict(device=device, amp=cfg.run.amp, batch_size=cfg.run.test_batch_size, workers=cfg.data.workers,
                   progress=progress)

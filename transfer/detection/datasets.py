@@ -10,7 +10,9 @@ A dataset in ``data.train`` / ``data.test`` is one of:
   the class names are ``data.classes`` or, when that is empty, every name the XML files of the configured sets
   use, sorted;
 * a COCO-format annotation file of one's own (``moco eval coco``): ``ANNOTATIONS.json:IMAGE_DIR``, the images'
-  ``file_name`` being relative to ``IMAGE_DIR``.
+  ``file_name`` being relative to ``IMAGE_DIR``;
+* LVIS (``moco eval lvis``) and Cityscapes (``moco eval cityscapes``): the names and forms of
+  :mod:`transfer.detection.lvis` and :mod:`transfer.detection.cityscapes`.
 
 Relative paths are under ``data.path``. Every image a dataset names must lie inside its own folder (the devkit,
 the image directory): a ``file_name`` of ``../../elsewhere.jpg`` is an error, not a read outside the dataset.
@@ -51,6 +53,10 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
     """``name``'s files, relative to the datasets root (see the module docstring); ConfigError if it is none of
     the accepted forms. Reads nothing."""
     standard = _STANDARD.fullmatch(name)
+    if task in ("lvis", "cityscapes") and not standard:
+        from transfer.detection import cityscapes, lvis
+
+        return (lvis if task == "lvis" else cityscapes).parse_name(name)
     if standard:
         if standard[1] != task:
             raise ConfigError(f"data: {name!r} is a {standard[1]} dataset, not a {task} one")
@@ -98,7 +104,15 @@ def dataset_root(cfg: Any) -> Path:
     if cfg.data.path == "embedded":
         from transfer.embedded import ensure_coco, ensure_voc
 
-        scenes = smoke.SCENES[cfg.task] if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
+        scenes = smoke.SCENES.get(cfg.task, {}) if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
+        if cfg.task == "lvis":
+            from transfer.detection.lvis import ensure_lvis
+
+            return ensure_lvis(**scenes)
+        if cfg.task == "cityscapes":
+            from transfer.detection.cityscapes import ensure_cityscapes
+
+            return ensure_cityscapes(**scenes)
         return ensure_voc(**scenes) if cfg.task == "voc" else ensure_coco(**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
@@ -108,12 +122,21 @@ def load_data(cfg: Any) -> DetectionData:
     images without a usable object are left out (detectron2 filters empty images)."""
     root = dataset_root(cfg)
     specs = [parse_dataset(n, cfg.task) for n in (*cfg.data.train, cfg.data.test)]
-    data = _load_voc(cfg, root, specs) if cfg.task == "voc" else _load_coco(cfg, root, specs)
+    if cfg.task == "lvis":
+        from transfer.detection.lvis import load_lvis_data
+
+        data = load_lvis_data(cfg, root, specs)
+    elif cfg.task == "cityscapes":
+        from transfer.detection.cityscapes import load_cityscapes_data
+
+        data = load_cityscapes_data(cfg, root, specs)
+    else:
+        data = _load_voc(cfg, root, specs) if cfg.task == "voc" else _load_coco(cfg, root, specs)
     check_image_sizes([*data.train, *data.test], workers=max(cfg.data.workers, 1))
     return data
 
 
-def _readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
+def readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
     """"embedded", the paper's name of standard sets ("VOC07+12", "COCO train2017"), else the custom sets'."""
     if cfg.data.path == "embedded":
         return "embedded"
@@ -164,12 +187,12 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     else:
         class_names = class_names_in([(f, s.split) for f, s in zip(folders, specs, strict=True)])
     sets = [load_voc(f, s.split, class_names) for f, s in zip(folders, specs, strict=True)]
-    train = [d for dicts in sets[:-1] for d in dicts if _trainable(d)]
-    name = _readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
+    train = [d for dicts in sets[:-1] for d in dicts if trainable(d)]
+    name = readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
     return DetectionData(root, name, train, sets[-1], class_names, {i: i for i in range(len(class_names))}, None)
 
 
-def _trainable(record: dict[str, Any]) -> bool:
+def trainable(record: dict[str, Any]) -> bool:
     return any(not a.get("iscrowd") for a in record["annotations"])  # difficult ones train, as in detectron2
 
 
@@ -193,10 +216,10 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
         if list(names) != list(class_names):
             raise DatasetError(f"{name}: its categories differ from {cfg.data.test}'s")
         require_annotations(dicts, name)
-        train += [d for d in filter_empty(dicts) if _trainable(d)]
+        train += [d for d in filter_empty(dicts) if trainable(d)]
     test_name, gt, (test, _, _) = loaded[-1]
     require_annotations(test, test_name)
-    name = _readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
+    name = readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
     return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
 
 
