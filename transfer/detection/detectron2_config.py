@@ -39,7 +39,8 @@ _HEAD = ("MODEL.BACKBONE.NAME", "MODEL.RESNETS.OUT_FEATURES", "MODEL.RESNETS.NOR
 
 # Every TransferConfig field: the detectron2 keys it sets, or (a string) why it sets none.
 FIELDS: dict[str, tuple[str, ...] | str] = {
-    "task": "picks the dataset reader (VOC XML, COCO JSON) and the metrics; MASK_ON follows detector.mask",
+    "task": "picks the dataset reader (VOC XML, COCO JSON, LVIS JSON, Cityscapes PNGs) and the metrics; MASK_ON "
+    "follows detector.mask",
     "schedule": "a label in the result record",
     "engine": "chooses this engine",
     "detector.arch": ("MODEL.RESNETS.DEPTH", "MODEL.RESNETS.WIDTH_PER_GROUP", "MODEL.RESNETS.RES2_OUT_CHANNELS"),
@@ -82,6 +83,7 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "data.test": ("DATASETS.TEST",),
     "data.classes": "VOC class names, read by our reader; their number is MODEL.ROI_HEADS.NUM_CLASSES",
     "data.workers": ("DATALOADER.NUM_WORKERS",),
+    "data.repeat_threshold": ("DATALOADER.SAMPLER_TRAIN", "DATALOADER.REPEAT_THRESHOLD"),
     "run.output_dir": ("OUTPUT_DIR",),
     "run.device": "resolved (auto: CUDA when available) and given as MODEL.DEVICE",
     "run.seed": ("SEED",),
@@ -110,7 +112,7 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
                        device: str = "cpu") -> dict[str, Any]:
     """detectron2 config keys and values for ``cfg`` (everything else stays at ``get_cfg()``'s defaults).
 
-    ``num_classes``: the dataset's (VOC 20, COCO 80); ``arch``: the weights' ResNet (default ``detector.arch``,
+    ``num_classes``: the dataset's (VOC 20, COCO 80, LVIS v0.5 1230, Cityscapes 8); ``arch``: the weights' ResNet (default ``detector.arch``,
     then resnet50); ``weights``: the converted ``.pkl`` or "" (random init); ``device``: already resolved.
     """
     d, i, s = cfg.detector, cfg.input, cfg.solver
@@ -187,6 +189,10 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
         "DATASETS.TRAIN": tuple(dataset_name(n) for n in cfg.data.train),
         "DATASETS.TEST": (dataset_name(cfg.data.test),),
         "DATALOADER.NUM_WORKERS": cfg.data.workers,
+        # LVIS: repeat-factor sampling (LVISv0.5-InstanceSegmentation/*.yaml); the other tasks: every image once
+        "DATALOADER.SAMPLER_TRAIN": "RepeatFactorTrainingSampler" if cfg.data.repeat_threshold > 0
+        else "TrainingSampler",
+        "DATALOADER.REPEAT_THRESHOLD": cfg.data.repeat_threshold,
         "SEED": cfg.run.seed,
         "OUTPUT_DIR": cfg.run.output_dir or f"runs/{cfg.task}",
     }

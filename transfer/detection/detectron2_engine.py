@@ -1,4 +1,6 @@
-"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco --engine detectron2``).
+"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco|lvis|cityscapes --engine
+detectron2``). LVIS's repeat-factor sampling is detectron2's own sampler (DATALOADER.SAMPLER_TRAIN); the LVIS and
+Cityscapes test splits are scored by the official evaluators through :mod:`transfer.detection.metrics`.
 
 detectron2 is not on any package registry: this module is imported only by ``transfer.run.evaluate`` when the
 engine resolves to detectron2, and only it imports detectron2. The config is ``get_cfg()`` with the values of
@@ -147,7 +149,7 @@ def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ..
         parts["+".join(groups[folder])].append(record)
     parts[cfg.data.test] = _with_box_mode(data.test)
     metadata = {"thing_classes": list(data.class_names)}
-    if cfg.task == "coco":
+    if cfg.task != "voc":  # COCO, LVIS, Cityscapes: the file's category (label) ids
         metadata["thing_dataset_id_to_contiguous_id"] = {v: k for k, v in data.contiguous_to_original.items()}
     for name, dicts in parts.items():
         registered = dataset_name(name)

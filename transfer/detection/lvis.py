@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -168,7 +169,8 @@ def lvis_evaluate(results: Sequence[dict[str, Any]], gt_path: Path | str, iou_ty
             metrics.update({f"{iou_type}_{name}": 0.0 for name in LVIS_METRICS})
             continue
         text = io.StringIO()
-        with contextlib.redirect_stdout(text), _quiet("lvis"), _numpy_float_alias():
+        with contextlib.redirect_stdout(text), _quiet("lvis"), _numpy_float_alias(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # lvis' logger.warn
             evaluator = LVISEval(gt, LVISResults(gt, chosen, max_dets=max_detections), iou_type)
             evaluator.run()
             evaluator.print_results()
@@ -265,10 +267,9 @@ def _write_lvis(target: Path, counts: dict[str, int], size: int, seed: int) -> N
         docs[split] = {"info": {"description": f"moco embedded LVIS-like scenes, {embedded_version()}"},
                        "images": images, "annotations": annotations}
     # LVIS's frequency groups count the training images a category appears in
-    in_images = Counter(c for c in {(a["image_id"], a["category_id"]) for a in docs["train"]["annotations"]})
+    images_with = Counter(c for _, c in {(a["image_id"], a["category_id"]) for a in docs["train"]["annotations"]})
     for cat in categories:
-        images_with = sum(n for (_, c), n in in_images.items() if c == cat["id"])
-        cat.update(frequency=_frequency(images_with), image_count=images_with,
+        cat.update(frequency=_frequency(images_with[cat["id"]]), image_count=images_with[cat["id"]],
                    instance_count=sum(a["category_id"] == cat["id"] for a in docs["train"]["annotations"]))
     (target / "lvis").mkdir()
     for split, doc in docs.items():
