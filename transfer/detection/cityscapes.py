@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
 from transfer import embedded
 from transfer.detection.datasets import DatasetSpec, DetectionData, found_elsewhere, readable_name
+from transfer.detection.legacy_numpy import legacy_numpy
 
 logger = logging.getLogger("moco.transfer")
 
@@ -43,6 +45,7 @@ logger = logging.getLogger("moco.transfer")
 CLASSES: dict[int, str] = {24: "person", 25: "rider", 26: "car", 27: "truck", 28: "bus", 31: "train",
                            32: "motorcycle", 33: "bicycle"}
 IMAGE_SUFFIX = "_leftImg8bit.png"
+ROAD = 7  # cityscapesscripts' label id of "road", a class without instances that is evaluated
 _STANDARD = re.compile(r"cityscapes_fine_instance_seg_(train|val|test)")
 
 
@@ -166,11 +169,35 @@ def cityscapes_evaluate(results: list[dict[str, Any]], data: DetectionData) -> d
         args.JSONOutput, args.colorized, args.quiet = False, False, True
         args.gtInstancesFile = str(Path(tmp) / "gtInstances.json")
         text = io.StringIO()
-        with contextlib.redirect_stdout(text):
+        with contextlib.redirect_stdout(text), legacy_numpy("in1d"), _json_in(cs_eval, Path(tmp)):
             predictions = [cs_eval.getPrediction(gt, args) for gt in gt_images]
             averages = cs_eval.evaluateImgLists(predictions, gt_images, args)["averages"]
         logger.info("Cityscapes instance evaluation:\n%s", text.getvalue())
     return {"segm_AP": float(averages["allAp"]) * 100.0, "segm_AP50": float(averages["allAp50%"]) * 100.0}
+
+
+def _plain(value: Any) -> Any:
+    """cityscapesscripts' JSON fallback (an object's ``__dict__``), and NumPy scalars as Python numbers."""
+    return value.item() if isinstance(value, np.generic) else value.__dict__
+
+
+@contextlib.contextmanager
+def _json_in(cs_eval: Any, folder: Path) -> Iterator[None]:
+    """cityscapesscripts 2.3.0 writes its matches to ``matches.json`` in the working directory, with a JSON encoder
+    that fails on the NumPy integers NumPy 2 returns from its pixel counts. While it runs, its ``writeDict2JSON``
+    writes relative names into ``folder`` (the temporary prediction folder) and NumPy scalars as numbers; the
+    evaluation itself is untouched."""
+    original = cs_eval.writeDict2JSON
+
+    def write(data: Any, name: str) -> None:
+        path = Path(name) if Path(name).is_absolute() else folder / name
+        path.write_text(json.dumps(data, default=_plain, sort_keys=True, indent=4), encoding="utf-8")
+
+    cs_eval.writeDict2JSON = write
+    try:
+        yield
+    finally:
+        cs_eval.writeDict2JSON = original
 
 
 # ---- the embedded set ----
@@ -189,14 +216,17 @@ def _write_cityscapes(target: Path, counts: dict[str, int], size: int, seed: int
             image_dir.mkdir(parents=True, exist_ok=True)
             gt_dir.mkdir(parents=True, exist_ok=True)
             image.save(image_dir / f"{stem}{IMAGE_SUFFIX}")
-            ids = np.zeros((size, size), dtype=np.uint16)  # 0: "unlabeled"
+            # the background is "road" (label id 7), not the void "unlabeled" (0): cityscapesscripts ignores a
+            # false positive lying mostly on void pixels, and real Cityscapes images are labelled nearly everywhere
+            ids = np.full((size, size), ROAD, dtype=np.uint16)
             polygons = []
             for k, obj in enumerate(objects):  # drawing order: a later object covers an earlier one
                 label = labels[obj["category_id"]]
                 ids[obj["mask"]] = label * 1000 + k
                 polygons.append({"label": CLASSES[label], "polygon": obj["outline"].round().astype(int).tolist()})
             Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_instanceIds.png")
-            Image.fromarray((ids // 1000).astype(np.uint8)).save(gt_dir / f"{stem}_gtFine_labelIds.png")
+            labels_map = np.where(ids >= 1000, ids // 1000, ids).astype(np.uint8)
+            Image.fromarray(labels_map).save(gt_dir / f"{stem}_gtFine_labelIds.png")
             (gt_dir / f"{stem}_gtFine_polygons.json").write_text(json.dumps(
                 {"imgHeight": size, "imgWidth": size, "objects": polygons}), encoding="utf-8")
 

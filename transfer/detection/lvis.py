@@ -46,6 +46,7 @@ from moco_core.data.data import DatasetError, show_value
 from transfer import embedded
 from transfer.detection.coco import filter_empty, parse_coco, require_annotations
 from transfer.detection.datasets import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
+from transfer.detection.legacy_numpy import legacy_numpy
 
 logger = logging.getLogger("moco.transfer")
 
@@ -169,7 +170,7 @@ def lvis_evaluate(results: Sequence[dict[str, Any]], gt_path: Path | str, iou_ty
             metrics.update({f"{iou_type}_{name}": 0.0 for name in LVIS_METRICS})
             continue
         text = io.StringIO()
-        with contextlib.redirect_stdout(text), _quiet("lvis"), _numpy_float_alias(), warnings.catch_warnings():
+        with contextlib.redirect_stdout(text), _quiet("lvis"), legacy_numpy("float"), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # lvis' logger.warn
             evaluator = LVISEval(gt, LVISResults(gt, chosen, max_dets=max_detections), iou_type)
             evaluator.run()
@@ -180,21 +181,6 @@ def lvis_evaluate(results: Sequence[dict[str, Any]], gt_path: Path | str, iou_ty
             value = float(found[name])
             metrics[f"{iou_type}_{name}"] = value * 100.0 if value >= 0 else math.nan
     return metrics
-
-
-@contextlib.contextmanager
-def _numpy_float_alias() -> Any:
-    """``np.float`` while the LVIS API runs. Its latest release (lvis 0.5.3, 2020) casts with ``np.float`` in
-    ``LVISEval.accumulate``, an alias of the builtin ``float`` that NumPy 1.24 removed; the alias is put back as it
-    was (the same builtin, so the numbers are the API's own) and taken away afterwards."""
-    missing = "float" not in np.__dict__
-    if missing:
-        np.float = float  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        if missing:
-            del np.float  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
