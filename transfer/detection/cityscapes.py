@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,9 @@ def write_predictions(results: list[dict[str, Any]], image_ids: list[str], folde
 
     lines: dict[str, list[str]] = {image_id: [] for image_id in image_ids}
     for k, result in enumerate(results):
-        mask = mask_utils.decode(result["segmentation"]).astype(np.uint8)
+        with warnings.catch_warnings():  # pycocotools' NumPy 2 copy-keyword notice
+            warnings.simplefilter("ignore", DeprecationWarning)
+            mask = mask_utils.decode(result["segmentation"]).astype(np.uint8)
         png = f"{result['image_id']}_{k}_{CLASSES[result['category_id']]}.png"
         Image.fromarray(mask * 255).save(folder / png)
         lines[result["image_id"]].append(f"{png} {result['category_id']} {result['score']}\n")
