@@ -34,9 +34,14 @@ V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
               "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
-                       ("coco", "2x"): 180000, ("coco", "embedded"): 200}
+                       ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("lvis", "2x"): 180000,
+                       ("lvis", "embedded"): 200, ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
-                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}"}
+                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
+                 "lvis": "moco eval lvis random --arch {arch}",
+                 "cityscapes": "moco eval cityscapes random --arch {arch}"}
+DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
+                   "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
 
 
 def preset_schedule(s: Setting) -> str:
@@ -55,7 +60,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task == "linear":
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in ("voc", "coco"):
+    if task in DETECTION_HEADS:
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))
@@ -128,7 +133,7 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        head = f"VOC detection ({what})" if s.task == "voc" else f"COCO detection and instance segmentation ({what})"
+        head = f"{DETECTION_HEADS.get(s.task, s.task)} ({what})"
     return f"{head}: {s.dataset}"
 
 

@@ -46,7 +46,10 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "knn": ("top1", "top5"),
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
+    "lvis": ("segm_AP", "segm_AP50", "segm_AP75", "bbox_AP"),  # the paper's LVIS table: mask AP, AP50, AP75
+    "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
 }
+DETECTION_TASKS = ("voc", "coco", "lvis", "cityscapes")  # the R-CNN transfer tasks (transfer/detection/)
 TASK_ORDER = tuple(TASK_METRICS)
 SWEEP_PARAMS = ("queue_size", "momentum")
 ENGINES = ("detectron2", "torchvision")
@@ -249,15 +252,15 @@ def _per_class(raw: Any) -> dict[str, float]:
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
     """(engine, model, schedule) of a VOC/COCO record; all None for classification."""
-    if task not in ("voc", "coco"):
+    if task not in DETECTION_TASKS:
         return None, None, None
     engine = _required(data, "engine", str)
     model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
     schedule = config.get("schedule")
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
-    if task == "coco" and (not isinstance(schedule, str) or not schedule):
-        raise RecordError("missing field 'config.schedule' (1x or 2x) for task coco")
+    if task != "voc" and (not isinstance(schedule, str) or not schedule):
+        raise RecordError(f"missing field 'config.schedule' (1x, 2x, 24k...) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 

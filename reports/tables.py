@@ -22,7 +22,7 @@ from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.pretraining import method_name, short_arch
 from reports.protocols import chance_note, random_init_hint, setting_subtitle, setting_title
 from reports.published import PublishedRow, matching, matching_momentum
-from reports.records import TASK_METRICS
+from reports.records import DETECTION_TASKS, TASK_METRICS
 from reports.summary import Entry, Setting, Stat, delta, margins_over_random, supervised_reference
 
 MISSING = "–"
@@ -36,7 +36,7 @@ SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
 V3_MOMENTUM_NOTE = ("MoCo v3's m (v3.momentum) is the momentum at the start: with v3.momentum_cos, on in every "
                     "official setup, it rises to 1 along a half cosine over the run; MoCo v1/v2's m stays constant, "
                     "so their curves are in a table of their own.")
-DELTA_TASKS = ("voc", "coco")
+DELTA_TASKS = DETECTION_TASKS
 
 
 @dataclass(frozen=True)

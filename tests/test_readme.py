@@ -126,6 +126,7 @@ def _option(command: str, name: str) -> str | None:
 
 
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval knn", "moco eval voc", "moco eval coco",
+          "moco eval lvis", "moco eval cityscapes",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -165,7 +166,7 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert 0 <= record["metrics"]["top1"] <= 100
         if "linear" in command:
             assert record["sanity_check"] == "passed"
-    elif command.startswith("moco eval"):  # voc, coco
+    elif command.startswith("moco eval"):  # voc, coco, lvis, cityscapes
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
         if "$MYDATA" in command:  # one's own sets: named as such

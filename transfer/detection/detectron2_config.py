@@ -112,7 +112,8 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
                        device: str = "cpu") -> dict[str, Any]:
     """detectron2 config keys and values for ``cfg`` (everything else stays at ``get_cfg()``'s defaults).
 
-    ``num_classes``: the dataset's (VOC 20, COCO 80, LVIS v0.5 1230, Cityscapes 8); ``arch``: the weights' ResNet (default ``detector.arch``,
+    ``num_classes``: the dataset's (VOC 20, COCO 80, LVIS v0.5 1230, Cityscapes 8);
+    ``arch``: the weights' ResNet (default ``detector.arch``,
     then resnet50); ``weights``: the converted ``.pkl`` or "" (random init); ``device``: already resolved.
     """
     d, i, s = cfg.detector, cfg.input, cfg.solver

@@ -131,3 +131,14 @@ def test_cityscapesscripts_scores_toy_cases_as_worked_out_by_hand(tmp_path: Path
     metrics = cityscapes_evaluate(results, _data(_gt_root(tmp_path / "data")))
     assert metrics == pytest.approx({"segm_AP": ap, "segm_AP50": ap50}, abs=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_the_real_layout_fixture_loads_through_the_configured_names(tmp_path: Path) -> None:
+    from tests.layouts import detection_layout
+    from transfer.config import load_transfer_config
+    from transfer.detection.datasets import load_data
+
+    root = detection_layout(tmp_path / "datasets", train=6, test=3)
+    data = load_data(load_transfer_config("cityscapes", None, [], {"data": {"path": str(root)}}))
+    assert data.name == "Cityscapes train_fine" and len(data.test) == 3 and len(data.class_names) == 8
+    assert data.coco_gt == root / "cityscapes" / "gtFine" / "val"

@@ -215,3 +215,19 @@ def test_embedded_set_is_long_tailed_in_the_real_layout(tmp_path: Path) -> None:
         present = {a["category_id"] for a in train["annotations"] if a["image_id"] == image["id"]}
         assert not present & set(image["neg_category_ids"])
     assert ensure_lvis(tmp_path / "lvis_root", train=60, val=10, size=48) == root  # DONE: not rewritten
+
+
+def test_the_real_layout_fixture_loads_through_the_configured_names(tmp_path: Path) -> None:
+    from tests.layouts import detection_layout
+    from transfer.config import load_transfer_config
+    from transfer.detection.datasets import load_data
+
+    root = detection_layout(tmp_path / "datasets", train=6, test=3)
+    cfg = load_transfer_config("lvis", None, [], {"data": {"path": str(root)}})  # the paper's preset, real names
+    data = load_data(cfg)
+    assert data.name == "LVIS v0.5_train" and len(data.test) == 3 and len(data.class_names) == 24
+    assert all(Path(d["file_name"]).parent == root / "coco" / "val2017" for d in data.test)
+    assert data.coco_gt == root / "lvis" / "lvis_v0.5_val.json"
+    (root / "lvis" / "lvis_v0.5_train.json").rename(root / "lvis_v0.5_train.json")
+    with pytest.raises(DatasetError, match="lvis_v0.5_train.json not found .expected detectron2's layout"):
+        load_data(cfg)
