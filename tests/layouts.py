@@ -29,9 +29,9 @@ from PIL import Image
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
-from transfer.detection.voc import VOC_CLASSES
 from transfer.detection.cityscapes import ensure_cityscapes
 from transfer.detection.lvis import ensure_lvis
+from transfer.detection.voc import VOC_CLASSES
 from transfer.embedded import ensure_coco, ensure_voc
 
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")  # the first four ILSVRC-2012 classes

@@ -134,7 +134,8 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
     "solver.steps": ((500,), None), "solver.gamma": (0.5, None), "solver.warmup_iters": (10, None),
     "solver.warmup_factor": (0.1, None), "solver.precise_bn_iters": (0, None), "data.path": ("/other", None),
     "data.train": (("voc_2007_trainval",), None), "data.test": ("voc_2012_val", None),
-    "data.classes": (("a", "b"), None), "data.workers": (1, None), "data.repeat_threshold": (0.001, None), "run.output_dir": ("/elsewhere", None),
+    "data.classes": (("a", "b"), None), "data.workers": (1, None), "data.repeat_threshold": (0.001, None),
+    "run.output_dir": ("/elsewhere", None),
     "run.device": ("cuda", None), "run.seed": (1, None), "run.amp": (True, None), "run.log_every": (7, None),
     "run.checkpoint_every": (10, None), "run.test_batch_size": (3, None), "run.loggers": (("tensorboard",), None),
 }
