@@ -23,7 +23,8 @@ def sweep_cli(
         "--eval", help="knn (minutes; the default) or linear (the paper's protocol).")] = "knn",
     eval_config: Annotated[str | None, typer.Option(
         help="Linear-evaluation YAML file or preset (lincls_embedded), for --eval linear (default: the "
-        "paper's protocol; for mocov3 lincls_mocov3_embedded, or lincls_mocov3_vit_embedded for a ViT).")] = None,
+        "method's protocol, lincls_embedded or lincls_mocov3[_vit]_embedded where the pretraining crops are the "
+        "embedded presets' 32 px, else the paper's, lincls_mocov3 or lincls_mocov3_vit).")] = None,
     eval_data: Annotated[str | None, typer.Option(
         help="Labelled root (train/, val/) to evaluate on; default data.knn_path, else data.path.")] = None,
     output_dir: Annotated[str, typer.Option(help="One folder per value goes here.")] = "runs/sweep",

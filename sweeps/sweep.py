@@ -81,12 +81,17 @@ def check_sweep(cfg: PretrainConfig, param: str) -> None:
 def linear_preset(cfg: PretrainConfig) -> str | None:
     """The linear-evaluation preset a sweep uses when ``--eval-config`` is not given (None: LinearConfig's
     defaults, the v1/v2 paper's protocol). MoCo v3's protocol differs (the official main_lincls.py of moco-v3),
-    and a ViT's more (its class token, another lr): its embedded presets, by backbone."""
-    from lincls.linear import MOCOV3_PRESETS
+    and a ViT's more (its class token, another lr). Each protocol has a full-size preset and an embedded one: the
+    embedded one where the pretraining's crops are the embedded presets' (a sweep of ``-c embedded`` evaluated at
+    224-px crops for 100 epochs would be a silent trap), else the full-size one."""
+    from lincls.linear import MOCOV3_PRESETS, load_linear_config
 
     if cfg.method != "mocov3":
-        return None
-    return MOCOV3_PRESETS["vit" if cfg.model.arch in VIT_ARCHS else "resnet"][1]
+        full, embedded = None, "lincls_embedded"
+    else:
+        full, embedded = MOCOV3_PRESETS["vit" if cfg.model.arch in VIT_ARCHS else "resnet"]
+    small = load_linear_config(embedded, [], flags={"data": {"path": "embedded"}}).data.crop_size
+    return embedded if cfg.augment.crop_size == small else full
 
 
 def point_config(cfg: PretrainConfig, param: str, value: float, run_dir: Path) -> PretrainConfig:

@@ -226,11 +226,17 @@ def test_v3_m_sweep_sets_the_cosine_schedules_start_and_k_is_refused(shapes_root
     assert (vit.model.arch, vit.v3.momentum) == ("vit_nano_p4", 0.996)
 
 
-def test_linear_preset_follows_the_method_and_backbone(shapes_root: Path, tiny_cfg) -> None:
-    assert sweep.linear_preset(tiny_cfg) is None  # v1/v2: LinearConfig's defaults, the paper's protocol
-    assert sweep.linear_preset(v3_config("mocov3_embedded", shapes_root)) == "lincls_mocov3_embedded"
-    vit = replace(v3_config("mocov3_embedded", shapes_root), model={"arch": "vit_nano_p4"})  # not validated: no timm
+def test_linear_preset_follows_the_method_backbone_and_crops(shapes_root: Path, tiny_cfg) -> None:
+    """The embedded protocol for a pretraining at the embedded presets' 32-px crops, the full-size one otherwise
+    (the old rule gave the embedded v3 preset to an ImageNet v3 sweep, and 224-px crops to an embedded v2 one)."""
+    at = {crop: replace(tiny_cfg, augment={"crop_size": crop}) for crop in (32, 224)}
+    assert (sweep.linear_preset(at[32]), sweep.linear_preset(at[224])) == ("lincls_embedded", None)
+    v3 = v3_config("mocov3_embedded", shapes_root)
+    assert sweep.linear_preset(v3) == "lincls_mocov3_embedded"
+    assert sweep.linear_preset(replace(v3, augment={"crop_size": 224})) == "lincls_mocov3"
+    vit = replace(v3, model={"arch": "vit_nano_p4"})  # not validated: no timm
     assert sweep.linear_preset(vit) == "lincls_mocov3_vit_embedded"
+    assert sweep.linear_preset(replace(vit, augment={"crop_size": 224})) == "lincls_mocov3_vit"
 
 
 @pytest.mark.parametrize("preset", ["lincls_mocov3_embedded", "lincls_mocov3_vit_embedded"])
