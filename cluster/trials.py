@@ -17,7 +17,8 @@ from cluster.job import Command, LaunchError, run_moco
 from moco_core.run.preemption import Stopper
 
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
-             "eval coco": ("--seed", "{}")}  # the two words that give a command its seed
+             "eval coco": ("--seed", "{}"), "eval lvis": ("--seed", "{}"),
+             "eval cityscapes": ("--seed", "{}")}  # the two words that give a command its seed
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
