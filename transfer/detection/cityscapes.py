@@ -37,7 +37,7 @@ from PIL import Image
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
 from transfer import embedded
-from transfer.detection.datasets import DatasetSpec, DetectionData, found_elsewhere, readable_name
+from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name
 from transfer.detection.legacy_numpy import legacy_numpy
 
 logger = logging.getLogger("moco.transfer")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +31,7 @@ from PIL import Image
 from moco_core import smoke
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """Where one configured dataset's files are (paths relative to the datasets root unless absolute)."""
-
-    name: str  # as configured
-    folder: Path  # VOC: the devkit (year) directory; COCO: the image directory
-    split: str  # VOC: the split file's stem; COCO: "<split><year>" or the annotation file's stem
-    annotations: Path | None = None  # COCO: the annotation file
-    year: str | None = None  # standard sets only
-
+from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
 
 _STANDARD = re.compile(r"(voc|coco)_(\d+)_(\w+)")
 _COCO_CUSTOM = re.compile(r"(.+\.json):(.+)")
@@ -77,19 +65,6 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
     hint = " (name its image folder after a colon)" if name.endswith(".json") else ""
     raise ConfigError(f"data: dataset {show_value(name)} is neither coco_<year>_<split> (e.g. coco_2017_train) nor "
                       f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
-
-
-@dataclass
-class DetectionData:
-    """The training and test dataset dicts with what evaluation needs."""
-
-    root: Path
-    name: str  # readable, for the record
-    train: list[dict[str, Any]]
-    test: list[dict[str, Any]]
-    class_names: list[str]
-    contiguous_to_original: dict[int, int]  # COCO: our 0..K-1 -> the annotation file's category ids
-    coco_gt: Path | None  # COCO: the test annotation file
 
 
 def require_a_batch(cfg: Any, data: DetectionData, batch: int) -> None:
@@ -136,35 +111,6 @@ def load_data(cfg: Any) -> DetectionData:
     return data
 
 
-def readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
-    """"embedded", the paper's name of standard sets ("VOC07+12", "COCO train2017"), else the custom sets'."""
-    if cfg.data.path == "embedded":
-        return "embedded"
-    if all(s.year for s in specs):
-        return standard
-    def short(spec: DatasetSpec) -> str:
-        return spec.annotations.name if spec.annotations else f"{spec.folder.name}/{spec.split}"
-
-    return "custom: " + "+".join(short(s) for s in specs[:-1]) + " -> " + short(specs[-1])
-
-
-def found_elsewhere(root: Path, spec: DatasetSpec, path: Path | None = None) -> str:
-    """A hint for a standard set's folder (or ``path`` in it) not found under ``root``, when it is one level off:
-    under VOCdevkit/ (as VOC's archives unpack), beside ``root`` (--data named the dataset's own folder), or
-    inside ``root`` without its first folder (the same, under another name); else ''."""
-    if not spec.year:  # one's own set: its paths are the user's
-        return ""
-    relative = str((path or root / spec.folder).relative_to(root))
-    for holder in (root / "VOCdevkit", root.parent):
-        if (holder / relative).exists():
-            return f"; it is under {holder}: pass --data {holder}"
-    first, _, rest = relative.partition("/")
-    if rest and (root / rest).exists():
-        return (f"; {root} looks like the {first}/ folder itself: --data takes the folder that holds it, as "
-                f"{first}/ (a symbolic link of that name will do)")
-    return ""
-
-
 def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     from transfer.detection.voc import VOC_CLASSES, check_voc_layout, class_names_in, load_voc
 
@@ -190,10 +136,6 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     train = [d for dicts in sets[:-1] for d in dicts if trainable(d)]
     name = readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
     return DetectionData(root, name, train, sets[-1], class_names, {i: i for i in range(len(class_names))}, None)
-
-
-def trainable(record: dict[str, Any]) -> bool:
-    return any(not a.get("iscrowd") for a in record["annotations"])  # difficult ones train, as in detectron2
 
 
 def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:

@@ -45,7 +45,7 @@ from moco_core.data import shapes
 from moco_core.data.data import DatasetError, show_value
 from transfer import embedded
 from transfer.detection.coco import filter_empty, parse_coco, require_annotations
-from transfer.detection.datasets import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
+from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
 from transfer.detection.legacy_numpy import legacy_numpy
 
 logger = logging.getLogger("moco.transfer")
