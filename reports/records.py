@@ -260,7 +260,8 @@ def _detection_setting(data: dict[str, Any], task: str,
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
     if task != "voc" and (not isinstance(schedule, str) or not schedule):
-        raise RecordError(f"missing field 'config.schedule' (1x, 2x, 24k...) for task {task}")
+        labels = "24k" if task == "cityscapes" else "1x or 2x"
+        raise RecordError(f"missing field 'config.schedule' ({labels}) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 
