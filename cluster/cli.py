@@ -70,7 +70,7 @@ def trials_cli(
     trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
     seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear, eval voc|coco|lvis|cityscapes; after --) with N seeds, each into
+    """Run COMMAND (pretrain, eval linear, eval voc|coco|lvis|cityscapes|semseg; after --) with N seeds, each into
     OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded

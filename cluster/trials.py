@@ -1,6 +1,6 @@
 """``moco trials N -- COMMAND``: one command run with N seeds, each trial in a run directory of its own.
 
-Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, voc and coco; ``--set run.seed`` for
+Trial ``i`` runs COMMAND with seed ``seed + i`` (``--seed`` for pretrain, voc, coco, semseg; ``--set run.seed`` for
 linear) into ``OUTPUT_DIR/seed_<s>``; ``{seed}`` in an argument becomes the trial's seed, so an evaluation
 can name the pretraining of the same seed (``runs/moco/seed_{seed}/checkpoint_last.pth.tar``). Running it again
 continues: a finished evaluation is skipped and an interrupted run resumed (as ``moco launch`` does). ``moco
@@ -17,8 +17,8 @@ from cluster.job import Command, LaunchError, run_moco
 from moco_core.run.preemption import Stopper
 
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
-             "eval coco": ("--seed", "{}"), "eval lvis": ("--seed", "{}"),
-             "eval cityscapes": ("--seed", "{}")}  # the two words that give a command its seed
+             "eval coco": ("--seed", "{}"), "eval lvis": ("--seed", "{}"), "eval cityscapes": ("--seed", "{}"),
+             "eval semseg": ("--seed", "{}")}  # the words that give a command its seed
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:

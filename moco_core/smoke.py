@@ -5,12 +5,13 @@ this way, as typed, in one directory).
 What it changes, after the preset and the command's own ``--set`` and flags are merged:
 
 - lengths: a pretraining or linear evaluation runs 1 epoch per 100 of its schedule (at least 1: the embedded
-  preset's 100 epochs become 1, a 200-epoch preset 2), a detection fine-tuning 2 iterations; milestones, lr steps
-  and labels follow the length as they do for ``--set optim.epochs=N``, and so do the snapshot and kNN intervals;
+  preset's 100 epochs become 1, a 200-epoch preset 2), a detection or segmentation fine-tuning 2 iterations;
+  milestones, lr steps and labels follow the length as they do for ``--set optim.epochs=N``, and so do the
+  snapshot and kNN intervals;
 - sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
-  no DataLoader workers, detection at 48-64 pixels with few proposals;
-- the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection scenes, generated
-  beside the full ones, never in their place.
+  no DataLoader workers, detection at 48-64 pixels with few proposals, segmentation crops of 48 pixels;
+- the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or
+  segmentation) scenes, generated beside the full ones, never in their place.
 
 Runs stay real runs: their directories, checkpoints and records are written as usual, and each record and
 ``run.json`` says ``"smoke": true``. Numbers from them mean nothing. Torch-free: the CLI reads this first.
@@ -27,7 +28,8 @@ ENV = "MOCO_SMOKE"
 
 SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ensure_shapes
 SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8},  # transfer.embedded
-          "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8}}
+          "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8},
+          "semseg": {"train": 16, "val": 8}}  # transfer.segmentation.embedded
 
 _DETECTION = {
     "solver.batch_size": 2, "solver.warmup_iters": 1, "solver.precise_bn_iters": 1,
@@ -47,12 +49,14 @@ SIZES: dict[str, dict[str, Any]] = {
     "LinearConfig": _LINEAR,
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,
+    "SemsegConfig": {"solver.batch_size": 2, "input.crop_size": 48, "data.workers": 0, "run.log_every": 1},
 }
 # The run's length by config class name: (key, the new length from the configured one).
 LENGTHS = {
     "PretrainConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "LinearConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "TransferConfig": ("solver.iterations", lambda n: min(n, 2)),
+    "SemsegConfig": ("solver.iterations", lambda n: min(n, 2)),
 }
 
 # Intervals counted in epochs, shortened with the run (keep a snapshot every 20 epochs of 100: every epoch of 1).

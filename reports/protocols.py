@@ -3,8 +3,8 @@
 A table says "the paper's protocol" or "the embedded schedule" only where the records' config trained for that
 preset's length: a linear run shortened to 5 epochs is "5 of the paper's 100 epochs", a VOC run of 60 iterations
 is not the embedded schedule of 200. The lengths below are those of the presets (lincls/linear.py's defaults,
-configs/voc_*.yaml and coco_*.yaml); tests/reports/test_protocols.py checks them against the presets themselves,
-since ``reports`` imports no other package of ours.
+configs/voc_*.yaml, coco_*.yaml and semseg_*.yaml); tests/reports/test_protocols.py checks them against the
+presets themselves, since ``reports`` imports no other package of ours.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("lvis", "2x"): 180000,
-                       ("lvis", "embedded"): 200, ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200}
+                       ("lvis", "embedded"): 200, ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200,
+                       ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
                  "lvis": "moco eval lvis random --arch {arch}",
-                 "cityscapes": "moco eval cityscapes random --arch {arch}"}
+                 "cityscapes": "moco eval cityscapes random --arch {arch}",
+                 "semseg": "moco eval semseg random --arch {arch}"}
 DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
                    "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
 
@@ -60,7 +62,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task == "linear":
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in DETECTION_HEADS:
+    if task in (*DETECTION_HEADS, "semseg"):
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))
@@ -133,7 +135,7 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        head = f"{DETECTION_HEADS.get(s.task, s.task)} ({what})"
+        head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"
     return f"{head}: {s.dataset}"
 
 

@@ -18,6 +18,10 @@ Matching rule (a published row is shown in one of our tables only when the evalu
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
 * LVIS and Cityscapes instance segmentation: the same with "lvis" / "cityscapes" (the published Cityscapes row
   names no schedule: it is shown beside the preset's 24k run).
+* Semantic segmentation: task ``semseg``, the dataset's name or path contains "voc" (VOC12 semantic) or
+  "cityscapes" (Cityscapes semantic) and is not one's own folders, the network equals the published backbone
+  ("R50 FCN-style os16", the name ``moco eval semseg`` records) and the schedule equals it (30k, 90k). The
+  published numbers come from the authors' own code, which was not released: any engine of ours matches.
 
 Nothing matches the embedded toy data. Published rows are labelled "published" ("published (secondary)" where the
 CSV's ``checked`` is ``secondary``: read from a re-typed copy of the paper), keep their source, and never enter our
@@ -42,6 +46,8 @@ METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75",
 TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "lvis": "lvis_v0.5",
          "cityscapes": "cityscapes_instance"}
 _ANY_SCHEDULE = "-"  # a published row without a schedule (Cityscapes instance): beside ours at the preset's length
+# Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
+SEMSEG_TASKS = {"voc": "voc12_semantic", "cityscapes": "cityscapes_semantic"}
 _MOMENTUM = re.compile(r"\bm=([0-9.]+)")
 
 
@@ -141,6 +147,9 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
                 and (setting.schedule is None or r.schedule in (setting.schedule, _ANY_SCHEDULE))]
+    if setting.task == "semseg" and not setting.dataset.startswith("custom:"):
+        tasks = {task for word, task in SEMSEG_TASKS.items() if _named(setting, word)}
+        return [r for r in rows if r.task in tasks and r.backbone == setting.model and r.schedule == setting.schedule]
     return []
 
 

@@ -4,7 +4,7 @@ Every evaluation writes ``result.json`` (a sweep writes many, in subdirectories)
 too. A file that cannot be used -- malformed JSON, another schema, an unknown version, missing or ill-typed
 fields -- becomes a :class:`Skipped` with the reason, never an exception and never a silent drop.
 
-Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco), ``protocol``,
+Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, knn, voc, coco, semseg), ``protocol``,
 ``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
 metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
 a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
@@ -48,6 +48,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
     "lvis": ("segm_AP", "segm_AP50", "segm_AP75", "bbox_AP"),  # the paper's LVIS table: mask AP, AP50, AP75
     "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
+    "semseg": ("mIoU", "pixel_acc"),
 }
 DETECTION_TASKS = ("voc", "coco", "lvis", "cityscapes")  # the R-CNN transfer tasks (transfer/detection/)
 TASK_ORDER = tuple(TASK_METRICS)
@@ -251,8 +252,8 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a VOC/COCO record; all None for classification."""
-    if task not in DETECTION_TASKS:
+    """(engine, model, schedule) of a detection or semantic segmentation record; all None for classification."""
+    if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
     model = config.get("model", DEFAULT_VOC_MODEL if task == "voc" else None)
@@ -260,7 +261,7 @@ def _detection_setting(data: dict[str, Any], task: str,
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
     if task != "voc" and (not isinstance(schedule, str) or not schedule):
-        labels = "24k" if task == "cityscapes" else "1x or 2x"
+        labels = {"coco": "1x or 2x", "lvis": "1x or 2x", "cityscapes": "24k", "semseg": "30k, 90k"}[task]
         raise RecordError(f"missing field 'config.schedule' ({labels}) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 

@@ -4,6 +4,8 @@
 * Classification (linear, kNN): top-1 and top-5 per pretraining, one table per protocol and evaluation dataset.
 * VOC detection: AP50, AP, AP75 with the difference to the supervised row; per-class AP50 when records carry it.
 * COCO: box and mask AP, AP50, AP75 per detector model and schedule, with the difference to the supervised row.
+* Semantic segmentation (VOC12, Cityscapes): mIoU and pixel accuracy per dataset, network and schedule, with the
+  difference to the supervised row.
 * Ablations: accuracy against the queue size K or the momentum m, per mechanism: the trials of a point (other
   seeds) as mean ± std and n; failed runs marked.
 
@@ -28,7 +30,8 @@ from reports.summary import Entry, Setting, Stat, delta, margins_over_random, su
 MISSING = "–"
 METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", "AP75": "AP75",
                   "bbox_AP": "APbb", "bbox_AP50": "APbb50", "bbox_AP75": "APbb75",
-                  "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75"}
+                  "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75", "mIoU": "mIoU",
+                  "pixel_acc": "pixel acc."}
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
 # MoCo v3's curves are tables of their own: its m is where a schedule starts, v1/v2's a constant (a table per
@@ -36,7 +39,7 @@ SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
 V3_MOMENTUM_NOTE = ("MoCo v3's m (v3.momentum) is the momentum at the start: with v3.momentum_cos, on in every "
                     "official setup, it rises to 1 along a half cosine over the run; MoCo v1/v2's m stays constant, "
                     "so their curves are in a table of their own.")
-DELTA_TASKS = DETECTION_TASKS
+DELTA_TASKS = (*DETECTION_TASKS, "semseg")
 
 
 @dataclass(frozen=True)

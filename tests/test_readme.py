@@ -35,6 +35,11 @@ from tests.layouts import (
     official_checkpoint,
     torchvision_weights,
 )
+from tests.transfer.segmentation.layouts import (
+    cityscapes_layout,
+    custom_segmentation_layout,
+    voc_segmentation_layout,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,8 +96,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "IMAGENET": str(imagenet_layout(base / "imagenet")), "GPUS": "2",
         "CKPT": str(official_checkpoint(base / "weights" / "moco_v2_200ep.pth.tar")),
         "TV_WEIGHTS": str(torchvision_weights(base / "weights" / "resnet-weights.pth")),
-        "DETECTRON2_DATASETS": str(detection_layout(base / "datasets")),
+        "DETECTRON2_DATASETS": str(cityscapes_layout(voc_segmentation_layout(detection_layout(base / "datasets")))),
         "MYDATA": str(custom_detection_layout(base / "mine")), "CHECKPOINTS": str(base / "checkpoints"),
+        "MYSEG": str(custom_segmentation_layout(base / "myseg")),
     }
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
     return work, env
@@ -126,7 +132,7 @@ def _option(command: str, name: str) -> str | None:
 
 
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval knn", "moco eval voc", "moco eval coco",
-          "moco eval lvis", "moco eval cityscapes",
+          "moco eval lvis", "moco eval cityscapes", "moco eval semseg",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -166,10 +172,10 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert 0 <= record["metrics"]["top1"] <= 100
         if "linear" in command:
             assert record["sanity_check"] == "passed"
-    elif command.startswith("moco eval"):  # voc, coco, lvis, cityscapes
+    elif command.startswith("moco eval"):  # voc, coco, lvis, cityscapes, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
-        if "$MYDATA" in command:  # one's own sets: named as such
+        if "$MYDATA" in command or "$MYSEG" in command:  # one's own sets: named as such
             assert record["dataset"]["name"].startswith("custom: ")
     elif command.startswith("moco convert") and "--to torchvision" in command:
         state = torch.load(work / command.split()[3], weights_only=True)

@@ -1,4 +1,5 @@
-"""``moco eval voc|coco|lvis|cityscapes`` and ``moco convert``: options in, plain function calls out."""
+"""``moco eval voc|coco|lvis|cityscapes``, ``moco eval semseg`` and ``moco convert``: options in, plain function
+calls out."""
 
 from __future__ import annotations
 
@@ -58,8 +59,6 @@ def _transfer(task: str, weights: str | None, old_weights: str | None, config: s
     from moco_core.cli import print_or_launch, with_output_dir
     from moco_core.config import ConfigError
     from moco_core.errors import UserError, print_error
-    from transfer.config import DEFAULT_PRESETS, load_transfer_config
-
     try:
         if old_weights is not None:
             if weights is not None and weights != old_weights:
@@ -70,20 +69,37 @@ def _transfer(task: str, weights: str | None, old_weights: str | None, config: s
         if weights is None and not print_config:
             raise ConfigError(f"no weights: moco eval {task} WEIGHTS, where WEIGHTS is a checkpoint, a run directory, "
                               f"or 'random'")
-        cfg = load_transfer_config(task, config, overrides, flags)
+        cfg, preset, arch = _load(task, config, overrides, flags)
         if weights is not None:
-            cfg = with_output_dir(cfg, config or DEFAULT_PRESETS[task], task, weights, cfg.detector.arch, "--arch")
+            cfg = with_output_dir(cfg, preset, task, weights, arch, "--arch")
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
     print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet)
 
 
-def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
-    """One process of ``moco eval voc|coco``: user errors are one line (from rank 0), exit code 2; a NaN loss 1."""
-    from moco_core.cli import report_result
-    from transfer.run import evaluate
+def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, Any]) -> tuple[Any, str, str | None]:
+    """The task's resolved config, the preset it names (for the default run directory) and its backbone arch."""
+    if task == "semseg":
+        from transfer.segmentation.config import DEFAULT_PRESET, load_semseg_config
 
+        cfg = load_semseg_config(config, overrides, flags)
+        return cfg, config or DEFAULT_PRESET, cfg.head.arch
+    from transfer.config import load_transfer_config
+
+    cfg = load_transfer_config(task, config, overrides, flags)
+    return cfg, config or DEFAULT_PRESETS[task], cfg.detector.arch
+
+
+def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
+    """One process of ``moco eval voc|coco|semseg``: user errors are one line (from rank 0), exit code 2; a NaN
+    loss 1."""
+    from moco_core.cli import report_result
+
+    if cfg.task == "semseg":
+        from transfer.segmentation.run import evaluate
+    else:
+        from transfer.run import evaluate
     report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume))
 
 
@@ -137,6 +153,38 @@ def cityscapes_cli(weights: Weights = None, config: CityscapesConfig = None, set
     by cityscapesscripts (instance-level AP, AP50). --train/--test: cityscapes_fine_instance_seg_train or _val."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("cityscapes", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+SemsegConfigOption = Annotated[str | None, typer.Option(
+    "--config", "-c", help=f"YAML file or preset ({preset_list('semseg')}). Without it: the paper's VOC12 setting "
+    f"(semseg_voc).")]
+SemsegData = Annotated[str | None, typer.Option(
+    help="Datasets root holding VOC2012/ (JPEGImages/, SegmentationClassAug/, ImageSets/Segmentation/train_aug.txt) "
+    "or cityscapes/ (leftImg8bit/, gtFine/), or 'embedded'.")]
+SemsegTrain = Annotated[str | None, typer.Option(
+    help="The training set: voc_2012_sem_seg_train_aug, cityscapes_fine_sem_seg_train, or one's own "
+    "IMAGE_DIR:LABEL_DIR (PNG label maps of the images' stems; relative to --data).")]
+SemsegTest = Annotated[str | None, typer.Option(help="The test set, in the forms --train takes (voc_2012_sem_seg_val, "
+                                                "cityscapes_fine_sem_seg_val).")]
+SemsegClasses = Annotated[str | None, typer.Option(
+    help="One's own IMAGE_DIR:LABEL_DIR: the class names in label order (label value k is the k-th), comma-separated.")]
+SemsegArch = Annotated[str | None, typer.Option("--arch", help="The ResNet of 'random' (head.arch; a file names its "
+                                                "own). A ViT is refused: the A.5 network dilates a ResNet's conv5.")]
+IgnoreIndex = Annotated[int | None, typer.Option(help="The label value left out of the loss and the metric (255).")]
+
+
+def semseg_cli(weights: Weights = None, config: SemsegConfigOption = None, set_: Sets = None,
+               data: SemsegData = None, train: SemsegTrain = None, test: SemsegTest = None,
+               classes: SemsegClasses = None, ignore_index: IgnoreIndex = None, output_dir: OutputDir = None,
+               arch: SemsegArch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+               resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+               old_weights: OldWeights = None) -> None:
+    """Semantic segmentation (the paper's A.5 network: conv5 dilated to stride 16, two 3x3 convs with dilation 6)
+    fine-tuned from a ResNet on VOC12 train_aug or Cityscapes train_fine, mIoU on val at full resolution."""
+    names = None if classes is None else [c.strip() for c in classes.split(",")]
+    flags = {"head": {"arch": arch},
+             "data": {"path": data, "train": train, "test": test, "classes": names, "ignore_index": ignore_index,
+                      "workers": workers},
+             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+    _transfer("semseg", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 def convert_cli(

@@ -150,6 +150,27 @@ def model_name(cfg: TransferConfig, arch: str) -> str:
     return f"R{depth}-{cfg.detector.head}"
 
 
+def solver_checks(s: SolverConfig) -> list[tuple[bool, str, str]]:
+    """The checks of a fine-tuning solver (batch, lr, weight decay, schedule, warm-up, precise BN), for every task
+    that trains with :mod:`transfer.engine` (detection, semantic segmentation)."""
+    return [
+        (s.batch_size >= 1, "solver.batch_size", f"must be >= 1, got {s.batch_size}"),
+        (s.lr > 0 and s.momentum >= 0, "solver.lr", "need lr > 0 and momentum >= 0"),
+        (math.isfinite(s.lr), "solver.lr", f"must be finite, got {s.lr}"),
+        (s.weight_decay >= 0 and s.weight_decay_norm >= 0, "solver.weight_decay", "must be >= 0"),
+        (s.iterations >= 1, "solver.iterations", f"must be >= 1, got {s.iterations}"),
+        (list(s.steps) == sorted(s.steps) and all(0 < m for m in s.steps), "solver.steps",
+         f"need increasing positive iterations, got {list(s.steps)}"),
+        (all(m < s.iterations for m in s.steps), "solver.steps", f"{list(s.steps)} fall outside a run of "
+         f"{s.iterations} iterations (the lr would never drop there): set them below solver.iterations, or leave "
+         f"them out to scale the preset's"),
+        (s.warmup_iters >= 0 and 0 < s.warmup_factor <= 1, "solver.warmup_iters", "need >= 0 (factor in (0, 1])"),
+        (s.warmup_iters < s.iterations, "solver.warmup_iters", f"{s.warmup_iters} is the whole run of "
+         f"{s.iterations} iterations or more: the lr would never reach solver.lr"),
+        (s.precise_bn_iters >= 0, "solver.precise_bn_iters", f"must be >= 0, got {s.precise_bn_iters}"),
+    ]
+
+
 def validate_transfer(cfg: TransferConfig) -> TransferConfig:
     """Reject impossible values with a one-line error naming the key."""
     from transfer.detection.datasets import parse_dataset  # here: it loads torch, which `moco eval voc --help` must not
@@ -174,20 +195,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (len(i.min_size_train) >= 1 and min(i.min_size_train) >= 16, "input.min_size_train", "need sizes >= 16"),
         (16 <= i.min_size_test <= i.max_size, "input.min_size_test", "need 16 <= min_size_test <= max_size"),
         (0 <= i.flip_prob <= 1, "input.flip_prob", f"must be in [0, 1], got {i.flip_prob}"),
-        (s.batch_size >= 1, "solver.batch_size", f"must be >= 1, got {s.batch_size}"),
-        (s.lr > 0 and s.momentum >= 0, "solver.lr", "need lr > 0 and momentum >= 0"),
-        (math.isfinite(s.lr), "solver.lr", f"must be finite, got {s.lr}"),
-        (s.weight_decay >= 0 and s.weight_decay_norm >= 0, "solver.weight_decay", "must be >= 0"),
-        (s.iterations >= 1, "solver.iterations", f"must be >= 1, got {s.iterations}"),
-        (list(s.steps) == sorted(s.steps) and all(0 < m for m in s.steps), "solver.steps",
-         f"need increasing positive iterations, got {list(s.steps)}"),
-        (all(m < s.iterations for m in s.steps), "solver.steps", f"{list(s.steps)} fall outside a run of "
-         f"{s.iterations} iterations (the lr would never drop there): set them below solver.iterations, or leave "
-         f"them out to scale the preset's"),
-        (s.warmup_iters >= 0 and 0 < s.warmup_factor <= 1, "solver.warmup_iters", "need >= 0 (factor in (0, 1])"),
-        (s.warmup_iters < s.iterations, "solver.warmup_iters", f"{s.warmup_iters} is the whole run of "
-         f"{s.iterations} iterations or more: the lr would never reach solver.lr"),
-        (s.precise_bn_iters >= 0, "solver.precise_bn_iters", f"must be >= 0, got {s.precise_bn_iters}"),
+        *solver_checks(s),
         (cfg.data.path is not None, "data.path", "not set: pass --data DIR (detectron2's datasets/ layout) or "
          "--data embedded"),
         (len(cfg.data.train) >= 1, "data.train", "name at least one training set"),

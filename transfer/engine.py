@@ -123,7 +123,7 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[
         losses = train_step(model, optimizer, next(batches), lr=lr, device=device, amp=amp)
         loss = losses["loss"].item()
         if not math.isfinite(loss):
-            raise NonFiniteLossError(f"the detection loss is {loss} at iteration {iteration + 1} "
+            raise NonFiniteLossError(f"the loss is {loss} at iteration {iteration + 1} "
                                      f"({', '.join(f'{k} {v.item():.4g}' for k, v in losses.items())}); "
                                      f"lower solver.lr or lengthen solver.warmup_iters")
         done, epoch = iteration + 1, iteration * solver.batch_size // epoch_size

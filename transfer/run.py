@@ -18,13 +18,11 @@ from typing import Any
 import torch
 import torchvision
 from torch import nn
-from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed
-from moco_core.config import ConfigError, to_dict
-from moco_core.run.preemption import ResumableSampler
-from moco_core.run.progress import MetricsWriter, Progress
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.config import ConfigError
+from moco_core.run.progress import Progress
+from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import resolve_device
 from transfer import engine
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
@@ -32,6 +30,7 @@ from transfer.detection import data as detection_data
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
 from transfer.detection.sampling import RepeatFactorSampler, repeat_factors
+from transfer.finetune import fine_tune, sync_batchnorm
 from transfer.records import write_transfer_record
 
 
@@ -87,18 +86,12 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
 def build_model(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int,
                 device: torch.device) -> nn.Module:
     """The detector on ``device``; BN becomes SyncBatchNorm when several CUDA processes run (the paper's SyncBN)."""
-    model = build_detector(cfg, resnet, num_classes).to(device)
-    # Deviation from the paper: SyncBatchNorm is CUDA-only, so CPU processes keep per-process BN statistics.
-    if distributed.world_size() > 1 and device.type == "cuda":
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    return model
+    return sync_batchnorm(build_detector(cfg, resnet, num_classes).to(device), device)
 
 
 def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool | str,
                      extra: dict[str, Any], resume: bool) -> Path:
     main, world, started = distributed.is_main(), distributed.world_size(), time.perf_counter()
-    s = cfg.solver
-    local_batch = per_process_batch(cfg, world)
     run_dir = transfer_run_dir(cfg)
     if not resume:
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
@@ -106,47 +99,17 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     torch.manual_seed(cfg.run.seed)
     resnet, info = load_resnet(weights, cfg.detector.arch)  # before the data: a bad file fails at once
     data = load_data(cfg)
-    require_a_batch(cfg, data, local_batch)
+    require_a_batch(cfg, data, per_process_batch(cfg, world))
     model = build_model(cfg, resnet, len(data.class_names), device)
-    optimizer = engine.build_optimizer(model, s)
-    start = _resume(run_dir, model, optimizer) if resume else 0
-    trained: nn.Module = model
-    if world > 1:
-        trained = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                                      else None)
     train_set = detection_data.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
-                                        masks=cfg.detector.mask)
-    sampler: ResumableSampler
+                                                masks=cfg.detector.mask)
+    sampler = None
     if cfg.data.repeat_threshold > 0:  # LVIS: images of rare categories repeated (transfer/detection/sampling.py)
-        sampler = RepeatFactorSampler(repeat_factors(data.train, cfg.data.repeat_threshold), num_replicas=world,
-                                      rank=distributed.rank(), seed=cfg.run.seed)
-    else:
-        sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
-                                   seed=cfg.run.seed, drop_last=True)
-    loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
-                        collate_fn=engine.collate, drop_last=True, pin_memory=device.type == "cuda",
-                        persistent_workers=cfg.data.workers > 0)
-    batches = engine.endless(loader, sampler, start)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg))
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
-                                                 "torchvision", "world_size": world, "device": str(device)})
-        metrics.start(start)
-
-    def save(done: int) -> None:
-        if main:
-            checkpoint.save_atomic({"iteration": done, "model": model.state_dict(), "optimizer":
-                                    optimizer.state_dict(), "config": to_dict(cfg), "format": "moco-transfer",
-                                    "backbone": dataclasses.asdict(info)}, run_dir / checkpoint.LAST)
-
-    progress = Progress(s.iterations, done_steps=start, every=cfg.run.log_every, enabled=main and show_progress)
-    with metrics:  # the loggers are closed (flushed) at the end, and on an error
-        history = engine.train(trained, optimizer, batches, solver=s, start=start, device=device, amp=cfg.run.amp,
-                               metrics=metrics, progress=progress, log_every=cfg.run.log_every,
-                               checkpoint_every=cfg.run.checkpoint_every, save=save, epoch_size=len(train_set))
-    engine.precise_bn(trained, batches, s.precise_bn_iters, device=device, amp=cfg.run.amp)
-    if s.precise_bn_iters:
-        save(s.iterations)  # the tested weights: BN statistics recomputed
+        sampler = RepeatFactorSampler(repeat_factors(data.train, cfg.data.repeat_threshold),
+                                      num_replicas=distributed.world_size(), rank=distributed.rank(),
+                                      seed=cfg.run.seed)
+    history = fine_tune(cfg, model, train_set, weights=weights, info=info, run_dir=run_dir, device=device,
+                        resume=resume, show_progress=show_progress, what="detector", sampler=sampler)
     train_time = time.perf_counter() - started
     test_progress = Progress(-(-len(data.test) // (cfg.run.test_batch_size * world)), every=cfg.run.log_every * 5,
                              enabled=main and show_progress)
@@ -156,20 +119,6 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     return write_transfer_record(run_dir, cfg, data, info, results, history, engine="torchvision",
                                  details={"world_size": world, "device": str(device)}, started=started,
                                  train_time=train_time, extra=extra)
-
-
-def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Load the run directory's last checkpoint into ``model`` and ``optimizer``; the iterations it had done."""
-    saved = checkpoint.load(run_dir / checkpoint.LAST)
-    if saved.get("format") != "moco-transfer":
-        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: not a detection fine-tuning checkpoint")
-    try:
-        checkpoint.load_into(model, saved["model"])
-    except checkpoint.CheckpointError as err:
-        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: does not match the configured detector: "
-                                         f"{err}") from None
-    optimizer.load_state_dict(saved["optimizer"])
-    return int(saved["iteration"])
 
 
 def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: torch.device,

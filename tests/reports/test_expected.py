@@ -128,3 +128,20 @@ def test_the_version_of_generated_data_is_part_of_the_evaluation_recipe() -> Non
 
     assert len({recipe(None), recipe("scenes v1"), recipe("scenes v2")}) == 3
     assert recipe("scenes v2") == recipe("scenes v2") and recipe(None) is not None
+
+
+def test_the_semseg_rows_are_the_embedded_preset() -> None:
+    """expected.csv's semantic segmentation rows were measured with semseg_embedded as it is today (its record's
+    config and the version of the scenes' masks): a change to the preset must come with a new measurement."""
+    from moco_demo.run import RANDOM_ARCH
+    from reports.records import eval_recipe
+    from transfer.segmentation.config import load_semseg_config
+    from transfer.segmentation.embedded import dataset_version
+    from transfer.segmentation.run import record_config
+
+    rows = [r for r in csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")) if r["task"] == "semseg"]
+    digest = eval_recipe(record_config(load_semseg_config("semseg_embedded", []), RANDOM_ARCH), dataset_version())
+    assert rows and {r["eval_recipe"] for r in rows} == {digest}
+    assert {(r["metric"], r["engine"], r["schedule"], r["model"]) for r in rows} >= {
+        ("mIoU", "torchvision", "embedded", "R18 FCN-style os16")}
+    assert all(int(r["n"]) >= 3 for r in rows)

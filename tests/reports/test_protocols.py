@@ -22,6 +22,7 @@ from reports.records import load_records
 from reports.report import build_report
 from reports.summary import group
 from transfer.config import load_transfer_config
+from transfer.segmentation.config import load_semseg_config
 
 from .conftest import WriteRecord, base_record
 
@@ -37,6 +38,9 @@ def test_preset_lengths_are_the_presets() -> None:
     for task, preset in presets:
         cfg = load_transfer_config(task, preset, [], flags={"data": {"path": "embedded"}})
         found[(task, cfg.schedule)] = cfg.solver.iterations
+    for preset in ("semseg_voc", "semseg_cityscapes", "semseg_embedded"):
+        semseg = load_semseg_config(preset, [], {"data": {"path": "embedded"}})
+        found[("semseg", semseg.schedule)] = semseg.solver.iterations
     assert found == SCHEDULE_ITERATIONS
 
 
