@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,27 @@ Pretrained = Annotated[str, typer.Argument(
     "pretraining's run directory (its last checkpoint), or 'random' (with --arch).")]
 
 
+Labels = Annotated[str | None, typer.Option(
+    help="Train on a class-balanced fraction of train/'s labels, e.g. 1% or 10% (data.labels; drawn with "
+    "data.subset_seed, 0 by default). Val stays whole.")]
+SubsetFile = Annotated[str | None, typer.Option(
+    help="Train on the images a file names, one per line in SimCLR's format (imagenet_subsets/1percent.txt: "
+    "n01440764_10026.JPEG) (data.subset). Val stays whole.")]
+
+
+def _subset_output_dir(cfg: Any, given: str | None) -> Any:
+    """A run on a subset of the labels writes ``runs/<preset>_labels10pct/...`` (``_subset-<file stem>``) when no
+    --output-dir is given: beside, not over, the run on every label."""
+    from moco_core.config import replace
+
+    d = cfg.data
+    if given is not None or (d.labels is None and d.subset is None):
+        return cfg
+    suffix = f"labels{d.labels.strip().rstrip('%').strip()}pct" if d.labels else f"subset-{Path(d.subset).stem}"
+    out = Path(cfg.run.output_dir)
+    return replace(cfg, run={"output_dir": str(out.parent.with_name(f"{out.parent.name}_{suffix}") / out.name)})
+
+
 def _fail(err: Exception) -> typer.Exit:
     print_error(err)
     return typer.Exit(2)
@@ -34,7 +55,11 @@ def linear_cli(
     = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a config value, e.g. optim.epochs=10 (milestones follow).")] = None,
-    data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
+    data: Annotated[str | None, typer.Option(help="Root with train/ and val/ (or test/) class folders, "
+                                             "Flowers-102 or Pets as torchvision downloads them, or 'embedded'.")]
+    = None,
+    labels: Labels = None,
+    subset: SubsetFile = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where config, metrics and result.json go (default: runs/<preset>/<weights>).")] = None,
     arch: Annotated[str | None, typer.Option(
@@ -61,9 +86,9 @@ def linear_cli(
                   f"another", file=sys.stderr)
             config = preset
         cfg = load_linear_config(config, set_ or [], flags={
-            "arch": arch, "data": {"path": data, "workers": workers},
+            "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
             "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
-        cfg = with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch")
+        cfg = _subset_output_dir(with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
     print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume)
@@ -136,8 +161,11 @@ def knn_cli(
                                                f"({preset_list('knn')}). Without it: InstDisc's k 200, T 0.07 "
                                                "on 224-px center crops.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. k=20.")] = None,
-    data: Annotated[str | None, typer.Option(help="Root with train/ (the bank) and val/ (the queries), or "
-                                             "'embedded'.")] = None,
+    data: Annotated[str | None, typer.Option(help="Root with train/ (the bank) and val/ or test/ (the queries), "
+                                             "Flowers-102 or Pets as torchvision downloads them, or 'embedded'.")]
+    = None,
+    labels: Labels = None,
+    subset: SubsetFile = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where result.json goes (default: runs/<preset>/<weights>).")] = None,
     k: Annotated[int | None, typer.Option(help="Neighbours (k in the config).")] = None,
@@ -158,11 +186,12 @@ def knn_cli(
     from lincls.knn import load_knn_config
 
     flags = {"arch": arch, "k": k, "temperature": temperature, "batch_size": batch_size,
-             "data": {"path": data, "crop_size": crop_size, "resize": resize, "workers": workers},
+             "data": {"path": data, "crop_size": crop_size, "resize": resize, "workers": workers, "labels": labels,
+                      "subset": subset},
              "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:
         cfg = load_knn_config(config, set_ or [], flags=flags)
-        cfg = with_output_dir(cfg, config, "knn", pretrained, cfg.arch, "--arch")
+        cfg = _subset_output_dir(with_output_dir(cfg, config, "knn", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
     print_or_launch(cfg, print_config, 1, run_knn, cfg, pretrained)

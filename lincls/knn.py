@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from lincls.linear import LinearDataConfig, load_splits
+from lincls.linear import LinearDataConfig, subset_checks
+from lincls.splits import dataset_record, load_splits
 from moco_core.config import load_config, require, run_checks
-from moco_core.data.shapes import shapes_version
 from moco_core.model.backbone import load_backbone
 from moco_core.run.knn import KnnMonitor
 from moco_core.run.records import write_record
@@ -52,6 +52,7 @@ def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, A
         (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "
          f"{d.resize}"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed),
     ])
     return cfg
@@ -62,7 +63,8 @@ def knn_eval(
     batch_size: int = 256, arch: str | None = None, device_name: str = "auto", extra: dict[str, Any] | None = None,
     seed: int = 0,
 ) -> tuple[Path, dict[str, float]]:
-    """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank, val/ the queries.
+    """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank (only the subset's images where
+    ``data`` names one: data.labels, data.subset), val/ the queries.
 
     ``extra``: more top-level fields for the record (a sweep's point, for example). ``seed`` draws the "random"
     backbone's weights (the same ones as ``moco eval linear random`` with that seed).
@@ -76,11 +78,11 @@ def knn_eval(
                          batch_size=batch_size, k=k, temperature=temperature)
     metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc
     record = output_dir / "result.json"
+    subset = {key: getattr(data, key) for key in ("labels", "subset", "subset_seed")} if splits.subset else {}
     record = write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,
-                 dataset={"path": data.path, "classes": len(splits.classes), "train_images": len(splits.train),
-                          "val_images": len(splits.val), **shapes_version(data.path)},
-                 config={"k": k, "temperature": temperature, "crop_size": data.crop_size, "resize": data.resize,
-                         "seed": seed},
-                 extra=extra)
+                          dataset=dataset_record(data.path, splits),
+                          config={"k": k, "temperature": temperature, "crop_size": data.crop_size,
+                                  "resize": data.resize, "seed": seed, **subset},
+                          extra=extra)
     print(f"knn (k={k}, T={temperature}): " + " ".join(f"{n} {v:.2f}" for n, v in metrics.items()), file=sys.stderr)
     return record, metrics

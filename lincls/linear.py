@@ -22,19 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
+from lincls.splits import Splits, dataset_record, load_splits
+from lincls.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
+from lincls.subsets import parse_labels
 from moco_core import checkpoint, distributed
 from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
-from moco_core.data.augment import build_eval_transform
-from moco_core.data.data import (
-    DecodeFailures,
-    ImageDataset,
-    scan_images,
-    unlabelled_splits,
-    warn_revisited,
-    warn_skipped,
-)
-from moco_core.data.shapes import shapes_version
+from moco_core.data.data import DecodeFailures
 from moco_core.errors import NonFiniteLossError
 from moco_core.model.backbone import BackboneInfo, infer_vit, load_backbone, read_backbone_state
 from moco_core.model.vit import VIT_SHAPES, classifier_name
@@ -43,7 +37,7 @@ from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
-from moco_core.run.runtime import autocast, resolve_data, resolve_device
+from moco_core.run.runtime import autocast, resolve_device
 
 
 @dataclass(frozen=True)
@@ -61,10 +55,14 @@ class LinearOptimConfig:
 
 @dataclass(frozen=True)
 class LinearDataConfig:
-    path: str | None = None  # ImageFolder root with train/ and val/, or "embedded"
+    path: str | None = None  # ImageFolder root with train/ and val/ (or test/), Flowers-102, Pets, or "embedded"
     crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
     resize: int = 256
     workers: int = 8
+    # Semi-supervised subsets of the train split (lincls/subsets.py); val stays whole. None: every train image.
+    labels: str | None = None  # "1%", "10%": a class-balanced draw, round(f n_c) (at least 1) of each class
+    subset: str | None = None  # a file of image names, SimCLR's format (imagenet_subsets/1percent.txt)
+    subset_seed: int = 0  # draws data.labels; not run.seed, so trials of other run seeds share the subset
 
 
 @dataclass(frozen=True)
@@ -108,10 +106,28 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
         (d.crop_size >= 8 and d.resize >= d.crop_size, "data.crop_size", "need 8 <= crop_size <= resize"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
     ]
     require(checks)
     return cfg
+
+
+def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
+    """The data config's subset options, checked before any image is read (linear, kNN and fine-tuning)."""
+    if d.labels is not None:
+        parse_labels(d.labels)  # a one-line error naming data.labels
+    return [(d.labels is None or d.subset is None, "data.labels",
+             "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
+            (d.subset is None or _is_file(d.subset), "data.subset", f"{d.subset!r}: no such file"),
+            (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return False
 
 
 def load_linear_config(config: str | None, overrides: list[str],
@@ -147,43 +163,6 @@ def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
     if cfg.schedule == "cosine":
         return base * 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.epochs))
     return base * 0.1 ** sum(epoch >= m for m in cfg.milestones)
-
-
-def train_transform(crop: int) -> Any:
-    from torchvision import transforms as T
-
-    from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
-
-    return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-
-
-@dataclass
-class Splits:
-    train: ImageDataset
-    val: ImageDataset
-    classes: list[str]
-
-
-def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None) -> Splits:
-    """Labelled train/ and val/ with the same classes. ``augment``: the paper's train crops, else center crops.
-    ``failures``: where images that do not decode are noted (else logged once per process)."""
-    root = resolve_data(cfg.path or "")
-    if root.is_dir() and not ((root / "val").is_dir() and (root / "train").is_dir()):  # else scan says "not found"
-        raise ConfigError(f"data.path: {root} needs train/ and val/ folders with one folder per class")
-    # every process of a run calls this: each reads 1/world of the headers
-    train = scan_images(root, split="train", workers=max(cfg.workers, 1), shared=True)
-    val = scan_images(root, split="val", workers=max(cfg.workers, 1), shared=True)
-    problem = unlabelled_splits(root, train, val)
-    if problem:
-        raise ConfigError(f"data.path: {problem}")
-    for note in (warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped),
-                 warn_skipped(val.skipped)):
-        if note and distributed.is_main():
-            print(f"warning: {note}", file=sys.stderr)
-    evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)
-    return Splits(ImageDataset(train.samples, train_transform(cfg.crop_size) if augment else evaluate, failures),
-                  ImageDataset(val.samples, evaluate, failures), train.classes)
 
 
 def classifier(model: nn.Module) -> nn.Linear:
@@ -411,12 +390,12 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
     checkpoint.save_atomic({"epoch": cfg.optim.epochs, "arch": run.info.arch, "state_dict": run.model.state_dict(),
                             "best_acc1": best["top1"]}, run_dir / "linear_final.pth.tar")
     protocol, note = protocol_name(cfg), protocol_note(cfg, run.info.arch)
-    splits = run.splits
+    subset = run.splits.subset
+    if subset:  # semi-supervised: which of the train labels fc saw
+        note += (f", on {subset['images']} of the {subset['of']} train images "
+                 f"({subset.get('labels') or subset.get('file')})")
     record = write_record(run_dir / "result.json", task="linear", protocol=protocol, metrics=result,
-                          backbone=run.info, dataset={"path": cfg.data.path, "classes": len(splits.classes),
-                                                      "train_images": len(splits.train),
-                                                      "val_images": len(splits.val),
-                                                      **shapes_version(cfg.data.path)},
+                          backbone=run.info, dataset=dataset_record(cfg.data.path, run.splits),
                           config=to_dict(cfg), history=history,
                           extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
                                  "note": note, **extra})

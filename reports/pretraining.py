@@ -164,6 +164,8 @@ ADDED_NEUTRAL = {"augment.blur_prob_view2": None, "augment.solarize_prob": 0.0, 
 
 # Likewise for the linear evaluation's config: the fields MoCo v3's protocol added, at v1/v2's values.
 EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr": False}
+# ... and the subset fields of issue 36 (lincls/subsets.py) at "every train label": a run on all labels keeps its digest
+EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
 
 
 def recipe_digest(config: dict[str, Any], neutral: dict[str, Any] = ADDED_NEUTRAL) -> str:

@@ -21,6 +21,7 @@ class Setting(Protocol):
     dataset_path: str
     schedule: str | None
     length: int | None
+    data_digest: str | None
 
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
@@ -140,7 +141,9 @@ def setting_title(s: Setting) -> str:
 
 
 def setting_subtitle(s: Setting) -> str:
-    text = f"Evaluation data: {s.dataset_path}. Protocol: {s.protocol}."
+    content = f" (content digest {s.data_digest[:12]}: runs on copies of it elsewhere are grouped here)" \
+        if s.data_digest else ""
+    text = f"Evaluation data: {s.dataset_path}{content}. Protocol: {s.protocol}."
     if s.protocol == "linear-cached":
         text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
     if s.protocol == V3_PROTOCOL:

@@ -101,6 +101,8 @@ class Record:
     eval_recipe: str | None = None  # recipe_digest of the evaluation's own config
     eval_length: int | None = None  # epochs (linear) or iterations (detection) the evaluation trained
     classes: int | None = None  # of the evaluation data
+    labels: str | None = None  # the subset of train labels it trained on ("10%", "1percent.txt 3f2a1b"); None: all
+    data_digest: str | None = None  # dataset.content_sha256: the evaluation folder's content (lincls/layouts.py)
 
     @property
     def ok(self) -> bool:
@@ -174,7 +176,8 @@ def parse_record(data: Any, shown: str) -> Record:
     metrics, per_class = _metrics(data, task, required=status == "ok")
     dataset = _required(data, "dataset", dict)
     dataset_path = _required(dataset, "path", str, "dataset.path")
-    name = dataset.get("name") if isinstance(dataset.get("name"), str) and dataset.get("name") else None
+    name = next((dataset[k] for k in ("name", "folder") if isinstance(dataset.get(k), str) and dataset[k]), None)
+    digest = dataset.get("content_sha256")
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     engine, model, schedule = _detection_setting(data, task, config)
     backbone = _required(data, "backbone", dict)
@@ -185,8 +188,24 @@ def parse_record(data: Any, shown: str) -> Record:
         per_class=per_class, engine=engine, model=model, schedule=schedule, status=status, failure=failure,
         sweep=_sweep(data.get("sweep"), _pretrain_config(backbone)),
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
-        classes=_count(dataset.get("classes")),
+        classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
+        data_digest=digest if isinstance(digest, str) and digest else None,
     )
+
+
+def subset_label(subset: Any) -> str | None:
+    """What a record's ``dataset.subset`` trained on, as a column names it: "10%" (drawn with seed 0; another seed
+    follows: "10% seed 3"), or a file by name and the first six hex digits of its SHA-256 ("1percent.txt 3f2a1b");
+    None for the whole train split."""
+    if not isinstance(subset, dict):
+        return None
+    if subset.get("kind") == "labels" and isinstance(subset.get("labels"), str):
+        seed = subset.get("seed")
+        return subset["labels"] + (f" seed {seed}" if seed not in (0, None) else "")
+    if subset.get("kind") == "file":
+        sha = subset.get("sha256") if isinstance(subset.get("sha256"), str) else ""
+        return " ".join(p for p in (str(subset.get("file") or "subset file"), sha[:6]) if p)
+    raise RecordError(f"field 'dataset.subset' has an unknown kind {subset.get('kind')!r} (expected labels or file)")
 
 
 def _required(obj: dict[str, Any], key: str, kind: type, name: str | None = None) -> Any:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reports import FORMATS
@@ -20,10 +20,10 @@ from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, 
 
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
-    "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "engine", "model", "schedule",
-    "eval_epochs", "eval_iterations", "pretraining", "method", "arch", "pretrain_data", "pretrain_epochs",
-    "pretrain_epochs_planned", "pretrain_unfinished", "sha256", "sweep_param", "sweep_value", "metric", "class",
-    "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
+    "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "labels", "data_sha256", "engine",
+    "model", "schedule", "eval_epochs", "eval_iterations", "pretraining", "method", "arch", "pretrain_data",
+    "pretrain_epochs", "pretrain_epochs_planned", "pretrain_unfinished", "sha256", "sweep_param", "sweep_value",
+    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
 )
 
 
@@ -75,8 +75,9 @@ def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
     for setting_key in dict.fromkeys(e.setting.key for e in main):
         entries = [e for e in main if e.setting.key == setting_key]
         reference = supervised_reference(entries)[0] if entries[0].setting.task in DELTA_TASKS else None
+        section = f"semi:{replace(entries[0].setting, labels=None).key}" if entries[0].setting.labels else setting_key
         for entry in entries:
-            rows.extend(_entry_rows(setting_key, entry, reference))
+            rows.extend(_entry_rows(section, entry, reference))
     for entry in ablation:
         assert entry.sweep is not None
         rows.extend(_entry_rows(ablation_key(entry.sweep.param, entry.sweep.method, entry.setting.key), entry, None))
@@ -96,8 +97,9 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
     known = p.epochs is not None and (p.planned_epochs is not None or p.partial_steps > 0)
     base = {
         "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
-        "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "engine": s.engine or "",
-        "model": s.model or "", "schedule": s.schedule or "",
+        "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "labels": s.labels or "",
+        "data_sha256": s.data_digest or "", "engine": s.engine or "", "model": s.model or "",
+        "schedule": s.schedule or "",
         "eval_epochs": _text(s.length) if s.task == "linear" else "",
         "eval_iterations": _text(s.length) if s.task in DELTA_TASKS else "",
         "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",

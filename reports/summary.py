@@ -58,16 +58,19 @@ class Setting:
     schedule: str | None = None
     length: int | None = None  # epochs (linear) or iterations (detection) trained; None: kNN, or not recorded
     classes: int | None = None
+    labels: str | None = None  # the subset of the train labels ("10%"); None: all of them
+    data_digest: str | None = None  # the evaluation folder's content digest, where the records name it
 
     @classmethod
     def of(cls, record: Record) -> Setting:
         return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
-                   record.schedule, record.eval_length, record.classes)
+                   record.schedule, record.eval_length, record.classes, record.labels, record.data_digest)
 
     @property
     def key(self) -> str:
         """A short id of the setting, used as the CSV ``section`` column."""
-        parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self)]
+        parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self),
+                 f"labels {self.labels}" if self.labels else None]
         return ":".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:
@@ -75,6 +78,17 @@ class Setting:
         return (TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
                 self.model or "", self.schedule or "", self.length != paper_length(self), -(self.length or 0),
                 self.classes or 0)  # the preset's length first, then longer runs before shorter ones
+
+
+def label_order(labels: str | None) -> tuple[int, float, str]:
+    """All labels first, then fractions by size ("1%" before "10%"), then subset files by name."""
+    if labels is None:
+        return (0, 0.0, "")
+    head = labels.split()[0]
+    try:
+        return (1, float(head.rstrip("%")), labels) if head.endswith("%") else (2, 0.0, labels)
+    except ValueError:
+        return (2, 0.0, labels)
 
 
 @dataclass
@@ -108,11 +122,23 @@ def mechanism_identity(p: Pretraining, sweep: Sweep) -> tuple[Any, ...]:
     return (sweep.param, sweep.method, p.arch, p.data_path, p.epochs, p.partial_steps, sweep.series)
 
 
+def same_data(records: Iterable[Record]) -> list[Record]:
+    """Records of one evaluation folder's content (``data_digest``) found at several paths (a copy on another disk
+    or machine) name it by the first of those paths in sorted order, so that they share a setting."""
+    records = list(records)
+    first: dict[str, Record] = {}
+    for record in sorted(records, key=lambda r: r.dataset_path):
+        if record.data_digest:
+            first.setdefault(record.data_digest, record)
+    return [dataclasses.replace(r, dataset_path=first[r.data_digest].dataset_path,
+                                dataset=first[r.data_digest].dataset) if r.data_digest else r for r in records]
+
+
 def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
     """(main entries, ablation entries), each sorted into table order."""
     main: dict[tuple[Any, ...], list[Record]] = {}
     ablation: dict[tuple[Any, ...], list[Record]] = {}
-    for record in records:
+    for record in same_data(records):
         setting = Setting.of(record)
         if record.sweep is None:
             main.setdefault((setting, pretraining_identity(record.pretraining)), []).append(record)

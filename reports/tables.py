@@ -4,6 +4,8 @@
 * Classification (linear, kNN): top-1 and top-5 per pretraining, one table per protocol and evaluation dataset.
 * VOC detection: AP50, AP, AP75 with the difference to the supervised row; per-class AP50 when records carry it.
 * COCO: box and mask AP, AP50, AP75 per detector model and schedule, with the difference to the supervised row.
+* Semi-supervised: the classification tables of runs on a subset of the train labels (1%, 10%, a subset file),
+  one column pair per subset (SimCLR's Table 7 layout).
 * Semantic segmentation (VOC12, Cityscapes): mIoU and pixel accuracy per dataset, network and schedule, with the
   difference to the supervised row.
 * Ablations: accuracy against the queue size K or the momentum m, per mechanism: the trials of a point (other
@@ -15,17 +17,28 @@ random-init row says how to add one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
+from typing import Any
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.pretraining import method_name, short_arch
 from reports.protocols import chance_note, random_init_hint, setting_subtitle, setting_title
 from reports.published import PublishedRow, matching, matching_momentum
 from reports.records import DETECTION_TASKS, TASK_METRICS
-from reports.summary import Entry, Setting, Stat, delta, margins_over_random, supervised_reference
+from reports.summary import (
+    Entry,
+    Setting,
+    Stat,
+    delta,
+    label_order,
+    margins_over_random,
+    pretraining_identity,
+    supervised_reference,
+)
 
 MISSING = "–"
 METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", "AP75": "AP75",
@@ -175,6 +188,8 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
     expected = load_expected() if expected is None else expected
     tables: list[Table] = []
     shown: list[Shown] = []
+    semi = [e for e in entries if e.setting.labels is not None]
+    entries = [e for e in entries if e.setting.labels is None]
     for setting, group in groupby(entries, key=lambda e: e.setting):
         rows_of = list(group)
         pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
@@ -183,7 +198,71 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
             shown.append(Shown(setting.key, setting, pub))
         if any(e.per_class for e in rows_of):
             tables.append(_per_class_table(setting, rows_of))
-    return tables, shown
+    return tables + semi_supervised_tables(semi, expected), shown
+
+
+# ---------------------------------------------------------------------------------------------- semi-supervised
+
+SEMI_NOTE = ("Each column trains on a subset of the train labels: a class-balanced fraction (round(f n_c) of each "
+             "class, at least 1, drawn with data.subset_seed, 0 unless the column names another), or the images a "
+             "file names (SimCLR's imagenet_subsets format), shown with its SHA-256's first six hex digits. "
+             "Validation is on the whole val split. reports/published.csv holds no semi-supervised numbers: the MoCo "
+             "paper (arXiv 1911.05722) reports none.")
+
+
+def semi_supervised_tables(entries: list[Entry],
+                           expected: dict[tuple[str, ...], dict[str, Expected]]) -> list[Table]:
+    """One table per setting less its labels (task, protocol, data, length), SimCLR's Table 7 layout (arXiv
+    2002.05709): a row per pretraining, top-1 and top-5 under each label fraction ("1%", "10%") or subset file."""
+    by_setting: dict[Setting, list[Entry]] = {}
+    for entry in entries:
+        by_setting.setdefault(dataclasses.replace(entry.setting, labels=None), []).append(entry)
+    return [_semi_table(base, rows, expected) for base, rows in by_setting.items()]
+
+
+def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, ...], dict[str, Expected]]) -> Table:
+    metrics = TASK_METRICS[base.task]
+    labels = sorted({e.setting.labels for e in entries if e.setting.labels}, key=label_order)
+    cells: dict[tuple[Any, ...], dict[str, Entry]] = {}
+    for entry in sorted(entries, key=lambda e: e.pretraining.sort_key()):
+        cells.setdefault(pretraining_identity(entry.pretraining), {})[entry.setting.labels or ""] = entry
+    rows: list[Row] = []
+    notes: list[str] = [SEMI_NOTE]
+    checked = False
+    for by_label in cells.values():
+        first = next(iter(by_label.values()))
+        values: list[Cell] = []
+        row_notes: list[str] = []
+        for label in labels:
+            entry = by_label.get(label)
+            if entry is None:
+                values += [Cell(MISSING) for _ in metrics]
+                continue
+            values += [Cell("failed") if entry.failed else stat_cell(entry.metrics.get(m)) for m in metrics]
+            outside, applied = flags(entry, expected)
+            checked |= applied
+            row_notes += [f"{label}: {n}" for n in (failure_note(entry), *outside) if n]
+        counts = ", ".join(str(by_label[label].n) if label in by_label else MISSING for label in labels)
+        failed = all(e.failed for e in by_label.values())
+        rows.append(Row((Cell(first.pretraining.label), Cell(counts), *values, Cell("; ".join(row_notes))),
+                        "failed" if failed else "ours"))
+    for label in labels:
+        column = [e for e in entries if e.setting.labels == label]
+        margins = margins_over_random(column, metrics[0])
+        if margins:
+            header = METRIC_HEADERS.get(metrics[0], metrics[0])
+            notes.append(f"Above random init ({label} {header}; SE, the standard error of the difference of the two "
+                         "means): " + "; ".join(f"{m.entry.pretraining.label} {fmt_delta(m.difference)[0]} "
+                                                f"({m.ratio:.1f} SE)" for m in margins) + ".")
+    notes += [n for n in (chance_note(base),) if n]
+    if checked:
+        notes.append(f"Expected ranges of these presets (reports/expected.csv, measured with several trials): a mean "
+                     f"more than max({WIDTH:g} std, {FLOOR:g}) from the expected one is flagged in its note.")
+    columns = (Column("Pretraining"), Column("n", True),
+               *(Column(f"{label} {METRIC_HEADERS.get(m, m)}", True) for label in labels for m in metrics),
+               Column("Note"))
+    title = f"Semi-supervised, {' / '.join(labels)} of the labels: {setting_title(base)}"
+    return _drop_empty_note(Table(f"semi:{base.key}", title, columns, rows, setting_subtitle(base), notes))
 
 
 def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow],

@@ -141,3 +141,94 @@ def official_checkpoint(path: Path, arch: str = "resnet18") -> Path:
 def torchvision_weights(path: Path, arch: str = "resnet18") -> Path:
     torch.save(getattr(torchvision.models, arch)().state_dict(), path)
     return path
+
+
+def simclr_subset_file(path: Path, names: list[str]) -> Path:
+    """A subset list in SimCLR's published format (google-research/simclr ``imagenet_subsets/1percent.txt``): one
+    ``<wnid>_<n>.JPEG`` a line, classes mixed, a newline after the last."""
+    path.write_text("".join(f"{name}\n" for name in names))
+    return path
+
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def cifar_folder_layout(root: Path, classes: int = 3, train_per_class: int = 4, test_per_class: int = 2) -> Path:
+    """torchvision's CIFAR-10 exported to folders: ``train/<class>/<n>.png`` and ``test/<class>/<n>.png`` (no
+    ``val/``), 32-px RGB PNGs named by their index in the split."""
+    rng = np.random.default_rng(1)
+    for split, count in (("train", train_per_class), ("test", test_per_class)):
+        index = 0
+        for name in CIFAR10_CLASSES[:classes]:
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for _ in range(count):
+                _photo(rng, 32, 32).save(root / split / name / f"{index:05d}.png")
+                index += 1
+    return root
+
+
+def mat_file(path: Path, arrays: dict[str, np.ndarray], *, compressed: bool = True) -> Path:
+    """A level-5 MAT-file of 1xN double rows as MATLAB's ``save`` writes it (-v7: each variable zlib-compressed;
+    -v6: not), names of up to 4 characters in a small element: the form of Flowers-102's ``.mat`` files."""
+    import struct
+    import zlib
+
+    def element(kind: int, payload: bytes) -> bytes:
+        if len(payload) <= 4:  # small data element: the count in the tag's upper half
+            return struct.pack("<HH", kind, len(payload)) + payload.ljust(4, b"\0")
+        return struct.pack("<II", kind, len(payload)) + payload + b"\0" * (-len(payload) % 8)
+
+    header = b"MATLAB 5.0 MAT-file, Platform: GLNXA64, Created on: Thu Feb 19 00:00:00 2009".ljust(116)
+    out = header + b"\0" * 8 + struct.pack("<H", 0x0100) + b"IM"
+    for name, values in arrays.items():
+        row = np.asarray(values, dtype="<f8").reshape(1, -1)
+        body = (element(6, struct.pack("<II", 6, 0)) + element(5, struct.pack("<2i", *row.shape))
+                + element(1, name.encode()) + element(9, row.tobytes(order="F")))
+        matrix = struct.pack("<II", 14, len(body)) + body
+        if compressed:
+            matrix = zlib.compress(matrix)
+            matrix = struct.pack("<II", 15, len(matrix)) + matrix  # miCOMPRESSED: not padded
+        out += matrix
+    path.write_bytes(out)
+    return path
+
+
+def flowers_layout(root: Path, labels: tuple[int, ...] = (1, 1, 2, 3, 2, 3, 1, 2, 3, 1, 2, 3),
+                   trnid: tuple[int, ...] = (1, 3, 4), valid: tuple[int, ...] = (2, 5, 6),
+                   tstid: tuple[int, ...] = (7, 8, 9, 10, 11, 12)) -> Path:
+    """Oxford Flowers-102 as torchvision's ``Flowers102(root, download=True)`` leaves it, shrunk: ``root/flowers-102/
+    jpg/image_00001.jpg`` ..., ``imagelabels.mat`` (``labels``, classes from 1) and ``setid.mat`` (``trnid``,
+    ``valid``, ``tstid``, image numbers from 1); returns ``root``."""
+    base = root / "flowers-102"
+    (base / "jpg").mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for i in range(1, len(labels) + 1):
+        _photo(rng, int(rng.integers(40, 60)), int(rng.integers(40, 60))).save(base / "jpg" / f"image_{i:05d}.jpg")
+    mat_file(base / "imagelabels.mat", {"labels": np.array(labels)})
+    mat_file(base / "setid.mat", {"trnid": np.array(trnid), "valid": np.array(valid), "tstid": np.array(tstid)})
+    return root
+
+
+PETS = (("Abyssinian", 1, 1, 1), ("american_bulldog", 2, 2, 1), ("Bengal", 3, 1, 2))  # name, class, species, breed
+
+
+def pets_layout(root: Path, trainval: int = 3, test: int = 2) -> Path:
+    """Oxford-IIIT Pets as torchvision's ``OxfordIIITPet(root, download=True)`` leaves it, shrunk:
+    ``root/oxford-iiit-pet/images/<Breed>_<n>.jpg`` (and a stray ``.mat`` among them, as the real archive has),
+    ``annotations/trainval.txt`` and ``test.txt`` (``<image> <class> <species> <breed>``), ``annotations/list.txt``
+    with its ``#`` header; returns ``root``."""
+    base = root / "oxford-iiit-pet"
+    (base / "images").mkdir(parents=True)
+    (base / "annotations").mkdir()
+    rng = np.random.default_rng(3)
+    lines: dict[str, list[str]] = {"trainval": [], "test": []}
+    for name, cls, species, breed in PETS:
+        for n in range(1, trainval + test + 1):
+            _photo(rng, 48, 40).save(base / "images" / f"{name}_{n}.jpg", quality=90)
+            lines["trainval" if n <= trainval else "test"].append(f"{name}_{n} {cls} {species} {breed}")
+    (base / "images" / f"{PETS[0][0]}_{trainval + test + 1}.mat").write_bytes(b"MATLAB 5.0 MAT-file")
+    for split, rows in lines.items():
+        (base / "annotations" / f"{split}.txt").write_text("\n".join(rows) + "\n")
+    header = "#Image CLASS-ID SPECIES BREED ID\n#ID: 1:37 Class ids\n"
+    (base / "annotations" / "list.txt").write_text(header + "\n".join(lines["trainval"] + lines["test"]) + "\n")
+    return root

@@ -141,7 +141,8 @@ def test_linear_eval_takes_the_data_flag_over_a_preset_without_data(tmp_path: Pa
     result = runner.invoke(app, ["eval", "linear", "absent.pth", "--data", str(tmp_path), "--output-dir",
                                  str(tmp_path / "out")])
     assert result.exit_code == 2
-    expected = f"error: data.path: {tmp_path} needs train/ and val/ folders with one folder per class"
+    expected = (f"error: data.path: {tmp_path} needs train/ and val/ (or test/) folders with one folder per class, or "
+                f"Flowers-102's or Oxford-IIIT Pets' files as torchvision downloads them")
     assert result.output.strip() == expected
     result = runner.invoke(app, ["eval", "linear", "absent.pth"])
     assert result.exit_code == 2 and result.output.startswith("error: data.path: not set")

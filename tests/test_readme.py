@@ -13,6 +13,7 @@ commands only where detectron2 is importable.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -29,10 +30,15 @@ import torchvision
 
 from moco_core import checkpoint
 from tests.layouts import (
+    WNIDS,
+    cifar_folder_layout,
     custom_detection_layout,
     detection_layout,
+    flowers_layout,
     imagenet_layout,
     official_checkpoint,
+    pets_layout,
+    simclr_subset_file,
     torchvision_weights,
 )
 from tests.transfer.segmentation.layouts import (
@@ -98,6 +104,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "TV_WEIGHTS": str(torchvision_weights(base / "weights" / "resnet-weights.pth")),
         "DETECTRON2_DATASETS": str(cityscapes_layout(voc_segmentation_layout(detection_layout(base / "datasets")))),
         "MYDATA": str(custom_detection_layout(base / "mine")), "CHECKPOINTS": str(base / "checkpoints"),
+        "SUBSET": str(simclr_subset_file(base / "1percent.txt", [f"{w}_{i}.JPEG" for i, w in enumerate(WNIDS)])),
+        "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
+        "PETS": str(pets_layout(base / "pets")),
         "MYSEG": str(custom_segmentation_layout(base / "myseg")),
     }
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
@@ -172,6 +181,7 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert 0 <= record["metrics"]["top1"] <= 100
         if "linear" in command:
             assert record["sanity_check"] == "passed"
+        _check_data(command, record["dataset"], env)
     elif command.startswith("moco eval"):  # voc, coco, lvis, cityscapes, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
@@ -202,6 +212,29 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert (work / "runs/demo/report/report.md").is_file()
     else:
         raise AssertionError(f"no check for {command}")
+
+
+LAYOUTS = {"$CIFAR10": "imagefolder (test/ as val)", "$FLOWERS": "flowers-102", "$PETS": "oxford-iiit-pet",
+           "$IMAGENET": "imagefolder"}
+
+
+def _check_data(command: str, dataset: dict, env: dict[str, str]) -> None:
+    """The subset a command names is the one its record names, on the whole val split; a folder is named by its
+    layout and content digest."""
+    data = _option(command, "--data")
+    if data in LAYOUTS:
+        assert dataset["layout"] == LAYOUTS[data] and len(dataset["content_sha256"]) == 64
+    if "--subset" in command:  # one image of each class, named in SimCLR's format
+        assert dataset["subset"]["kind"] == "file" and dataset["train_images"] == len(WNIDS)
+        assert dataset["subset"]["sha256"] == hashlib.sha256(Path(env["SUBSET"]).read_bytes()).hexdigest()
+    elif "--labels" in command:
+        fraction = float(_option(command, "--labels").rstrip("%")) / 100
+        assert dataset["subset"] == {"kind": "labels", "labels": _option(command, "--labels"), "seed": 0,
+                                     "images": dataset["train_images"], "of": dataset["subset"]["of"]}
+        assert dataset["train_images"] == dataset["classes"] * max(1, round(fraction * dataset["subset"]["of"]
+                                                                           / dataset["classes"]))
+    else:
+        assert "subset" not in dataset
 
 
 def test_a_collision_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

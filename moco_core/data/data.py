@@ -157,6 +157,13 @@ def _verify(
     return kept, [(samples[i][0], reason) for i, reason in failed]
 
 
+def verify_samples(samples: list[tuple[str, int]], workers: int, *,
+                   shared: bool = False) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """:func:`scan_images`'s header check for samples listed elsewhere (a dataset's annotation files): (readable
+    samples in order, skipped ``(path, reason)``); a missing file is skipped with its reason."""
+    return _verify(samples, workers, shared=shared)
+
+
 def _nested_dataset(root: Path, depth: int = 3, fan_out: int = 8) -> Path | None:
     """The one folder up to ``depth`` levels below ``root`` with train/ and val/ folders and images in train/
     (ImageNet as Kaggle ships it: ILSVRC/Data/CLS-LOC/), or None. Only folders of at most ``fan_out``

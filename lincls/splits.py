@@ -1,0 +1,116 @@
+"""The labelled train and val splits every classification evaluation reads (linear, kNN, fine-tuning), and the
+``dataset`` section of their records.
+
+:func:`load_splits` takes any layout :mod:`lincls.layouts` knows (ImageFolder with ``val/`` or ``test/``, Flowers-102,
+Pets), keeps the train images the data config's subset names (:mod:`lincls.subsets`; val is always whole), and
+:func:`dataset_record` names what ran: the path, the layout, the folder's content digest, the subset.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lincls.layouts import content_digest, find_listed, val_split
+from lincls.subsets import select
+from moco_core import distributed
+from moco_core.config import ConfigError
+from moco_core.data.augment import build_eval_transform
+from moco_core.data.data import (
+    DecodeFailures,
+    ImageDataset,
+    ImageList,
+    scan_images,
+    unlabelled_splits,
+    verify_samples,
+    warn_revisited,
+    warn_skipped,
+)
+from moco_core.data.shapes import shapes_version
+from moco_core.run.runtime import resolve_data
+
+if TYPE_CHECKING:
+    from lincls.linear import LinearDataConfig
+
+
+@dataclass
+class Splits:
+    train: ImageDataset
+    val: ImageDataset
+    classes: list[str]
+    root: Path | None = None
+    layout: str = "imagefolder"  # "imagefolder", "imagefolder (test/ as val)", "flowers-102", "oxford-iiit-pet"
+    files: list[str] = field(default_factory=list)  # every train and val image found (the content digest's)
+    annotations: list[Path] = field(default_factory=list)
+    subset: dict[str, Any] | None = None  # what lincls.subsets.Subset.record says; None: the whole train split
+
+
+def train_transform(crop: int) -> Any:
+    from torchvision import transforms as T
+
+    from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
+
+    return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None) -> Splits:
+    """Labelled train and val splits with the same classes. ``augment``: the paper's train crops, else center crops.
+    ``failures``: where images that do not decode are noted (else logged once per process)."""
+    root = resolve_data(cfg.path or "")
+    train, val, layout, annotations, base = _scan(root, max(cfg.workers, 1))
+    notes = [warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped), warn_skipped(val.skipped)]
+    subset = select(train.samples, labels=cfg.labels, subset=cfg.subset, seed=cfg.subset_seed,
+                    unreadable=[p for p, _ in train.skipped])
+    if subset is not None:
+        notes.append(subset.warning)
+    for note in notes:
+        if note and distributed.is_main():
+            print(f"warning: {note}", file=sys.stderr)
+    evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)
+    files = [p for lst in (train, val) for p in [s for s, _ in lst.samples] + [s for s, _ in lst.skipped]]
+    return Splits(ImageDataset(subset.samples if subset else train.samples,
+                               train_transform(cfg.crop_size) if augment else evaluate, failures),
+                  ImageDataset(val.samples, evaluate, failures), train.classes, base, layout, files, annotations,
+                  subset.record if subset else None)
+
+
+def _scan(root: Path, workers: int) -> tuple[ImageList, ImageList, str, list[Path], Path]:
+    """(train, val, layout, annotation files, the dataset's folder) of ``root``; every process of a run calls this,
+    each reading 1/world of the image headers."""
+    listed = find_listed(root) if root.is_dir() else None
+    if listed is not None:
+        lists = []
+        for name, samples in (("train", listed.train), ("test", listed.val)):
+            kept, skipped = verify_samples(samples, workers, shared=True)
+            if not kept:
+                raise ConfigError(f"data.path: none of the {len(samples)} {name} images {listed.kind}'s annotations "
+                                  f"name under {listed.root} could be read")
+            lists.append(ImageList(kept, listed.classes, skipped))
+        return lists[0], lists[1], listed.kind, listed.annotations, listed.root
+    split = val_split(root)
+    if root.is_dir() and not ((root / split).is_dir() and (root / "train").is_dir()):  # else scan: "not found"
+        raise ConfigError(f"data.path: {root} needs train/ and val/ (or test/) folders with one folder per class, "
+                          f"or Flowers-102's or Oxford-IIIT Pets' files as torchvision downloads them")
+    train = scan_images(root, split="train", workers=workers, shared=True)
+    val = scan_images(root, split=split, workers=workers, shared=True)
+    problem = unlabelled_splits(root, train, val)
+    if problem:
+        raise ConfigError(f"data.path: {problem.replace('val/', f'{split}/') if split != 'val' else problem}")
+    return train, val, "imagefolder" if split == "val" else "imagefolder (test/ as val)", [], root
+
+
+def dataset_record(path: str | None, splits: Splits) -> dict[str, Any]:
+    """The record's ``dataset``: path, classes, image counts, layout; for a folder its name and content digest
+    (:func:`lincls.layouts.content_digest`; ``moco report`` groups runs by it), for the embedded data its version;
+    the subset trained on, where one was."""
+    record: dict[str, Any] = {"path": path, "classes": len(splits.classes), "train_images": len(splits.train),
+                              "val_images": len(splits.val), **shapes_version(path or "")}
+    if path != "embedded" and splits.root is not None:
+        record.update(folder=Path(str(splits.root).rstrip("/")).name or str(splits.root), layout=splits.layout,
+                      content_sha256=content_digest(splits.root, splits.files, splits.annotations))
+    if splits.subset is not None:
+        record["subset"] = splits.subset
+    return record
