@@ -17,7 +17,8 @@ from cluster.job import Command, LaunchError, run_moco
 from moco_core.run.preemption import Stopper
 
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"),
-             "eval coco": ("--seed", "{}"), "eval lvis": ("--seed", "{}"), "eval cityscapes": ("--seed", "{}"),
+             "eval coco": ("--seed", "{}"), "eval keypoints": ("--seed", "{}"), "eval lvis": ("--seed", "{}"),
+             "eval cityscapes": ("--seed", "{}"),
              "eval semseg": ("--seed", "{}")}  # the words that give a command its seed
 
 

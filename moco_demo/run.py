@@ -23,7 +23,8 @@ from moco_core.run.progress import LINE
 from moco_core.run.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
 
-TASKS = ("linear", "voc", "coco")
+TASKS = ("linear", "voc", "coco", "keypoints")
+DEFAULT_TASKS = ("linear", "voc", "coco")  # keypoints (keypoints_embedded) is opt-in: --tasks
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
 BACKBONES = ("moco", "supervised", "random")
 RANDOM_ARCH = "resnet18"  # the embedded presets' backbone, for random init
@@ -73,7 +74,7 @@ class Demo:
         write_text_atomic(self.output_dir / "demo.json", json.dumps(times, indent=2) + "\n")
 
 
-def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", tasks: tuple[str, ...] = TASKS,
+def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", tasks: tuple[str, ...] = DEFAULT_TASKS,
              show_progress: bool = False, overrides: dict[str, list[str]] | None = None, trials: int = 1,
              seed: int = 0) -> Path:
     """Run every step (skipping finished ones) and write the report; returns the report directory.

@@ -163,9 +163,16 @@ ADDED_NEUTRAL = {"augment.blur_prob_view2": None, "augment.solarize_prob": 0.0, 
 
 
 # Likewise for the linear evaluation's config: the fields MoCo v3's protocol added, at v1/v2's values.
-EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr": False}
+# And the detection fields the keypoint task added (transfer.config.DetectorConfig), at the values every earlier
+# detection run had: they change nothing in a VOC or COCO run.
+EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr": False,
+                      "detector.fpn_channels": 256, "detector.keypoint_pooler_resolution": 14,
+                      "detector.keypoint_conv_dims": [512] * 8, "detector.min_keypoints_per_image": 1,
+                      "detector.keypoint_oks_sigmas": []}
 # ... and the subset fields of issue 36 (lincls/subsets.py) at "every train label": a run on all labels keeps its digest
 EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
+# ... and the LVIS task's repeat-factor sampling (transfer/detection/sampling.py) at "off": VOC and COCO runs never had it
+EVAL_ADDED_NEUTRAL.update({"data.repeat_threshold": 0.0})
 
 
 def recipe_digest(config: dict[str, Any], neutral: dict[str, Any] = ADDED_NEUTRAL) -> str:

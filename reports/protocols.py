@@ -33,17 +33,22 @@ LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  
 # The presets that run the MoCo v3 protocol (lincls/): (ImageNet, embedded data), by backbone family
 V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
               "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
+# fine-tuned detectors: an engine, a model and a schedule each
+DETECTION_TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
-                       ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("lvis", "2x"): 180000,
-                       ("lvis", "embedded"): 200, ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200,
+                       ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
+                       ("keypoints", "embedded"): 200, ("lvis", "2x"): 180000, ("lvis", "embedded"): 200,
+                       ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
+                 "keypoints": "moco eval keypoints random --arch {arch}",
                  "lvis": "moco eval lvis random --arch {arch}",
                  "cityscapes": "moco eval cityscapes random --arch {arch}",
                  "semseg": "moco eval semseg random --arch {arch}"}
 DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
+                   "keypoints": "COCO keypoint detection",
                    "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
 
 
@@ -63,7 +68,7 @@ def eval_length(task: str, config: dict[str, Any]) -> int | None:
     if task == "linear":
         optim = config.get("optim")
         return _count(optim.get("epochs")) if isinstance(optim, dict) else None
-    if task in (*DETECTION_HEADS, "semseg"):
+    if task in (*DETECTION_TASKS, "semseg"):
         solver = config.get("solver")
         found = _count(config.get("iterations"))
         return found if found is not None or not isinstance(solver, dict) else _count(solver.get("iterations"))

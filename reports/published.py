@@ -16,6 +16,7 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   are Detectron2's), the detector model equals the published backbone (R50-C4) and the schedule equals it (24k)
   where our record names one.
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
+* COCO keypoints: task ``keypoints``, the same conditions as COCO's (R50-FPN, 2x).
 * LVIS and Cityscapes instance segmentation: the same with "lvis" / "cityscapes" (the published Cityscapes row
   names no schedule: it is shown beside the preset's 24k run).
 * Semantic segmentation: task ``semseg``, the dataset's name or path contains "voc" (VOC12 semantic) or
@@ -36,15 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.pretraining import short_arch
-from reports.protocols import V3_PROTOCOL, paper_length, runs_preset_length
+from reports.protocols import DETECTION_TASKS, V3_PROTOCOL, paper_length, runs_preset_length
 from reports.summary import Setting
 
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 # Published metric name -> ours (by task)
 METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75", "APmk": "segm_AP",
-                "APmk50": "segm_AP50", "APmk75": "segm_AP75"}
-TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "lvis": "lvis_v0.5",
-         "cityscapes": "cityscapes_instance"}
+                "APmk50": "segm_AP50", "APmk75": "segm_AP75", "APkp": "keypoints_AP", "APkp50": "keypoints_AP50",
+                "APkp75": "keypoints_AP75"}
+TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "keypoints": "coco_keypoints",
+         "lvis": "lvis_v0.5", "cityscapes": "cityscapes_instance"}
 _ANY_SCHEDULE = "-"  # a published row without a schedule (Cityscapes instance): beside ours at the preset's length
 # Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
 SEMSEG_TASKS = {"voc": "voc12_semantic", "cityscapes": "cityscapes_semantic"}
@@ -141,9 +143,10 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         epochs = setting.length or paper_length(setting)
         return [r for r in rows if r.task == TASKS["linear"] and r.protocol == setting.protocol
                 and r.backbone in shorts and _schedule_epochs(r.schedule) in (None, epochs)]
-    if setting.task in ("voc", "coco", "lvis", "cityscapes"):
+    if setting.task in DETECTION_TASKS:
         custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/detection/datasets.py)
-        if setting.engine != "detectron2" or custom or not _named(setting, setting.task):
+        if setting.engine != "detectron2" or custom or not _named(setting, "coco" if setting.task == "keypoints"
+                                                                 else setting.task):
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
                 and (setting.schedule is None or r.schedule in (setting.schedule, _ANY_SCHEDULE))]

@@ -33,7 +33,7 @@ from reports.pretraining import (
     recipe_digest,
     series_digest,
 )
-from reports.protocols import eval_length
+from reports.protocols import DETECTION_TASKS, eval_length
 
 SCHEMA = "moco.result"
 VERSION = 1
@@ -46,11 +46,11 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "knn": ("top1", "top5"),
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
+    "keypoints": ("keypoints_AP", "keypoints_AP50", "keypoints_AP75"),
     "lvis": ("segm_AP", "segm_AP50", "segm_AP75", "bbox_AP"),  # the paper's LVIS table: mask AP, AP50, AP75
     "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
     "semseg": ("mIoU", "pixel_acc"),
 }
-DETECTION_TASKS = ("voc", "coco", "lvis", "cityscapes")  # the R-CNN transfer tasks (transfer/detection/)
 TASK_ORDER = tuple(TASK_METRICS)
 SWEEP_PARAMS = ("queue_size", "momentum")
 ENGINES = ("detectron2", "torchvision")
@@ -271,7 +271,8 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a detection or semantic segmentation record; all None for classification."""
+    """(engine, model, schedule) of a detection, keypoint or semantic segmentation record; all None for
+    classification."""
     if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
@@ -280,7 +281,8 @@ def _detection_setting(data: dict[str, Any], task: str,
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
     if task != "voc" and (not isinstance(schedule, str) or not schedule):
-        labels = {"coco": "1x or 2x", "lvis": "1x or 2x", "cityscapes": "24k", "semseg": "30k, 90k"}[task]
+        labels = {"coco": "1x or 2x", "keypoints": "1x or 2x", "lvis": "1x or 2x", "cityscapes": "24k",
+                  "semseg": "30k, 90k"}[task]
         raise RecordError(f"missing field 'config.schedule' ({labels}) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.pretraining import method_name, short_arch
-from reports.protocols import chance_note, random_init_hint, setting_subtitle, setting_title
+from reports.protocols import DETECTION_TASKS, chance_note, random_init_hint, setting_subtitle, setting_title
 from reports.published import PublishedRow, matching, matching_momentum
-from reports.records import DETECTION_TASKS, TASK_METRICS
+from reports.records import TASK_METRICS
 from reports.summary import (
     Entry,
     Setting,
@@ -43,7 +43,8 @@ from reports.summary import (
 MISSING = "–"
 METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", "AP75": "AP75",
                   "bbox_AP": "APbb", "bbox_AP50": "APbb50", "bbox_AP75": "APbb75",
-                  "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75", "mIoU": "mIoU",
+                  "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75",
+                  "keypoints_AP": "APkp", "keypoints_AP50": "APkp50", "keypoints_AP75": "APkp75", "mIoU": "mIoU",
                   "pixel_acc": "pixel acc."}
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}

@@ -4,11 +4,14 @@
   truncated file, one grayscale and one CMYK JPEG among them, as ImageNet has.
 - :func:`detection_layout`: detectron2's ``datasets/`` layout: ``VOC2007/`` and ``VOC2012/`` (``Annotations/``,
   ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names),
-  ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``,
+  ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``, and beside them COCO's
+  keypoint files ``coco/annotations/person_keypoints_{train,val}2017.json`` (:func:`add_coco_keypoints`: their
+  images in the same ``coco/{train,val}2017/``, 12-digit names as COCO's),
   ``lvis/lvis_v0.5_{train,val}.json`` whose images (``coco_url``) are in ``coco/{train,val}2017/`` beside COCO's,
   and ``cityscapes/leftImg8bit/{train,val}/<city>/<city>_<seq>_<frame>_leftImg8bit.png`` with
   ``cityscapes/gtFine/{train,val}/<city>/..._gtFine_{instanceIds.png,labelIds.png,polygons.json}``;
-  :func:`custom_detection_layout`: one's own VOC-style devkit and COCO-format files, in no standard place.
+  :func:`custom_detection_layout`: one's own VOC-style devkit and COCO-format files (instances and keypoints), in
+  no standard place.
 - :func:`official_checkpoint`: a checkpoint as the official ``main_moco.py`` writes it (DDP's ``module.`` prefix,
   a real SGD state); :func:`torchvision_weights`: a torchvision ResNet ``state_dict`` file.
 """
@@ -32,7 +35,7 @@ from moco_core.model.methods import build_moco
 from transfer.detection.cityscapes import ensure_cityscapes
 from transfer.detection.lvis import ensure_lvis
 from transfer.detection.voc import VOC_CLASSES
-from transfer.embedded import ensure_coco, ensure_voc
+from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
 
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")  # the first four ILSVRC-2012 classes
 
@@ -76,6 +79,7 @@ def detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
         xml.write_text(text)
     if not (root / "VOC2012").exists():
         shutil.copytree(voc, root / "VOC2012")
+    add_coco_keypoints(root / "coco", train=train, test=test)
     lvis_layout(root, train=train, val=test)
     ensure_cityscapes(root, train=train, val=test, size=64)
     return root
@@ -100,11 +104,40 @@ def lvis_layout(root: Path, train: int = 12, val: int = 6) -> Path:
     return root
 
 
+KEYPOINT_IMAGE_IDS = 500000  # the keypoint scenes' image ids (and file names) start here, after the instance ones
+
+
+def add_coco_keypoints(coco: Path, train: int = 12, test: int = 6, *, prefix: str = "") -> None:
+    """Keypoint scenes of 64 px added to the COCO folder ``coco``: ``annotations/person_keypoints_{train,val}2017.json``
+    (or ``annotations/<prefix>{train,val}.json`` with images in ``images/<split>/`` for ``prefix``, one's own
+    files) whose images go beside the instance images, named as COCO's by image id."""
+    made = coco.parent / ".keypoints_made"
+    ensure_keypoints(made, train=train, val=test, size=64)
+    (coco / "annotations").mkdir(parents=True, exist_ok=True)
+    for split in ("train2017", "val2017"):
+        doc = json.loads((made / "coco" / "annotations" / f"person_keypoints_{split}.json").read_text())
+        ours = split.removesuffix("2017")
+        folder = coco / "images" / ours if prefix else coco / split
+        folder.mkdir(parents=True, exist_ok=True)
+        for image in doc["images"]:
+            source = made / "coco" / split / image["file_name"]
+            image["id"] += KEYPOINT_IMAGE_IDS
+            image["file_name"] = f"{image['id']:012d}.jpg"
+            shutil.copyfile(source, folder / image["file_name"])
+            if prefix:
+                image["file_name"] = f"{ours}/{image['file_name']}"
+        for ann in doc["annotations"]:
+            ann["image_id"] += KEYPOINT_IMAGE_IDS
+        name = f"{prefix}{ours}.json" if prefix else f"person_keypoints_{split}.json"
+        (coco / "annotations" / name).write_text(json.dumps(doc))
+    shutil.rmtree(made)
+
+
 def custom_detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
     """Detection data of one's own under ``root``, as README's custom-dataset commands name it: a VOC-style devkit
     ``MyDevkit/`` whose objects keep the shapes' class names, with splits ``train`` and ``val``; and COCO-format
     ``annotations/{train,val}.json`` whose ``file_name`` entries are ``train/<name>``, ``val/<name>`` under
-    ``images/``."""
+    ``images/``, and keypoint files ``annotations/keypoints_{train,val}.json`` of the same form."""
     made = root / "made"
     ensure_voc(made, trainval=train, test=test, size=64)
     ensure_coco(made, train=train, val=test, size=64)
@@ -121,6 +154,7 @@ def custom_detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
         (root / "annotations" / f"{ours}.json").write_text(json.dumps(doc))
         shutil.copytree(made / "coco" / theirs, root / "images" / ours)
     shutil.rmtree(made)
+    add_coco_keypoints(root, train=train, test=test, prefix="keypoints_")
     return root
 
 

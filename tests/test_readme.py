@@ -141,7 +141,7 @@ def _option(command: str, name: str) -> str | None:
 
 
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval knn", "moco eval voc", "moco eval coco",
-          "moco eval lvis", "moco eval cityscapes", "moco eval semseg",
+          "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval semseg",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -182,9 +182,11 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         if "linear" in command:
             assert record["sanity_check"] == "passed"
         _check_data(command, record["dataset"], env)
-    elif command.startswith("moco eval"):  # voc, coco, lvis, cityscapes, semseg
+    elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
+        if command.startswith("moco eval keypoints"):  # AP^kp through COCOeval, on a keypoint file's set
+            assert {"keypoints_AP", "keypoints_AP50", "keypoints_AP75"} <= record["metrics"].keys()
         if "$MYDATA" in command or "$MYSEG" in command:  # one's own sets: named as such
             assert record["dataset"]["name"].startswith("custom: ")
     elif command.startswith("moco convert") and "--to torchvision" in command:

@@ -1,5 +1,5 @@
-"""``moco eval voc|coco|lvis|cityscapes``, ``moco eval semseg`` and ``moco convert``: options in, plain function
-calls out."""
+"""``moco eval voc|coco|keypoints|lvis|cityscapes``, ``moco eval semseg`` and ``moco convert``: options in, plain
+function calls out."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def _config(task: str) -> Any:
 
 VocConfig = Annotated[str | None, _config("voc")]
 CocoConfig = Annotated[str | None, _config("coco")]
+KeypointsConfig = Annotated[str | None, _config("keypoints")]
 LvisConfig = Annotated[str | None, _config("lvis")]
 CityscapesConfig = Annotated[str | None, _config("cityscapes")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
@@ -35,8 +36,9 @@ Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (def
 Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/, "
                                           "lvis/, cityscapes/), or 'embedded'.")]
 Train = Annotated[list[str] | None, typer.Option(
-    "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train..., or one's own: "
-    "DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), ANNOTATIONS.json:IMAGE_DIR (COCO format); relative to --data.")]
+    "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train, "
+    "keypoints_coco_2017_train..., or one's own: DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), "
+    "ANNOTATIONS.json:IMAGE_DIR (COCO format, keypoint files for eval keypoints); relative to --data.")]
 Test = Annotated[str | None, typer.Option(help="The test set, in the forms --train takes.")]
 Classes = Annotated[str | None, typer.Option(
     help="A VOC-style devkit's class names in label order, comma-separated (default: VOC's 20 for the standard "
@@ -92,8 +94,8 @@ def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, 
 
 
 def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
-    """One process of ``moco eval voc|coco|semseg``: user errors are one line (from rank 0), exit code 2; a NaN
-    loss 1."""
+    """One process of ``moco eval voc|coco|keypoints|semseg``: user errors are one line (from rank 0), exit code 2;
+    a NaN loss 1."""
     from moco_core.cli import report_result
 
     if cfg.task == "semseg":
@@ -130,6 +132,17 @@ def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = No
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("coco", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+
+
+def keypoints_cli(weights: Weights = None, config: KeypointsConfig = None, set_: Sets = None, engine: Engine = None,
+                  data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
+                  arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+                  resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+                  old_weights: OldWeights = None) -> None:
+    """Keypoint R-CNN (R50-FPN, 2x) fine-tuned from a backbone on COCO keypoints train2017, tested on val2017
+    (AP^kp)."""
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("keypoints", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
 def lvis_cli(weights: Weights = None, config: LvisConfig = None, set_: Sets = None, engine: Engine = None,

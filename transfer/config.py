@@ -1,9 +1,10 @@
-"""Detection transfer configuration (``moco eval voc|coco|lvis|cityscapes``): frozen dataclasses.
+"""Detection transfer configuration (``moco eval voc|coco|keypoints|lvis|cityscapes``): frozen dataclasses.
 
 The defaults are the paper's VOC run (arXiv 1911.05722, section 4.2; the official
 ``detection/configs/pascal_voc_R_50_C4_24k_moco.yaml`` on detectron2's defaults): Faster R-CNN R50-C4 with BN
 fine-tuned everywhere and an extra BN after res5, trained on VOC07+12 trainval for 24k iterations of 16 images and
-tested on VOC07 test. The COCO presets (``configs/coco_*.yaml``) change what differs. Loading, ``_base_`` chains,
+tested on VOC07 test. The COCO presets (``configs/coco_*.yaml``) and the keypoint ones (``configs/keypoints_*.yaml``)
+change what differs. Loading, ``_base_`` chains,
 ``--set`` overrides and the one-line ConfigError are moco_core.config's.
 """
 
@@ -16,12 +17,12 @@ from typing import Any, Literal
 
 from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
 
-TASKS = ("voc", "coco", "lvis", "cityscapes")
+TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
 MASK_TASKS = ("coco", "lvis", "cityscapes")  # Mask R-CNN: box and mask AP
 ENGINES = ("auto", "detectron2", "torchvision")
 # The preset each command runs when no --config is given: the paper's settings.
-DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "lvis": "lvis_v0.5_R50_FPN_2x",
-                   "cityscapes": "cityscapes_R50_FPN"}
+DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "keypoints": "keypoints_R50_FPN_2x",
+                   "lvis": "lvis_v0.5_R50_FPN_2x", "cityscapes": "cityscapes_R50_FPN"}
 _VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
 
 
@@ -37,6 +38,7 @@ class DetectorConfig:
     extra_norm: bool = True
     # FPN: BN in the new FPN and mask-head convs too (the paper normalises the newly initialised layers).
     norm_new_layers: bool = True
+    fpn_channels: int = 256  # FPN: the pyramid's channels (detectron2's FPN.OUT_CHANNELS)
     anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512)  # detectron2's; C4: all on res4, FPN: one per level
     aspect_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
     pooler_resolution: int = 14  # RoIAlign output of the box branch: C4 14 (res5 halves it to 7), FPN 7
@@ -49,6 +51,15 @@ class DetectorConfig:
     detections_per_image: int = 100
     score_thresh: float = 0.05  # test: boxes scoring less are dropped before per-class NMS
     nms_thresh: float = 0.5
+    # Keypoint R-CNN (task keypoints; transfer/detection/keypoints.py), detectron2's ROI_KEYPOINT_HEAD defaults:
+    # a 14x14 RoIAlign, 8 convs of 512 channels, a 2x deconvolution and a 2x upsampling to 56x56 heatmaps.
+    keypoint_pooler_resolution: int = 14
+    keypoint_conv_dims: tuple[int, ...] = (512,) * 8  # ROI_KEYPOINT_HEAD.CONV_DIMS
+    # Training images with fewer visible keypoints than this are left out (MIN_KEYPOINTS_PER_IMAGE: 1).
+    min_keypoints_per_image: int = 1
+    # OKS sigmas per keypoint (TEST.KEYPOINT_OKS_SIGMAS). Empty: COCO's 17 person sigmas for COCO's person
+    # keypoints, else every keypoint the mean of COCO's (transfer.detection.keypoints.oks_sigmas).
+    keypoint_oks_sigmas: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,7 @@ class TransferRunConfig:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    task: Literal["voc", "coco", "lvis", "cityscapes"] = "voc"
+    task: Literal["voc", "coco", "keypoints", "lvis", "cityscapes"] = "voc"
     schedule: str = "24k"  # the label results are grouped by: "24k" (VOC), "1x", "2x" (COCO)
     # "auto": detectron2 when it is installed, else torchvision's detection models (same protocol)
     engine: Literal["auto", "detectron2", "torchvision"] = "auto"
@@ -209,8 +220,18 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         *run_checks(r.device, r.seed, r.loggers),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
+        (cfg.task != "keypoints" or d.head == "FPN", "detector.head", "Keypoint R-CNN is built on FPN (the "
+         "paper's R50-FPN): set detector.head FPN"),
+        (d.fpn_channels >= 1, "detector.fpn_channels", f"must be >= 1, got {d.fpn_channels}"),
+        (d.keypoint_pooler_resolution >= 2 and d.min_keypoints_per_image >= 0, "detector.keypoint_pooler_resolution",
+         "need keypoint_pooler_resolution >= 2 and min_keypoints_per_image >= 0"),
+        (len(d.keypoint_conv_dims) >= 1 and min(d.keypoint_conv_dims) >= 1, "detector.keypoint_conv_dims",
+         f"need at least one conv of >= 1 channels, got {list(d.keypoint_conv_dims)}"),
+        (all(math.isfinite(v) and v > 0 for v in d.keypoint_oks_sigmas), "detector.keypoint_oks_sigmas",
+         f"need positive numbers, got {list(d.keypoint_oks_sigmas)}"),
         (d.mask == (cfg.task in MASK_TASKS), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its "
-         "COCO, LVIS and Cityscapes detector Mask R-CNN (true): box and mask AP are both reported"),
+         "COCO, LVIS and Cityscapes detector Mask R-CNN (true): box and mask AP are both reported; Keypoint R-CNN has "
+         "no mask head (false)"),
         (bool(cfg.schedule.strip()), "schedule", "must be a non-empty label (24k, 1x, 2x...)"),
     ]
     require(checks)

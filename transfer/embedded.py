@@ -106,23 +106,30 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarr
             draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
 
 
-def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None
-             ) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None, *, focus: int | None = None,
+             extent_range: tuple[float, float] = _EXTENT) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """(class id, polygon) of each object, in drawing order, every one at least half visible at the end; and the
     label map: 1 + the index of the object seen at each pixel, 0 where none is. Classes are the shapes, drawn
-    uniformly, unless ``kinds`` gives others."""
+    uniformly, unless ``kinds`` gives others; ``focus``: a shape class drawn for half the objects (the others from
+    the remaining classes; not with ``kinds``); ``extent_range``: as ``_EXTENT``."""
+    if kinds is not None and focus is not None:
+        raise ValueError("focus is a shape class: it cannot be combined with kinds")
     placed: list[tuple[int, np.ndarray]] = []
     areas: list[int] = []  # each placed object's whole area, in pixels
     label = np.zeros((size, size), dtype=np.int16)
     for _ in range(rng.integers(_OBJECTS[0], _OBJECTS[1] + 1)):
         for _ in range(_PLACEMENT_TRIES):
-            if kinds is None:
+            if kinds is not None:
+                class_id = int(rng.choice(len(kinds.weights), p=kinds.weights))
+                shape = kinds.shapes[class_id]
+            elif focus is None:
                 class_id = int(rng.integers(len(shapes.CLASSES)))
                 shape = shapes.CLASSES[class_id]
             else:
-                class_id = int(rng.choice(len(kinds.weights), p=kinds.weights))
-                shape = kinds.shapes[class_id]
-            extent = size * float(np.exp(rng.uniform(np.log(_EXTENT[0]), np.log(_EXTENT[1]))))
+                others = [c for c in range(len(shapes.CLASSES)) if c != focus]
+                class_id = focus if rng.random() < 0.5 else others[int(rng.integers(len(others)))]
+                shape = shapes.CLASSES[class_id]
+            extent = size * float(np.exp(rng.uniform(np.log(extent_range[0]), np.log(extent_range[1]))))
             points = shapes.outline(rng, shape, extent)
             w, h = points.max(axis=0)
             points = np.round(points + rng.uniform(0.0, [size - 1 - w, size - 1 - h]), 2)
@@ -136,15 +143,16 @@ def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None
     return placed, label
 
 
-def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None
+def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None, **placement: Any
            ) -> tuple[Image.Image, list[dict[str, Any]]]:
-    """One scene and its objects: ``category_id``, whole ``outline`` ((k, 2) polygon), visible ``mask`` (bool) and
-    its ``bbox`` [x0, y0, x1, y1]."""
+    """One scene and its objects: ``category_id``, whole ``outline`` ((k, 2) polygon), visible ``mask`` (bool),
+    its ``bbox`` [x0, y0, x1, y1] and the ``label`` map of the scene; ``kinds`` and ``placement``:
+    :func:`_objects`' options."""
     background, grey = _background(rng, size)
     image = _rgb(background)
     draw = ImageDraw.Draw(image)
     _clutter(rng, draw, grey, size)
-    objects, label = _objects(rng, size, kinds)
+    objects, label = _objects(rng, size, kinds, **placement)
     for class_id, points in objects:  # in placement order: each on top of the earlier ones, as the label map has
         colour = shapes.object_colour(rng, grey)
         if kinds is not None:  # the class's channel order: the blue, or the same colour turned green or red
@@ -156,7 +164,8 @@ def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None
         mask = label == k + 1
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
         bbox = [float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1)]
-        records.append({"category_id": class_id, "outline": points, "mask": mask, "bbox": bbox})
+        records.append({"category_id": class_id, "outline": points, "mask": mask, "bbox": bbox, "label": label,
+                        "index": k + 1})
     return _rgb(noisy), records
 
 
@@ -171,12 +180,12 @@ class Kinds:
 
 
 def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0, kinds: Kinds | None = None,
-           stream: int = _STREAM) -> Iterator[tuple[Image.Image, list[dict[str, Any]]]]:
+           stream: int = _STREAM, **placement: Any) -> Iterator[tuple[Image.Image, list[dict[str, Any]]]]:
     """The first ``count`` scenes of ``split`` ("train" or "test"), as :func:`_scene` gives them (``stream``: the
-    random streams of a derived set, kept apart from these)."""
+    random streams of a derived set, kept apart from these; ``kinds``, ``placement``: :func:`_objects`' options)."""
     for index in range(count):
         rng = np.random.default_rng(np.random.SeedSequence([seed, stream, _SPLITS[split], index]))
-        yield _scene(rng, size, kinds)
+        yield _scene(rng, size, kinds, **placement)
 
 
 def _voc_xml(image_id: str, width: int, height: int, objects: list[dict[str, Any]]) -> bytes:
@@ -249,7 +258,7 @@ def _write_coco(target: Path, counts: dict[str, int], size: int, seed: int) -> N
 
 
 def ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], root: Path | None,
-            counts: dict[str, int], size: int, seed: int) -> Path:
+           counts: dict[str, int], size: int, seed: int, version: int | str = EMBEDDED_VERSION) -> Path:
     """Make ``root/name`` with ``write`` unless its ``DONE`` already matches; returns ``root``."""
     if min(counts.values()) < 1 or size < 32 or seed < 0:
         raise ValueError(f"image counts must be >= 1, size >= 32 and seed >= 0, got {counts}, size={size}, "
@@ -258,7 +267,7 @@ def ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], r
         sizes = "x".join(str(v) for v in counts.values())
         root = shapes.data_home() / f"scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{sizes}"
     root = Path(root)
-    stamp = json.dumps({"version": EMBEDDED_VERSION, "seed": seed, "size": size, **counts}, sort_keys=True) + "\n"
+    stamp = json.dumps({"version": version, "seed": seed, "size": size, **counts}, sort_keys=True) + "\n"
     target = root / name
     if _read(target / "DONE") == stamp:
         return root
@@ -301,6 +310,19 @@ def ensure_voc(root: Path | None = None, *, trainval: int = DEFAULT_TRAIN, test:
     Without ``root``: ``$MOCO_DATA_HOME/scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{trainval}x{test}``.
     """
     return ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, size, seed)
+
+
+def ensure_keypoints(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
+                     size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
+    """A directory holding ``coco/`` with the keypoint scenes in COCO's keypoint layout
+    (:mod:`transfer.detection.embedded_keypoints`); without ``root``:
+    ``$MOCO_DATA_HOME/keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}``."""
+    from transfer.detection.embedded_keypoints import KEYPOINTS_VERSION, write_keypoints
+
+    if root is None:
+        root = shapes.data_home() / f"keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}"
+    return ensure("coco", write_keypoints, root, {"train2017": train, "val2017": val}, size, seed,
+               version=f"keypoints v{KEYPOINTS_VERSION}")
 
 
 def ensure_coco(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,

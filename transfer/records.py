@@ -18,9 +18,14 @@ from transfer.embedded import EMBEDDED_VERSION
 
 
 def embedded_version(cfg: TransferConfig) -> dict[str, str]:
-    """``{"version": "scenes v2"}`` for the embedded data (part of the evaluation's recipe), else nothing."""
+    """``{"version": "scenes v2"}`` for the embedded data (part of the evaluation's recipe; the keypoint scenes:
+    "keypoint scenes v1, scenes v2"), else nothing."""
     if cfg.data.path != "embedded":
         return {}
+    if cfg.task == "keypoints":
+        from transfer.detection.embedded_keypoints import KEYPOINTS_VERSION
+
+        return {"version": f"keypoint scenes v{KEYPOINTS_VERSION}, scenes v{EMBEDDED_VERSION}"}
     if cfg.task == "lvis":
         from transfer.detection.lvis import embedded_version as lvis_version
 

@@ -1,5 +1,5 @@
-"""``moco eval voc|coco|lvis|cityscapes`` as plain functions: weights -> dataset -> detector -> fine-tuning ->
-test -> result record.
+"""``moco eval voc|coco|keypoints|lvis|cityscapes`` as plain functions: weights -> dataset -> detector ->
+fine-tuning -> test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
 torchvision's detection models otherwise; both run the same protocol and the record names the one that ran. The
@@ -62,6 +62,15 @@ def eval_coco(cfg: TransferConfig, weights: str, *, show_progress: bool | str = 
     return evaluate(cfg, weights, show_progress=show_progress, extra=extra, resume=resume)
 
 
+def eval_keypoints(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
+                   extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
+    """Keypoint R-CNN on COCO keypoints fine-tuned from ``weights`` (a checkpoint path or "random"); the record's
+    path."""
+    if cfg.task != "keypoints":
+        raise ConfigError(f"task: eval_keypoints needs a keypoints config, got {cfg.task}")
+    return evaluate(cfg, weights, show_progress=show_progress, extra=extra, resume=resume)
+
+
 def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
              extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """The protocol for ``cfg.task`` on the engine ``cfg.engine`` resolves to; returns the result record's path.
@@ -84,9 +93,9 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
 
 
 def build_model(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int,
-                device: torch.device) -> nn.Module:
+                device: torch.device, *, num_keypoints: int = 0) -> nn.Module:
     """The detector on ``device``; BN becomes SyncBatchNorm when several CUDA processes run (the paper's SyncBN)."""
-    return sync_batchnorm(build_detector(cfg, resnet, num_classes).to(device), device)
+    return sync_batchnorm(build_detector(cfg, resnet, num_classes, num_keypoints=num_keypoints).to(device), device)
 
 
 def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, show_progress: bool | str,
@@ -100,9 +109,11 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     resnet, info = load_resnet(weights, cfg.detector.arch)  # before the data: a bad file fails at once
     data = load_data(cfg)
     require_a_batch(cfg, data, per_process_batch(cfg, world))
-    model = build_model(cfg, resnet, len(data.class_names), device)
-    train_set = detection_data.DetectionDataset(data.train, train=True, flip_prob=cfg.input.flip_prob,
-                                                masks=cfg.detector.mask)
+    model = build_model(cfg, resnet, len(data.class_names), device,
+                        num_keypoints=len(data.keypoints.names) if data.keypoints else 0)
+    train_set = detection_data.DetectionDataset(
+        data.train, train=True, flip_prob=cfg.input.flip_prob, masks=cfg.detector.mask,
+        keypoint_flip=data.keypoints.flip_indices if data.keypoints else None)
     sampler = None
     if cfg.data.repeat_threshold > 0:  # LVIS: images of rare categories repeated (transfer/detection/sampling.py)
         sampler = RepeatFactorSampler(repeat_factors(data.train, cfg.data.repeat_threshold),
@@ -124,13 +135,19 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
 def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: torch.device,
           progress: Progress) -> dict[str, Any]:
     """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class); COCO, LVIS and Cityscapes box and mask
-    AP (percent) by their official evaluators."""
+    AP (percent) by their official evaluators; keypoints box AP and AP^kp (percent)."""
     test_set = detection_data.DetectionDataset(data.test, train=False)
     kwargs = dict(device=device, amp=cfg.run.amp, batch_size=cfg.run.test_batch_size, workers=cfg.data.workers,
                   progress=progress)
     from transfer.detection.metrics import score
 
-    convert = (detection_data.voc_detections(data.test) if cfg.task == "voc" else
-               detection_data.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask))
+    if cfg.task == "voc":
+        convert = detection_data.voc_detections(data.test)
+    elif cfg.task == "keypoints":
+        from transfer.detection.keypoints import keypoint_results
+
+        convert = keypoint_results(data.test, data.contiguous_to_original)
+    else:
+        convert = detection_data.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask)
     found = engine.predict(model, test_set, convert, **kwargs)
     return score(cfg.task, found, data, masks=cfg.detector.mask) if distributed.is_main() else {}

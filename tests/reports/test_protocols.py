@@ -32,8 +32,9 @@ def test_preset_lengths_are_the_presets() -> None:
     assert LinearOptimConfig().epochs == PAPER_LINEAR_EPOCHS
     presets = {("voc", "voc_R50_C4_24k"), ("voc", "voc_embedded"), ("coco", "coco_R50_C4_1x"),
                ("coco", "coco_R50_C4_2x"), ("coco", "coco_R50_FPN_1x"), ("coco", "coco_R50_FPN_2x"),
-               ("coco", "coco_embedded"), ("lvis", "lvis_v0.5_R50_FPN_2x"), ("lvis", "lvis_embedded"),
-               ("cityscapes", "cityscapes_R50_FPN"), ("cityscapes", "cityscapes_embedded")}
+               ("coco", "coco_embedded"), ("keypoints", "keypoints_R50_FPN_2x"), ("keypoints", "keypoints_embedded"),
+               ("lvis", "lvis_v0.5_R50_FPN_2x"), ("lvis", "lvis_embedded"), ("cityscapes", "cityscapes_R50_FPN"),
+               ("cityscapes", "cityscapes_embedded")}
     found = {}
     for task, preset in presets:
         cfg = load_transfer_config(task, preset, [], flags={"data": {"path": "embedded"}})
@@ -187,3 +188,26 @@ def test_the_curves_name_the_linear_evaluations_by_their_length(write_record: Wr
     write_record("full.result.json", linear(100, backbone=backbone, metrics={"top1": 30.0, "top5": 80.0}))
     (curve,) = build_report([str(runs)], published=[], expected={}).curves
     assert (curve.linear, curve.linear_label) == (((15, 30.0),), "linear protocol (100 ep)")  # the paper's first
+
+
+def test_keypoint_rows_and_the_papers_beside_a_matching_run(write_record: WriteRecord, runs: Path) -> None:
+    """AP^kp columns; the paper's Table 6 rows beside a detectron2 R50-FPN 2x run on COCO, not beside others."""
+    metrics = {"keypoints_AP": 60.0, "keypoints_AP50": 80.0, "keypoints_AP75": 65.0, "bbox_AP": 50.0}
+    r50 = {**base_record()["backbone"], "arch": "resnet50"}
+    coco = {"path": "/datasets", "name": "COCO train2017"}
+    for name, engine, schedule in (("full", "detectron2", "2x"), ("tv", "torchvision", "2x"),
+                                   ("short", "detectron2", "1x")):
+        iterations = 180000 if schedule == "2x" else 90000
+        write_record(f"{name}.result.json", base_record(
+            task="keypoints", protocol="keypoints", engine=engine, backbone=r50, metrics=metrics, dataset=coco,
+            config={"model": "R50-FPN", "schedule": schedule, "iterations": iterations}))
+    tables = build_report([str(runs)], published=load_published(), expected={}).tables
+    by_title = {t.title: t for t in tables}
+    full = by_title["COCO keypoint detection (R50-FPN, 2x schedule, 180000 iterations, detectron2): COCO train2017"]
+    assert [c.name for c in full.columns if c.numeric][:4] == ["n", "APkp", "APkp50", "APkp75"]
+    published = [r for r in full.rows if r.kind in ("published", "secondary")]
+    assert len(published) == 3  # supervised IN-1M 65.8, MoCo IN-1M 66.8 (+1.0), MoCo IG-1B 66.9
+    others = [t for title, t in by_title.items() if t is not full]
+    assert len(others) == 2 and not any(r.kind in ("published", "secondary") for t in others for r in t.rows)
+    (moco,) = [r for r in load_published() if r.task == "coco_keypoints" and r.pretrain == "MoCo v1 200ep"]
+    assert moco.values == {"keypoints_AP": 66.8} and moco.deltas["keypoints_AP"] == pytest.approx(1.0)

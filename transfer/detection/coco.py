@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +177,14 @@ def _segmentation(ann: dict[str, Any], img: dict[str, Any], here: str) -> list[l
     return [[float(v) for v in p] for p in segm if len(p) % 2 == 0 and len(p) >= 6]
 
 
-def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>") -> tuple[list[dict], list[str], dict[int, int]]:
-    """:func:`load_coco` on an already-parsed JSON document (``where`` names it in errors)."""
+# Reads an annotation's task-specific fields (keypoints): (annotation, its image's dict, where) -> record fields.
+AnnotationFields = Callable[[dict[str, Any], dict[str, Any], str], dict[str, Any]]
+
+
+def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>", annotation_fields: AnnotationFields | None = None,
+               ) -> tuple[list[dict], list[str], dict[int, int]]:
+    """:func:`load_coco` on an already-parsed JSON document (``where`` names it in errors); ``annotation_fields``
+    adds fields of its own to each annotation's record (it raises DatasetError on a bad annotation)."""
     if not isinstance(doc, dict):
         raise DatasetError(f"{where}: expected a JSON object, found {type(doc).__name__}")
     class_names, to_contiguous = _categories(doc, where)
@@ -202,12 +208,28 @@ def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>") -> tuple[li
             continue
         if segm is not None:
             record["segmentation"] = segm
+        if annotation_fields is not None:
+            record.update(annotation_fields(ann, img, here))
         img["annotations"].append(record)
     if dropped:
         logger.warning("%s: %d annotations dropped: no valid polygon (3+ points) in their segmentation",
                        where, dropped)
     contiguous_to_original = {i: c for c, i in to_contiguous.items()}
     return [images[i] for i in sorted(images)], class_names, contiguous_to_original
+
+
+def read_json(json_path: Path) -> Any:
+    """The parsed JSON of an annotation file; a one-line DatasetError when it is missing or malformed."""
+    try:
+        with Path(json_path).open("rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise DatasetError(f"COCO annotation file not found: {json_path}") from None
+    except OSError as err:
+        raise DatasetError(f"cannot read {json_path}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        text = " ".join(str(err).split())[:120]
+        raise DatasetError(f"{json_path}: malformed JSON ({text})") from None
 
 
 def load_coco(json_path: Path, image_root: Path, *, check_files: bool = True,
@@ -220,25 +242,20 @@ def load_coco(json_path: Path, image_root: Path, *, check_files: bool = True,
     :func:`filter_empty`). With ``check_files``, a missing image directory or image files are an error.
     """
     json_path = Path(json_path)
-    try:
-        with json_path.open("rb") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise DatasetError(f"COCO annotation file not found: {json_path}") from None
-    except OSError as err:
-        raise DatasetError(f"cannot read {json_path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        text = " ".join(str(err).split())[:120]
-        raise DatasetError(f"{json_path}: malformed JSON ({text})") from None
-    dicts, class_names, mapping = parse_coco(doc, image_root, where=str(json_path))
+    dicts, class_names, mapping = parse_coco(read_json(json_path), image_root, where=str(json_path))
     if check_files:
-        if not Path(image_root).is_dir():
-            raise DatasetError(f"COCO image directory not found: {image_root}")
-        absent = [d["file_name"] for d in dicts if not os.path.isfile(d["file_name"])]
-        if absent:
-            raise DatasetError(f"{len(absent)} of {len(dicts)} images of {json_path.name} are missing "
-                               f"(first: {absent[0]})")
+        check_image_files(dicts, json_path, image_root)
     return dicts, class_names, mapping
+
+
+def check_image_files(dicts: Sequence[dict[str, Any]], json_path: Path, image_root: Path) -> None:
+    """DatasetError when the image directory or any image of ``dicts`` is missing."""
+    if not Path(image_root).is_dir():
+        raise DatasetError(f"COCO image directory not found: {image_root}")
+    absent = [d["file_name"] for d in dicts if not os.path.isfile(d["file_name"])]
+    if absent:
+        raise DatasetError(f"{len(absent)} of {len(dicts)} images of {json_path.name} are missing "
+                           f"(first: {absent[0]})")
 
 
 def _has_object(d: dict[str, Any]) -> bool:

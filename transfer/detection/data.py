@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from transfer.detection.keypoints import flip_keypoints, keypoint_targets
 from transfer.engine import read_rgb
 
 
@@ -39,16 +40,18 @@ class DetectionDataset(Dataset):
 
     Training targets keep no crowd object and no zero-area box, but keep VOC's difficult objects, as detectron2's
     VOC loader (the paper's engine) does; ``labels`` are ``category_id + 1`` (0 is torchvision's background);
-    ``masks`` (n, H, W) are added when asked for; images are flipped horizontally with ``flip_prob``. Test
-    targets are empty.
+    ``masks`` (n, H, W) are added when asked for, and ``keypoints`` (n, K, 3) when ``keypoint_flip`` (the
+    keypoint set's flip indices) is given; images are flipped horizontally with ``flip_prob``, left and right
+    keypoints exchanged. Test targets are empty.
     """
 
     def __init__(self, dicts: Sequence[dict[str, Any]], *, train: bool, flip_prob: float = 0.0,
-                 masks: bool = False) -> None:
+                 masks: bool = False, keypoint_flip: Sequence[int] | None = None) -> None:
         self.dicts = list(dicts)
         self.train = train
         self.flip_prob = flip_prob
         self.masks = masks
+        self.keypoint_flip = keypoint_flip
 
     def __len__(self) -> int:
         return len(self.dicts)
@@ -65,12 +68,16 @@ class DetectionDataset(Dataset):
                   "labels": torch.tensor([a["category_id"] + 1 for a in objects], dtype=torch.int64)}
         if self.masks:
             target["masks"] = polygon_masks([a["segmentation"] for a in objects], height, width)
+        if self.keypoint_flip is not None:
+            target["keypoints"] = torch.from_numpy(keypoint_targets(objects)).reshape(len(objects), -1, 3)
         if torch.rand(()) < self.flip_prob:
             image = image.flip(-1)
             target["boxes"] = torch.stack([width - target["boxes"][:, 2], target["boxes"][:, 1],
                                            width - target["boxes"][:, 0], target["boxes"][:, 3]], dim=1)
             if self.masks:
                 target["masks"] = target["masks"].flip(-1)
+            if self.keypoint_flip is not None:
+                target["keypoints"] = flip_keypoints(target["keypoints"], width, self.keypoint_flip)
         return image, target, index
 
 

@@ -30,7 +30,9 @@ class DetectionData:
     test: list[dict[str, Any]]
     class_names: list[str]
     contiguous_to_original: dict[int, int]  # COCO: our 0..K-1 -> the annotation file's category ids
-    coco_gt: Path | None  # COCO: the test annotation file
+    coco_gt: Any  # COCO: the test annotation file; keypoints: the validated test set as a pycocotools COCO
+    keypoints: Any = None  # keypoints: the KeypointSet (transfer.detection.keypoints)
+    oks_sigmas: Any = None  # keypoints: (K,) OKS sigmas for COCOeval
 
 
 def readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:

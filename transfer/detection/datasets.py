@@ -1,16 +1,17 @@
-"""The datasets of ``moco eval voc`` and ``moco eval coco``: names to files, files to dataset dicts, checked.
+"""The datasets of ``moco eval voc|coco|keypoints|lvis|cityscapes``: names to files, files to dataset dicts, checked.
 
 A dataset in ``data.train`` / ``data.test`` is one of:
 
 * detectron2's name of a standard set, under the ``data.path`` root in detectron2's layout:
   ``voc_<year>_<split>`` is ``VOC<year>/ImageSets/Main/<split>.txt``; ``coco_<year>_<split>`` is
   ``coco/annotations/instances_<split><year>.json`` with its images in ``coco/<split><year>/``;
+  ``keypoints_coco_<year>_<split>`` is ``coco/annotations/person_keypoints_<split><year>.json``, the same images;
 * a VOC-style devkit of one's own (``moco eval voc``): the path of its split file,
   ``DEVKIT/ImageSets/Main/<split>.txt`` (with ``DEVKIT/Annotations/<id>.xml`` and ``DEVKIT/JPEGImages/<id>.jpg``);
   the class names are ``data.classes`` or, when that is empty, every name the XML files of the configured sets
   use, sorted;
-* a COCO-format annotation file of one's own (``moco eval coco``): ``ANNOTATIONS.json:IMAGE_DIR``, the images'
-  ``file_name`` being relative to ``IMAGE_DIR``;
+* a COCO-format annotation file of one's own (``moco eval coco``; a keypoint file for ``moco eval keypoints``):
+  ``ANNOTATIONS.json:IMAGE_DIR``, the images' ``file_name`` being relative to ``IMAGE_DIR``;
 * LVIS (``moco eval lvis``) and Cityscapes (``moco eval cityscapes``): the names and forms of
   :mod:`transfer.detection.lvis` and :mod:`transfer.detection.cityscapes`.
 
@@ -33,7 +34,8 @@ from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
 from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
 
-_STANDARD = re.compile(r"(voc|coco)_(\d+)_(\w+)")
+_STANDARD = re.compile(r"(voc|coco|keypoints_coco)_(\d+)_(\w+)")
+_STANDARD_TASKS = {"voc": "voc", "coco": "coco", "keypoints_coco": "keypoints"}
 _COCO_CUSTOM = re.compile(r"(.+\.json):(.+)")
 
 
@@ -46,13 +48,14 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
 
         return (lvis if task == "lvis" else cityscapes).parse_name(name)
     if standard:
-        if standard[1] != task:
-            raise ConfigError(f"data: {name!r} is a {standard[1]} dataset, not a {task} one")
+        if _STANDARD_TASKS[standard[1]] != task:
+            raise ConfigError(f"data: {name!r} is a {_STANDARD_TASKS[standard[1]]} dataset, not a {task} one")
         year, split = standard[2], standard[3]
         if task == "voc":
             return DatasetSpec(name, Path(f"VOC{year}"), split, year=year)
+        kind = "person_keypoints" if task == "keypoints" else "instances"
         return DatasetSpec(name, Path("coco", f"{split}{year}"), f"{split}{year}",
-                           Path("coco", "annotations", f"instances_{split}{year}.json"), year)
+                           Path("coco", "annotations", f"{kind}_{split}{year}.json"), year)
     if task == "voc":
         path = Path(name)
         if path.suffix == ".txt" and path.parent.parts[-2:] == ("ImageSets", "Main") and path.stem:
@@ -63,7 +66,9 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
     if custom:
         return DatasetSpec(name, Path(custom[2]), Path(custom[1]).stem, Path(custom[1]))
     hint = " (name its image folder after a colon)" if name.endswith(".json") else ""
-    raise ConfigError(f"data: dataset {show_value(name)} is neither coco_<year>_<split> (e.g. coco_2017_train) nor "
+    standard_form = "keypoints_coco_<year>_<split> (e.g. keypoints_coco_2017_train)" if task == "keypoints" else \
+        "coco_<year>_<split> (e.g. coco_2017_train)"
+    raise ConfigError(f"data: dataset {show_value(name)} is neither {standard_form} nor "
                       f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
 
 
@@ -77,7 +82,7 @@ def require_a_batch(cfg: Any, data: DetectionData, batch: int) -> None:
 def dataset_root(cfg: Any) -> Path:
     """The datasets root of ``cfg`` (a TransferConfig): ``data.path``, the embedded sets generated on first use."""
     if cfg.data.path == "embedded":
-        from transfer.embedded import ensure_coco, ensure_voc
+        from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
 
         scenes = smoke.SCENES.get(cfg.task, {}) if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
         if cfg.task == "lvis":
@@ -88,7 +93,7 @@ def dataset_root(cfg: Any) -> Path:
             from transfer.detection.cityscapes import ensure_cityscapes
 
             return ensure_cityscapes(**scenes)
-        return ensure_voc(**scenes) if cfg.task == "voc" else ensure_coco(**scenes)
+        return {"voc": ensure_voc, "coco": ensure_coco, "keypoints": ensure_keypoints}[cfg.task](**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
 
@@ -140,8 +145,10 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
 
 def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     from transfer.detection.coco import filter_empty, load_coco, require_annotations
+    from transfer.detection.keypoints import filter_few_keypoints, keypoint_gt, load_keypoints, oks_sigmas
 
-    loaded = []
+    keypoints = cfg.task == "keypoints"
+    loaded, sets = [], []
     for spec in specs:
         annotations, images = root / str(spec.annotations), root / spec.folder
         for path in (annotations, images):
@@ -151,18 +158,30 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
                 raise DatasetError(f"{spec.name}: {path} not found ({layout})"
                                    f"{found_elsewhere(root, spec, path)}")
         # the images it keeps are checked (present, readable, of the annotated size) by load_data
-        loaded.append((spec.name, annotations, load_coco(annotations, images.absolute(), check_files=False)))
+        if keypoints:
+            *found, points = load_keypoints(annotations, images.absolute(), check_files=False)
+            sets.append(points)
+        else:
+            found = load_coco(annotations, images.absolute(), check_files=False)
+        loaded.append((spec.name, annotations, found))
     class_names, mapping = loaded[-1][2][1], loaded[-1][2][2]
     train: list[dict[str, Any]] = []
-    for name, _, (dicts, names, _) in loaded[:-1]:
+    for index, (name, _, (dicts, names, _)) in enumerate(loaded[:-1]):
         if list(names) != list(class_names):
             raise DatasetError(f"{name}: its categories differ from {cfg.data.test}'s")
+        if keypoints and sets[index].names != sets[-1].names:
+            raise DatasetError(f"{name}: its keypoints differ from {cfg.data.test}'s")
         require_annotations(dicts, name)
-        train += [d for d in filter_empty(dicts) if trainable(d)]
+        kept = [d for d in filter_empty(dicts) if trainable(d)]
+        train += filter_few_keypoints(kept, cfg.detector.min_keypoints_per_image) if keypoints else kept
     test_name, gt, (test, _, _) = loaded[-1]
     require_annotations(test, test_name)
     name = readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
-    return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
+    if not keypoints:
+        return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
+    return DetectionData(root, name, train, test, list(class_names), dict(mapping),
+                         keypoint_gt(test, class_names, mapping, sets[-1]), sets[-1],
+                         oks_sigmas(sets[-1], cfg.detector.keypoint_oks_sigmas))
 
 
 _EXIF_ORIENTATION = 0x0112

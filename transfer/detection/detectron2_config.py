@@ -39,8 +39,8 @@ _HEAD = ("MODEL.BACKBONE.NAME", "MODEL.RESNETS.OUT_FEATURES", "MODEL.RESNETS.NOR
 
 # Every TransferConfig field: the detectron2 keys it sets, or (a string) why it sets none.
 FIELDS: dict[str, tuple[str, ...] | str] = {
-    "task": "picks the dataset reader (VOC XML, COCO JSON, LVIS JSON, Cityscapes PNGs) and the metrics; MASK_ON "
-    "follows detector.mask",
+    "task": "picks the dataset reader (VOC XML, COCO JSON, COCO keypoints, LVIS JSON, Cityscapes PNGs) and the "
+    "metrics; MASK_ON follows detector.mask, KEYPOINT_ON the keypoints task",
     "schedule": "a label in the result record",
     "engine": "chooses this engine",
     "detector.arch": ("MODEL.RESNETS.DEPTH", "MODEL.RESNETS.WIDTH_PER_GROUP", "MODEL.RESNETS.RES2_OUT_CHANNELS"),
@@ -48,6 +48,7 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "detector.mask": ("MODEL.MASK_ON",),
     "detector.extra_norm": ("MODEL.ROI_HEADS.NAME",),
     "detector.norm_new_layers": ("MODEL.FPN.NORM", "MODEL.ROI_MASK_HEAD.NORM"),  # FPN only: C4 adds no conv
+    "detector.fpn_channels": ("MODEL.FPN.OUT_CHANNELS",),
     "detector.anchor_sizes": ("MODEL.ANCHOR_GENERATOR.SIZES",),
     "detector.aspect_ratios": ("MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS",),
     "detector.pooler_resolution": ("MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION"),
@@ -60,6 +61,11 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "detector.detections_per_image": ("TEST.DETECTIONS_PER_IMAGE",),
     "detector.score_thresh": ("MODEL.ROI_HEADS.SCORE_THRESH_TEST",),
     "detector.nms_thresh": ("MODEL.ROI_HEADS.NMS_THRESH_TEST",),
+    "detector.keypoint_pooler_resolution": ("MODEL.ROI_KEYPOINT_HEAD.POOLER_RESOLUTION",),
+    "detector.keypoint_conv_dims": ("MODEL.ROI_KEYPOINT_HEAD.CONV_DIMS",),
+    "detector.min_keypoints_per_image": ("MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE",),
+    "detector.keypoint_oks_sigmas": "resolved with the keypoint set (transfer.detection.keypoints.oks_sigmas: COCO's "
+    "for COCO's person keypoints) and given as TEST.KEYPOINT_OKS_SIGMAS",
     "input.min_size_train": ("INPUT.MIN_SIZE_TRAIN",),
     "input.min_size_test": ("INPUT.MIN_SIZE_TEST",),
     "input.max_size": ("INPUT.MAX_SIZE_TRAIN", "INPUT.MAX_SIZE_TEST"),
@@ -109,12 +115,13 @@ def norm_name(cfg: TransferConfig) -> str:
 
 
 def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | None = None, weights: str = "",
-                       device: str = "cpu") -> dict[str, Any]:
+                       device: str = "cpu", num_keypoints: int = 0, oks_sigmas: tuple[float, ...] = ()
+                       ) -> dict[str, Any]:
     """detectron2 config keys and values for ``cfg`` (everything else stays at ``get_cfg()``'s defaults).
 
-    ``num_classes``: the dataset's (VOC 20, COCO 80, LVIS v0.5 1230, Cityscapes 8);
-    ``arch``: the weights' ResNet (default ``detector.arch``,
-    then resnet50); ``weights``: the converted ``.pkl`` or "" (random init); ``device``: already resolved.
+    ``num_classes``: the dataset's (VOC 20, COCO 80, COCO keypoints 1, LVIS v0.5 1230, Cityscapes 8); ``arch``: the
+    weights' ResNet (default ``detector.arch``, then resnet50); ``weights``: the converted ``.pkl`` or "" (random
+    init); ``device``: already resolved; ``num_keypoints`` and ``oks_sigmas``: the keypoint set's (task keypoints).
     """
     d, i, s = cfg.detector, cfg.input, cfg.solver
     depth, width, res2 = RESNETS[arch or d.arch or "resnet50"]
@@ -141,6 +148,7 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
         "MODEL.RESNETS.OUT_FEATURES": ["res4"] if c4 else list(FPN_STAGES),
         "MODEL.FPN.IN_FEATURES": [] if c4 else list(FPN_STAGES),
         "MODEL.FPN.NORM": new_norm,
+        "MODEL.FPN.OUT_CHANNELS": d.fpn_channels,
         "MODEL.ANCHOR_GENERATOR.SIZES": [list(d.anchor_sizes)] if c4 else [[a] for a in d.anchor_sizes],
         "MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS": [list(d.aspect_ratios)],
         "MODEL.RPN.IN_FEATURES": ["res4"] if c4 else ["p2", "p3", "p4", "p5", "p6"],
@@ -197,4 +205,26 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
         "SEED": cfg.run.seed,
         "OUTPUT_DIR": cfg.run.output_dir or f"runs/{cfg.task}",
     }
+    if cfg.task == "keypoints":
+        options.update(keypoint_options(cfg, num_keypoints=num_keypoints, oks_sigmas=oks_sigmas))
     return options
+
+
+def keypoint_options(cfg: TransferConfig, *, num_keypoints: int, oks_sigmas: tuple[float, ...]) -> dict[str, Any]:
+    """Keypoint R-CNN's keys: detectron2's Common/Base-Keypoint-RCNN-FPN.yaml (KEYPOINT_ON, the box regression's
+    SMOOTH_L1_BETA 0.5) and ROI_KEYPOINT_HEAD defaults (KRCNNConvDeconvUpsampleHead on ROIAlignV2, loss normalised
+    by the visible keypoints), with the head's sizes and the OKS sigmas of the config and the keypoint set."""
+    d = cfg.detector
+    return {
+        "MODEL.KEYPOINT_ON": True,
+        "MODEL.ROI_BOX_HEAD.SMOOTH_L1_BETA": 0.5,  # the keypoint config's: keypoint AP degrades with plain L1
+        "MODEL.ROI_KEYPOINT_HEAD.NAME": "KRCNNConvDeconvUpsampleHead",
+        "MODEL.ROI_KEYPOINT_HEAD.NUM_KEYPOINTS": num_keypoints,
+        "MODEL.ROI_KEYPOINT_HEAD.POOLER_RESOLUTION": d.keypoint_pooler_resolution,
+        "MODEL.ROI_KEYPOINT_HEAD.POOLER_TYPE": "ROIAlignV2",
+        "MODEL.ROI_KEYPOINT_HEAD.POOLER_SAMPLING_RATIO": 0,
+        "MODEL.ROI_KEYPOINT_HEAD.CONV_DIMS": tuple(d.keypoint_conv_dims),
+        "MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE": d.min_keypoints_per_image,
+        "MODEL.ROI_KEYPOINT_HEAD.NORMALIZE_LOSS_BY_VISIBLE_KEYPOINTS": True,
+        "TEST.KEYPOINT_OKS_SIGMAS": list(oks_sigmas),
+    }

@@ -105,9 +105,11 @@ def register_roi_heads() -> None:
 
 
 def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: str, device: torch.device,
-                 output_dir: Path, mask_format: str = "polygon") -> CfgNode:
+                 output_dir: Path, mask_format: str = "polygon", num_keypoints: int = 0,
+                 oks_sigmas: tuple[float, ...] = ()) -> CfgNode:
     """``get_cfg()`` with our options written over it, frozen; an unknown key is a KeyError (a typo here)."""
-    options = detectron2_options(cfg, num_classes=num_classes, arch=arch, weights=weights, device=str(device))
+    options = detectron2_options(cfg, num_classes=num_classes, arch=arch, weights=weights, device=str(device),
+                                 num_keypoints=num_keypoints, oks_sigmas=oks_sigmas)
     options["OUTPUT_DIR"] = str(output_dir)
     options["INPUT.MASK_FORMAT"] = mask_format
     if options["MODEL.RESNETS.NORM"] == "SyncBN" and device.type == "cpu" and distributed.world_size() > 1:
@@ -128,8 +130,15 @@ def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: s
 
 
 def _with_box_mode(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our readers' boxes are [x0, y0, x1, y1] in pixels: detectron2 wants that said per annotation."""
-    return [{**d, "annotations": [{**a, "bbox_mode": BoxMode.XYXY_ABS} for a in d["annotations"]]} for d in dicts]
+    """Our readers' boxes are [x0, y0, x1, y1] in pixels: detectron2 wants that said per annotation. Keypoints
+    move to pixel centres (COCO's indices + 0.5), as detectron2's own COCO loader puts them."""
+    def annotation(a: dict[str, Any]) -> dict[str, Any]:
+        moved = {**a, "bbox_mode": BoxMode.XYXY_ABS}
+        if "keypoints" in a:
+            moved["keypoints"] = [v + 0.5 if k % 3 != 2 else v for k, v in enumerate(a["keypoints"])]
+        return moved
+
+    return [{**d, "annotations": [annotation(a) for a in d["annotations"]]} for d in dicts]
 
 
 def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
@@ -148,9 +157,12 @@ def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ..
         folder = next((f for f in groups if Path(record["file_name"]).is_relative_to(f)), first)
         parts["+".join(groups[folder])].append(record)
     parts[cfg.data.test] = _with_box_mode(data.test)
-    metadata = {"thing_classes": list(data.class_names)}
-    if cfg.task != "voc":  # COCO, LVIS, Cityscapes: the file's category (label) ids
+    metadata: dict[str, Any] = {"thing_classes": list(data.class_names)}
+    if cfg.task != "voc":  # COCO, keypoints, LVIS, Cityscapes: the file's category (label) ids
         metadata["thing_dataset_id_to_contiguous_id"] = {v: k for k, v in data.contiguous_to_original.items()}
+    if data.keypoints is not None:  # DatasetMapper's flip indices come from these (create_keypoint_hflip_indices)
+        metadata["keypoint_names"] = list(data.keypoints.names)
+        metadata["keypoint_flip_map"] = list(data.keypoints.flip_pairs)
     for name, dicts in parts.items():
         registered = dataset_name(name)
         if registered in DatasetCatalog:  # an earlier run in this process: its dicts may differ
@@ -291,7 +303,9 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
               for a in d["annotations"])  # crowd objects are not trained on
     d2cfg = build_config(cfg, num_classes=len(data.class_names), arch=info.arch, device=device, output_dir=run_dir,
                          weights="" if weights == "random" else str(converted),
-                         mask_format="bitmask" if rle and cfg.detector.mask else "polygon")
+                         mask_format="bitmask" if rle and cfg.detector.mask else "polygon",
+                         num_keypoints=len(data.keypoints.names) if data.keypoints else 0,
+                         oks_sigmas=tuple(data.oks_sigmas) if data.keypoints else ())
     d2cfg.defrost()
     d2cfg.DATASETS.TRAIN = register_datasets(cfg, data)
     d2cfg.freeze()
@@ -361,7 +375,8 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
 
 def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances: Any) -> list[Any]:
     """One image's detections as the torchvision engine's: VOC (class, (image_id, score, x0, y0, x1, y1)); COCO
-    result dicts (original category ids, XYWH, masks (detectron2 pastes and thresholds them at 0.5) as RLE)."""
+    result dicts (original category ids, XYWH, masks (detectron2 pastes and thresholds them at 0.5) as RLE,
+    keypoints x, y, score)."""
     boxes = instances.pred_boxes.tensor.tolist()
     scores, classes = instances.scores.tolist(), instances.pred_classes.tolist()
     if cfg.task == "voc":
@@ -369,6 +384,9 @@ def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances:
     results = [{"image_id": image_id, "category_id": data.contiguous_to_original[c],
                 "bbox": [x0, y0, x1 - x0, y1 - y0], "score": score}
                for (x0, y0, x1, y1), score, c in zip(boxes, scores, classes, strict=True)]
+    if cfg.task == "keypoints":  # (n, K, 3) x, y, score at pixel centres: back to COCO's indices, as detectron2's
+        for result, points in zip(results, instances.pred_keypoints.tolist(), strict=True):  # COCOEvaluator
+            result["keypoints"] = [v - 0.5 if k % 3 != 2 else v for k, v in enumerate(sum(points, []))]
     if cfg.detector.mask and results:
         from pycocotools import mask as mask_utils
 

@@ -215,7 +215,7 @@ def dicts_to_coco(dicts: Sequence[dict[str, Any]], class_names: Sequence[str],
     return coco
 
 
-def _empty_results(coco_gt: Any) -> Any:
+def empty_results(coco_gt: Any) -> Any:
     """A result set with no detection (pycocotools' ``loadRes`` cannot make one: it indexes the first result)."""
     from pycocotools.coco import COCO
 
@@ -227,7 +227,7 @@ def _empty_results(coco_gt: Any) -> Any:
     return empty
 
 
-def _check_results(results: Sequence[dict[str, Any]], coco_gt: Any) -> None:
+def check_results(results: Sequence[dict[str, Any]], coco_gt: Any) -> None:
     image_ids, category_ids = set(coco_gt.getImgIds()), set(coco_gt.getCatIds())
     for r in results:
         if r.get("image_id") not in image_ids:
@@ -257,7 +257,7 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
     if not coco_gt.getAnnIds():
         raise DatasetError(f"the ground truth has no annotation in {len(coco_gt.getImgIds())} images: "
                            f"nothing to evaluate against")
-    _check_results(results, coco_gt)
+    check_results(results, coco_gt)
     metrics: dict[str, float] = {}
     for iou_type in iou_types:
         if iou_type not in ("bbox", "segm"):
@@ -275,7 +275,7 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
                 r.pop("bbox", None)
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
-            coco_dt = coco_gt.loadRes(chosen) if chosen else _empty_results(coco_gt)
+            coco_dt = coco_gt.loadRes(chosen) if chosen else empty_results(coco_gt)
             evaluator = COCOeval(coco_gt, coco_dt, iou_type)
             evaluator.evaluate()
             evaluator.accumulate()
@@ -289,7 +289,13 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
 def score(task: str, found: list[Any], data: Any, *, masks: bool) -> dict[str, Any]:
     """The test split's metrics from an engine's predictions on ``data`` (a DetectionData): VOC
     ``(class_id, detection)`` pairs -> AP50, AP, AP75 and per-class AP50; COCO result dicts -> box (and mask) AP
-    by pycocotools, by the LVIS API (``lvis``) or by cityscapesscripts."""
+    by pycocotools, by the LVIS API (``lvis``) or by cityscapesscripts; keypoint result dicts -> box AP and AP^kp
+    (:mod:`transfer.detection.keypoints`)."""
+    if task == "keypoints":
+        from transfer.detection.keypoints import keypoint_evaluate
+
+        return {**keypoint_evaluate(found, data.coco_gt, data.oks_sigmas),
+                **coco_evaluate(found, data.coco_gt, iou_types=("bbox",))}
     if task == "lvis":
         from transfer.detection.lvis import lvis_evaluate
 

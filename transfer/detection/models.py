@@ -1,4 +1,5 @@
-"""torchvision detection models built from our ResNet backbones: Faster/Mask R-CNN with a C4 or an FPN head.
+"""torchvision detection models built from our ResNet backbones: Faster/Mask R-CNN with a C4 or an FPN head, and
+Keypoint R-CNN on FPN.
 
 R-C4 (the paper's VOC detector and one of its COCO detectors): the ResNet's stem and res2-res4 make one stride-16
 feature map; the RPN and a 14x14 RoIAlign work on it; the box head is res5 (its first block has stride 2, so RoIs
@@ -23,6 +24,7 @@ from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.backbone_utils import BackboneWithFPN
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
+from torchvision.models.detection.keypoint_rcnn import KeypointRCNNHeads, KeypointRCNNPredictor
 from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss, maskrcnn_inference, maskrcnn_loss
 from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
@@ -33,7 +35,6 @@ from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo
 from transfer.config import TransferConfig
 
-FPN_CHANNELS = 256
 FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-pooled res5 level, P6)
 
 
@@ -173,23 +174,37 @@ def c4_heads(resnet: torchvision.models.ResNet, *, num_classes: int, mask: bool,
 
 
 def fpn_heads(*, num_classes: int, mask: bool, norm_new_layers: bool, pooler_resolution: int,
-              roi_kwargs: dict) -> RoIHeads:
+              roi_kwargs: dict, channels: int = 256) -> RoIHeads:
     """torchvision's FPN box head (2 fc of 1024) and mask head (4 convs of 256, 2x deconv)."""
     # Deviation from the official code: torchvision's FPN RoIAlign (not pixel-aligned, 2 samples per bin);
     # detectron2's FPN configs use the aligned ROIAlignV2 with adaptive sampling.
     pool = MultiScaleRoIAlign(list(FPN_LEVELS), pooler_resolution, sampling_ratio=2)
-    heads = RoIHeads(pool, TwoMLPHead(FPN_CHANNELS * pooler_resolution ** 2, 1024),
+    heads = RoIHeads(pool, TwoMLPHead(channels * pooler_resolution ** 2, 1024),
                      _init_predictor(FastRCNNPredictor(1024, num_classes + 1)), **roi_kwargs)
     if mask:
         heads.mask_roi_pool = MultiScaleRoIAlign(list(FPN_LEVELS), 2 * pooler_resolution, sampling_ratio=2)
         norm = nn.BatchNorm2d if norm_new_layers else None
-        heads.mask_head = MaskRCNNHeads(FPN_CHANNELS, [FPN_CHANNELS] * 4, 1, norm_layer=norm)
-        heads.mask_predictor = _mask_predictor(FPN_CHANNELS, num_classes)
+        heads.mask_head = MaskRCNNHeads(channels, [channels] * 4, 1, norm_layer=norm)
+        heads.mask_predictor = _mask_predictor(channels, num_classes)
     return heads
 
 
-def build_detector(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int) -> GeneralizedRCNN:
-    """The configured detector around ``resnet`` (whose weights it shares, not copies); fc is left out."""
+def add_keypoint_head(heads: RoIHeads, *, num_keypoints: int, pooler_resolution: int, conv_dims: tuple[int, ...],
+                      channels: int = 256) -> RoIHeads:
+    """Keypoint R-CNN's branch on the FPN RoI heads: RoIAlign at ``pooler_resolution`` (14), 3x3 convs of
+    ``conv_dims`` channels (8 of 512) with ReLU, a 2x deconvolution to K heatmaps and a 2x bilinear upsampling
+    (56x56 at 14), as detectron2's KRCNNConvDeconvUpsampleHead; no BN (detectron2's head has none). The loss is
+    the spatial cross-entropy of each visible keypoint, averaged over the visible keypoints of the batch."""
+    heads.keypoint_roi_pool = MultiScaleRoIAlign(list(FPN_LEVELS), pooler_resolution, sampling_ratio=2)
+    heads.keypoint_head = KeypointRCNNHeads(channels, list(conv_dims))
+    heads.keypoint_predictor = KeypointRCNNPredictor(conv_dims[-1], num_keypoints)
+    return heads
+
+
+def build_detector(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int, *,
+                   num_keypoints: int = 0) -> GeneralizedRCNN:
+    """The configured detector around ``resnet`` (whose weights it shares, not copies); fc is left out.
+    ``num_keypoints``: the keypoint set's size (task keypoints: Keypoint R-CNN)."""
     d, i = cfg.detector, cfg.input
     # Matching, sampling and box coding as detectron2's defaults (IoU 0.5 for RoIs, 0.7/0.3 for anchors; 25% / 50%
     # positives; weights 10, 10, 5, 5). Deviation from the official code: torchvision's losses (smooth L1 with
@@ -206,10 +221,13 @@ def build_detector(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_c
         norm = nn.BatchNorm2d if d.norm_new_layers else None
         channels = [stage_channels(getattr(resnet, f"layer{k}")) for k in range(1, 5)]
         backbone = BackboneWithFPN(resnet, {f"layer{k + 1}": name for k, name in enumerate(FPN_LEVELS)}, channels,
-                                   FPN_CHANNELS, norm_layer=norm)
+                                   d.fpn_channels, norm_layer=norm)
         anchors = AnchorGenerator(tuple((s,) for s in d.anchor_sizes), (tuple(d.aspect_ratios),) * 5)
         heads = fpn_heads(num_classes=num_classes, mask=d.mask, norm_new_layers=d.norm_new_layers,
-                          pooler_resolution=d.pooler_resolution, roi_kwargs=roi_kwargs)
+                          pooler_resolution=d.pooler_resolution, roi_kwargs=roi_kwargs, channels=d.fpn_channels)
+        if cfg.task == "keypoints":
+            add_keypoint_head(heads, num_keypoints=num_keypoints, pooler_resolution=d.keypoint_pooler_resolution,
+                              conv_dims=d.keypoint_conv_dims, channels=d.fpn_channels)
     rpn = RegionProposalNetwork(
         anchors, RPNHead(backbone.out_channels, anchors.num_anchors_per_location()[0]),
         fg_iou_thresh=0.7, bg_iou_thresh=0.3, batch_size_per_image=d.rpn_batch_size_per_image, positive_fraction=0.5,

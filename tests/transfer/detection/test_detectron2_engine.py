@@ -61,7 +61,20 @@ COCO_FPN_1X = {**COCO, "MODEL.BACKBONE.NAME": "build_resnet_fpn_backbone",
                "MODEL.ROI_BOX_HEAD.NUM_FC": 2, "MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION": 7,
                "MODEL.ROI_MASK_HEAD.NUM_CONV": 4, "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION": 14,
                "MODEL.RESNETS.NORM": "SyncBN", "MODEL.FPN.NORM": "SyncBN", "MODEL.ROI_MASK_HEAD.NORM": "SyncBN",
+               "MODEL.FPN.OUT_CHANNELS": 256,
                "SOLVER.STEPS": (60000, 80000), "SOLVER.MAX_ITER": 90000}
+# detectron2's COCO-Keypoints/keypoint_rcnn_R_50_FPN_3x.yaml (Common/Base-Keypoint-RCNN-FPN.yaml, ROI_KEYPOINT_HEAD
+# defaults) with the 2x schedule, BN as the FPN runs above
+KEYPOINTS_2X = {**COCO_FPN_1X, "MODEL.MASK_ON": False, "MODEL.KEYPOINT_ON": True, "MODEL.ROI_HEADS.NUM_CLASSES": 1,
+                "MODEL.ROI_BOX_HEAD.SMOOTH_L1_BETA": 0.5, "MODEL.RPN.POST_NMS_TOPK_TRAIN": 1500,
+                "MODEL.ROI_KEYPOINT_HEAD.NUM_KEYPOINTS": 17, "MODEL.ROI_KEYPOINT_HEAD.POOLER_RESOLUTION": 14,
+                "MODEL.ROI_KEYPOINT_HEAD.CONV_DIMS": (512,) * 8, "MODEL.ROI_KEYPOINT_HEAD.POOLER_TYPE": "ROIAlignV2",
+                "MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE": 1,
+                "MODEL.ROI_KEYPOINT_HEAD.NAME": "KRCNNConvDeconvUpsampleHead",
+                "MODEL.ROI_KEYPOINT_HEAD.NORMALIZE_LOSS_BY_VISIBLE_KEYPOINTS": True,
+                "INPUT.MIN_SIZE_TRAIN": (640, 672, 704, 736, 768, 800), "SOLVER.STEPS": (120000, 160000),
+                "SOLVER.MAX_ITER": 180000, "DATASETS.TRAIN": ("moco_keypoints_coco_2017_train",),
+                "DATASETS.TEST": ("moco_keypoints_coco_2017_val",)}
 
 # LVISv0.5-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml (on Base-RCNN-FPN) with the 2x steps, SyncBN as above
 LVIS_2X = {**COCO_FPN_1X, "MODEL.ROI_HEADS.NUM_CLASSES": 1230, "MODEL.ROI_HEADS.SCORE_THRESH_TEST": 0.0001,
@@ -85,9 +98,9 @@ def paper(task: str, preset: str | None = None) -> TransferConfig:
 
 @pytest.mark.parametrize(("task", "preset", "classes", "official"), [
     ("voc", None, 20, VOC), ("coco", "coco_R50_C4_2x", 80, COCO_C4_2X), ("coco", "coco_R50_FPN_1x", 80, COCO_FPN_1X),
-    ("lvis", None, 1230, LVIS_2X), ("cityscapes", None, 8, CITYSCAPES)])
+    ("keypoints", None, 1, KEYPOINTS_2X), ("lvis", None, 1230, LVIS_2X), ("cityscapes", None, 8, CITYSCAPES)])
 def test_paper_presets_are_the_official_configs(task: str, preset: str | None, classes: int, official: dict) -> None:
-    options = detectron2_options(paper(task, preset), num_classes=classes)
+    options = detectron2_options(paper(task, preset), num_classes=classes, num_keypoints=17)
     for key, value in official.items():
         approximate = isinstance(value, float) or key.startswith("MODEL.PIXEL_")  # x 255 in floating point
         assert options[key] == (pytest.approx(value) if approximate else value), key
@@ -127,6 +140,10 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
     "detector.rpn_post_nms_topk_test": (100, None), "detector.rpn_batch_size_per_image": (128, None),
     "detector.roi_batch_size_per_image": (64, None), "detector.detections_per_image": (50, None),
     "detector.score_thresh": (0.1, None), "detector.nms_thresh": (0.6, None),
+    "detector.keypoint_pooler_resolution": (7, "keypoints_R50_FPN_2x"), "detector.fpn_channels": (64, None),
+    "detector.keypoint_conv_dims": ((64, 64), "keypoints_R50_FPN_2x"),
+    "detector.min_keypoints_per_image": (3, "keypoints_R50_FPN_2x"),
+    "detector.keypoint_oks_sigmas": ((0.1,) * 17, "keypoints_R50_FPN_2x"),
     "input.min_size_train": ((96,), None), "input.min_size_test": (128, None), "input.max_size": (1000, None),
     "input.flip_prob": (0.0, None), "input.mean": ((0.5, 0.5, 0.5), None), "input.std": ((0.5, 0.5, 0.5), None),
     "solver.batch_size": (8, None), "solver.lr": (0.01, None), "solver.momentum": (0.8, None),
@@ -144,7 +161,7 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
 @pytest.mark.parametrize("field", sorted(FIELDS))
 def test_each_field_sets_exactly_its_keys(field: str) -> None:
     value, preset = CHANGES[field]
-    task = "coco" if preset and preset.startswith("coco") else "voc"
+    task = preset.split("_")[0] if preset else "voc"
     base = paper(task, preset)
     section, _, name = field.rpartition(".")
     changed_cfg = replace(base, **({section: {name: value}} if section else {name: value}))
@@ -383,3 +400,30 @@ def test_two_processes_through_detectron2s_launcher(d2: Any, tiny_voc: Path, tmp
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["world_size"] == 2 and record["engine"] == "detectron2"
     assert [h["iteration"] for h in record["history"]] == [1, 2] and record["dataset"]["test_images"] == 8
+
+
+def test_keypoint_outputs_and_metadata(d2: Any) -> None:
+    """Keypoints are registered at pixel centres (+0.5) with their flip map, and come back as COCO's indices."""
+    from detectron2.data import DatasetCatalog, MetadataCatalog
+    from detectron2.structures import Boxes, Instances
+
+    from transfer.detection.datasets import DetectionData
+    from transfer.detection.keypoints import KeypointSet
+
+    points = KeypointSet(("top", "left_a", "right_a"))
+    ann = {"bbox": [1.0, 1.0, 5.0, 5.0], "category_id": 0, "keypoints": [2.0, 3.0, 2, 0, 0, 0, 4.0, 4.0, 1],
+           "num_keypoints": 2}
+    record = {"file_name": "/datasets/coco/val2017/1.jpg", "image_id": 1, "height": 10, "width": 10,
+              "annotations": [ann]}
+    data = DetectionData(Path("/datasets"), "x", [record], [record], ["star"], {0: 1}, None, points, None)
+    d2.register_datasets(paper("keypoints"), data)
+    registered = DatasetCatalog.get("moco_keypoints_coco_2017_val")[0]["annotations"][0]["keypoints"]
+    assert registered == [2.5, 3.5, 2, 0.5, 0.5, 0, 4.5, 4.5, 1]
+    assert MetadataCatalog.get("moco_keypoints_coco_2017_val").keypoint_flip_map == [("left_a", "right_a")]
+    instances = Instances((10, 10))
+    instances.pred_boxes = Boxes(torch.tensor([[1.0, 2.0, 5.0, 4.0]]))
+    instances.scores, instances.pred_classes = torch.tensor([0.9]), torch.tensor([0])
+    instances.pred_keypoints = torch.tensor([[[2.5, 3.5, 0.7], [1.0, 1.0, 0.1], [4.5, 4.5, 0.3]]])
+    [result] = d2._convert(paper("keypoints"), data, 1, instances)
+    assert result["category_id"] == 1
+    assert result["keypoints"] == pytest.approx([2.0, 3.0, 0.7, 0.5, 0.5, 0.1, 4.0, 4.0, 0.3])
