@@ -26,8 +26,8 @@ from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.run import preemption
 
-COMMANDS = ("pretrain", "eval linear", "eval finetune", "eval voc", "eval coco", "eval keypoints", "eval semseg",
-            "eval snapshots")
+COMMANDS = ("pretrain", "eval linear", "eval finetune", "eval voc", "eval coco", "eval keypoints", "eval lvis",
+            "eval cityscapes", "eval semseg", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
 # run.json records each start (a requeue is one) with its job id
 DETECTRON2_LAST = "last_checkpoint"  # detectron2's pointer to its newest checkpoint

@@ -19,7 +19,8 @@ from moco_core.run.preemption import Stopper
 # the words that give a command its seed
 SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"),
              "eval finetune": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"), "eval coco": ("--seed", "{}"),
-             "eval keypoints": ("--seed", "{}"), "eval semseg": ("--seed", "{}")}
+             "eval keypoints": ("--seed", "{}"), "eval lvis": ("--seed", "{}"), "eval cityscapes": ("--seed", "{}"),
+             "eval semseg": ("--seed", "{}")}
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:

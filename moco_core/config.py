@@ -385,10 +385,11 @@ def parse_override(text: str) -> dict[str, Any]:
 
 
 # The presets of configs/ each command takes, by the file's name: lincls_* for eval linear, knn_* for eval knn,
-# voc_* and coco_* for the detection tasks, semseg_* for semantic segmentation, the rest (embedded, moco_*,
-# supervised_*) for pretraining.
+# voc_*, coco_*, keypoints_*, lvis_* and cityscapes_* for the detection tasks, semseg_* for semantic segmentation,
+# the rest (embedded, moco_*, supervised_*) for pretraining.
 _PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
-                    "keypoints": ("keypoints_",), "detection": ("voc_", "coco_", "keypoints_"),
+                    "keypoints": ("keypoints_",), "lvis": ("lvis_",), "cityscapes": ("cityscapes_",),
+                    "detection": ("voc_", "coco_", "keypoints_", "lvis_", "cityscapes_"),
                     "semseg": ("semseg_",), "finetune": ("finetune_",)}
 COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection",
             "SemsegConfig": "semseg", "FinetuneConfig": "finetune"}

@@ -171,6 +171,8 @@ EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr
                       "detector.keypoint_oks_sigmas": []}
 # ... and the subset fields of issue 36 (lincls/subsets.py) at "every train label": a run on all labels keeps its digest
 EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
+# ... and the LVIS task's repeat-factor sampling (transfer/detection/sampling.py) at "off", as every VOC or COCO run
+EVAL_ADDED_NEUTRAL.update({"data.repeat_threshold": 0.0})
 
 
 def recipe_digest(config: dict[str, Any], neutral: dict[str, Any] = ADDED_NEUTRAL) -> str:

@@ -39,17 +39,24 @@ EPOCH_TASKS = ("linear", "finetune")  # lengths counted in epochs (optim.epochs)
 FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet recipe"),
                     "inat2018": ("finetune_inat", 100, "the paper's iNaturalist recipe"),
                     "embedded": ("finetune_embedded", 5, "the embedded preset")}
+# fine-tuned detectors: an engine, a model and a schedule each
+DETECTION_TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
 # (task, schedule label) -> the preset's solver.iterations
-DETECTION_TASKS = ("voc", "coco", "keypoints")  # fine-tuned detectors: an engine, a model and a schedule each
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
-                       ("keypoints", "embedded"): 200,
+                       ("keypoints", "embedded"): 200, ("lvis", "2x"): 180000, ("lvis", "embedded"): 200,
+                       ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "finetune": "moco eval finetune random --arch {arch}",
                  "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
                  "keypoints": "moco eval keypoints random --arch {arch}",
+                 "lvis": "moco eval lvis random --arch {arch}",
+                 "cityscapes": "moco eval cityscapes random --arch {arch}",
                  "semseg": "moco eval semseg random --arch {arch}"}
+DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
+                   "keypoints": "COCO keypoint detection",
+                   "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
 
 
 def preset_schedule(s: Setting) -> str:
@@ -157,8 +164,7 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
-        names = {"voc": "VOC detection", "keypoints": "COCO keypoint detection", "semseg": "Semantic segmentation"}
-        head = names.get(s.task, "COCO detection and instance segmentation") + f" ({what})"
+        head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"
     return f"{head}: {s.dataset}"
 
 

@@ -20,6 +20,8 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   where our record names one.
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
 * COCO keypoints: task ``keypoints``, the same conditions as COCO's (R50-FPN, 2x).
+* LVIS and Cityscapes instance segmentation: the same with "lvis" / "cityscapes" (the published Cityscapes row
+  names no schedule: it is shown beside the preset's 24k run).
 * Semantic segmentation: task ``semseg``, the dataset's name or path contains "voc" (VOC12 semantic) or
   "cityscapes" (Cityscapes semantic) and is not one's own folders, the network equals the published backbone
   ("R50 FCN-style os16", the name ``moco eval semseg`` records) and the schedule equals it (30k, 90k). The
@@ -46,7 +48,9 @@ PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75", "APmk": "segm_AP",
                 "APmk50": "segm_AP50", "APmk75": "segm_AP75", "APkp": "keypoints_AP", "APkp50": "keypoints_AP50",
                 "APkp75": "keypoints_AP75"}
-TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "keypoints": "coco_keypoints"}
+TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "keypoints": "coco_keypoints",
+         "lvis": "lvis_v0.5", "cityscapes": "cityscapes_instance"}
+_ANY_SCHEDULE = "-"  # a published row without a schedule (Cityscapes instance): beside ours at the preset's length
 FINETUNE_TASKS = {"imagenet": "imagenet_finetune", "inat2018": "inat2018_finetune"}  # by data kind
 # Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
 SEMSEG_TASKS = {"voc": "voc12_semantic", "cityscapes": "cityscapes_semantic"}
@@ -153,7 +157,7 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
                                                                  else setting.task):
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
-                and (setting.schedule is None or r.schedule == setting.schedule)]
+                and (setting.schedule is None or r.schedule in (setting.schedule, _ANY_SCHEDULE))]
     if setting.task == "semseg" and not setting.dataset.startswith("custom:"):
         tasks = {task for word, task in SEMSEG_TASKS.items() if _named(setting, word)}
         return [r for r in rows if r.task in tasks and r.backbone == setting.model and r.schedule == setting.schedule]

@@ -48,6 +48,8 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "voc": ("AP50", "AP", "AP75"),
     "coco": ("bbox_AP", "bbox_AP50", "bbox_AP75", "segm_AP", "segm_AP50", "segm_AP75"),
     "keypoints": ("keypoints_AP", "keypoints_AP50", "keypoints_AP75"),
+    "lvis": ("segm_AP", "segm_AP50", "segm_AP75", "bbox_AP"),  # the paper's LVIS table: mask AP, AP50, AP75
+    "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
     "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
@@ -270,7 +272,8 @@ def _per_class(raw: Any) -> dict[str, float]:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a VOC/COCO/keypoints/semantic segmentation record; all None for classification."""
+    """(engine, model, schedule) of a detection, keypoint or semantic segmentation record; all None for
+    classification."""
     if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
@@ -278,9 +281,10 @@ def _detection_setting(data: dict[str, Any], task: str,
     schedule = config.get("schedule")
     if not isinstance(model, str) or not model:
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
-    if task in ("coco", "keypoints", "semseg") and (not isinstance(schedule, str) or not schedule):
-        raise RecordError(f"missing field 'config.schedule' ({'30k, 90k' if task == 'semseg' else '1x or 2x'}) for "
-                          f"task {task}")
+    if task != "voc" and (not isinstance(schedule, str) or not schedule):
+        labels = {"coco": "1x or 2x", "keypoints": "1x or 2x", "lvis": "1x or 2x", "cityscapes": "24k",
+                  "semseg": "30k, 90k"}[task]
+        raise RecordError(f"missing field 'config.schedule' ({labels}) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from reports import FORMATS
 from reports.expected import Expected
-from reports.protocols import DETECTION_TASKS, EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
+from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
-from reports.tables import Shown, Table, ablation_key, all_tables, mechanism_label
+from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, mechanism_label
 
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
@@ -74,7 +74,7 @@ def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
     rows: list[dict[str, str]] = []
     for setting_key in dict.fromkeys(e.setting.key for e in main):
         entries = [e for e in main if e.setting.key == setting_key]
-        reference = supervised_reference(entries)[0] if entries[0].setting.task in DETECTION_TASKS else None
+        reference = supervised_reference(entries)[0] if entries[0].setting.task in DELTA_TASKS else None
         section = f"semi:{replace(entries[0].setting, labels=None).key}" if entries[0].setting.labels else setting_key
         for entry in entries:
             rows.extend(_entry_rows(section, entry, reference))
@@ -101,7 +101,7 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
         "data_sha256": s.data_digest or "", "engine": s.engine or "", "model": s.model or "",
         "schedule": s.schedule or "",
         "eval_epochs": _text(s.length) if s.task in EPOCH_TASKS else "",
-        "eval_iterations": _text(s.length) if s.task in DETECTION_TASKS else "",
+        "eval_iterations": _text(s.length) if s.task in DELTA_TASKS else "",
         "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",
         "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": _text(p.epochs),
         "pretrain_epochs_planned": _text(p.planned_epochs),

@@ -22,7 +22,8 @@ from reports.pretraining import Pretraining, method_rank
 from reports.protocols import length_key, paper_length
 from reports.records import SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
-PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "finetune", "knn", "voc", "coco", "keypoints")
+PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "finetune", "knn", "voc", "coco", "keypoints", "lvis",
+                  "cityscapes")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,13 @@
 - :func:`imagenet_layout`: ``train/<wnid>/*.JPEG`` and ``val/<wnid>/*.JPEG`` (ILSVRC's folder names), with one
   truncated file, one grayscale and one CMYK JPEG among them, as ImageNet has.
 - :func:`detection_layout`: detectron2's ``datasets/`` layout: ``VOC2007/`` and ``VOC2012/`` (``Annotations/``,
-  ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names) and
+  ``JPEGImages/``, ``ImageSets/Main/{trainval,test}.txt``, objects named with VOC's class names),
   ``coco/annotations/instances_{train,val}2017.json`` with ``coco/{train,val}2017/``, and beside them COCO's
   keypoint files ``coco/annotations/person_keypoints_{train,val}2017.json`` (:func:`add_coco_keypoints`: their
-  images in the same ``coco/{train,val}2017/``, 12-digit names as COCO's);
+  images in the same ``coco/{train,val}2017/``, 12-digit names as COCO's),
+  ``lvis/lvis_v0.5_{train,val}.json`` whose images (``coco_url``) are in ``coco/{train,val}2017/`` beside COCO's,
+  and ``cityscapes/leftImg8bit/{train,val}/<city>/<city>_<seq>_<frame>_leftImg8bit.png`` with
+  ``cityscapes/gtFine/{train,val}/<city>/..._gtFine_{instanceIds.png,labelIds.png,polygons.json}``;
   :func:`custom_detection_layout`: one's own VOC-style devkit and COCO-format files (instances and keypoints), in
   no standard place.
 - :func:`inat_layout`: iNaturalist 2018 as its competition ships it: ``train_val2018/<supercategory>/<category
@@ -31,6 +34,8 @@ from PIL import Image
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
+from transfer.detection.cityscapes import ensure_cityscapes
+from transfer.detection.lvis import ensure_lvis
 from transfer.detection.voc import VOC_CLASSES
 from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
 
@@ -77,6 +82,27 @@ def detection_layout(root: Path, train: int = 12, test: int = 6) -> Path:
     if not (root / "VOC2012").exists():
         shutil.copytree(voc, root / "VOC2012")
     add_coco_keypoints(root / "coco", train=train, test=test)
+    lvis_layout(root, train=train, val=test)
+    ensure_cityscapes(root, train=train, val=test, size=64)
+    return root
+
+
+def lvis_layout(root: Path, train: int = 12, val: int = 6) -> Path:
+    """``lvis/lvis_v0.5_{train,val}.json`` under ``root``, their images added to ``coco/{train,val}2017/`` (LVIS
+    uses COCO's images: ours are renamed to ids of their own, 100000 on, so they sit beside the COCO fixture's)."""
+    made = ensure_lvis(root / ".lvis_made", train=train, val=val, size=64)
+    (root / "lvis").mkdir(exist_ok=True)
+    for split in ("train", "val"):
+        doc = json.loads((made / "lvis" / f"lvis_v0.5_{split}.json").read_text())
+        for image in doc["images"]:
+            url = image["coco_url"]
+            old = url.rsplit("/", 1)[1]
+            image["file_name"] = f"{image['id'] + 100000:012d}.jpg"
+            image["coco_url"] = url.replace(old, image["file_name"])
+            (root / "coco" / f"{split}2017").mkdir(parents=True, exist_ok=True)
+            shutil.copy(made / "coco" / f"{split}2017" / old, root / "coco" / f"{split}2017" / image["file_name"])
+        (root / "lvis" / f"lvis_v0.5_{split}.json").write_text(json.dumps(doc))
+    shutil.rmtree(made)
     return root
 
 

@@ -75,7 +75,7 @@ PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--resume-from
 FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume"}
 ARGUMENTS = {  # positional arguments per command
     "pretrain": 0, "sweep": 2, "eval linear": 1, "eval finetune": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1,
-    "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
+    "eval lvis": 1, "eval cityscapes": 1, "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
 }
 
 

@@ -155,7 +155,7 @@ def test_version_and_workflow_order() -> None:
     assert "b''" not in shown  # click probes streams with write(b""): the guard must refuse bytes as text does
 
 
-@pytest.mark.parametrize("command", ["pretrain", "linear", "finetune", "knn", "voc", "coco"])
+@pytest.mark.parametrize("command", ["pretrain", "linear", "finetune", "knn", "voc", "coco", "lvis", "cityscapes"])
 def test_each_command_lists_its_own_presets(command: str) -> None:
     args = ["pretrain"] if command == "pretrain" else ["eval", command]
     shown = " ".join(runner.invoke(app, [*args, "--help"], terminal_width=400).output.split())
@@ -168,7 +168,7 @@ def test_each_command_lists_its_own_presets(command: str) -> None:
 
 
 def test_the_weights_come_first_everywhere_and_the_old_forms_still_work(tmp_path: Path) -> None:
-    for task in ("voc", "coco"):
+    for task in ("voc", "coco", "lvis", "cityscapes"):
         old = runner.invoke(app, ["eval", task, "--weights", "random", "-c", f"{task}_embedded", "--print-config"])
         assert old.exit_code == 0 and "note: --weights is the old form" in old.output, old.output
         both = runner.invoke(app, ["eval", task, "random", "--weights", "other", "-c", f"{task}_embedded"])

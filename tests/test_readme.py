@@ -142,8 +142,9 @@ def _option(command: str, name: str) -> str | None:
 
 
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval voc",
-          "moco eval coco", "moco eval keypoints", "moco eval semseg", "moco eval snapshots", "moco convert",
-          "moco report", "moco launch", "moco sweep", "moco trials", "MOCO_SMOKE=1 moco demo")
+          "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval semseg",
+          "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
+          "MOCO_SMOKE=1 moco demo")
 
 
 def _checked(command: str) -> bool:
@@ -190,7 +191,7 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         if "linear" in command:
             assert record["sanity_check"] == "passed"
         _check_data(command, record["dataset"], env)
-    elif command.startswith("moco eval"):  # voc, coco, keypoints, semseg
+    elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
         if command.startswith("moco eval keypoints"):  # AP^kp through COCOeval, on a keypoint file's set

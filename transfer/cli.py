@@ -1,5 +1,5 @@
-"""``moco eval voc``, ``moco eval coco``, ``moco eval keypoints``, ``moco eval semseg`` and ``moco convert``: options
-in, plain function calls out."""
+"""``moco eval voc|coco|keypoints|lvis|cityscapes``, ``moco eval semseg`` and ``moco convert``: options in, plain
+function calls out."""
 
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ def _config(task: str) -> Any:
 VocConfig = Annotated[str | None, _config("voc")]
 CocoConfig = Annotated[str | None, _config("coco")]
 KeypointsConfig = Annotated[str | None, _config("keypoints")]
+LvisConfig = Annotated[str | None, _config("lvis")]
+CityscapesConfig = Annotated[str | None, _config("cityscapes")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
 Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
-Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/), "
-                                          "or 'embedded'.")]
+Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/, "
+                                          "lvis/, cityscapes/), or 'embedded'.")]
 Train = Annotated[list[str] | None, typer.Option(
     "--train", help="A training set (repeat for several): voc_2007_trainval, coco_2017_train, "
     "keypoints_coco_2017_train..., or one's own: DEVKIT/ImageSets/Main/SPLIT.txt (VOC-style), "
@@ -143,6 +145,27 @@ def keypoints_cli(weights: Weights = None, config: KeypointsConfig = None, set_:
     _transfer("keypoints", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
+def lvis_cli(weights: Weights = None, config: LvisConfig = None, set_: Sets = None, engine: Engine = None,
+             data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
+             arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+             resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+             old_weights: OldWeights = None) -> None:
+    """Mask R-CNN R50-FPN (2x, repeat-factor sampling) fine-tuned from a backbone on LVIS v0.5 train, tested on its
+    val by the LVIS API (arXiv 1911.05722 appendix A.4). --train/--test: lvis_v0.5_train, lvis_v0.5_val, or
+    ANNOTATIONS.json:IMAGE_DIR in LVIS's format."""
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("lvis", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+
+
+def cityscapes_cli(weights: Weights = None, config: CityscapesConfig = None, set_: Sets = None,
+                   engine: Engine = None, data: Data = None, train: Train = None, test: Test = None,
+                   output_dir: OutputDir = None, arch: Arch = None, device: Device = None, seed: Seed = None,
+                   workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
+                   print_config: PrintConfig = False, old_weights: OldWeights = None) -> None:
+    """Mask R-CNN R50-FPN fine-tuned from a backbone on Cityscapes train_fine (8 instance classes), tested on val
+    by cityscapesscripts (instance-level AP, AP50). --train/--test: cityscapes_fine_instance_seg_train or _val."""
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("cityscapes", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 SemsegConfigOption = Annotated[str | None, typer.Option(
     "--config", "-c", help=f"YAML file or preset ({preset_list('semseg')}). Without it: the paper's VOC12 setting "
     f"(semseg_voc).")]

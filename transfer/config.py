@@ -1,5 +1,4 @@
-"""Detection transfer configuration (``moco eval voc``, ``moco eval coco``, ``moco eval keypoints``): frozen
-dataclasses.
+"""Detection transfer configuration (``moco eval voc|coco|keypoints|lvis|cityscapes``): frozen dataclasses.
 
 The defaults are the paper's VOC run (arXiv 1911.05722, section 4.2; the official
 ``detection/configs/pascal_voc_R_50_C4_24k_moco.yaml`` on detectron2's defaults): Faster R-CNN R50-C4 with BN
@@ -18,10 +17,12 @@ from typing import Any, Literal
 
 from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
 
-TASKS = ("voc", "coco", "keypoints")
+TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
+MASK_TASKS = ("coco", "lvis", "cityscapes")  # Mask R-CNN: box and mask AP
 ENGINES = ("auto", "detectron2", "torchvision")
 # The preset each command runs when no --config is given: the paper's settings.
-DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "keypoints": "keypoints_R50_FPN_2x"}
+DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "keypoints": "keypoints_R50_FPN_2x",
+                   "lvis": "lvis_v0.5_R50_FPN_2x", "cityscapes": "cityscapes_R50_FPN"}
 _VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
 
 
@@ -105,6 +106,10 @@ class TransferDataConfig:
     # their own categories).
     classes: tuple[str, ...] = ()
     workers: int = 4  # DataLoader worker processes per training process
+    # Repeat-factor sampling (detectron2's RepeatFactorTrainingSampler, LVIS's configs: 0.001): an image is seen
+    # max over its categories c of max(1, sqrt(t / f_c)) times an epoch, f_c the fraction of training images with
+    # c. 0: every image once an epoch.
+    repeat_threshold: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class TransferRunConfig:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    task: Literal["voc", "coco", "keypoints"] = "voc"
+    task: Literal["voc", "coco", "keypoints", "lvis", "cityscapes"] = "voc"
     schedule: str = "24k"  # the label results are grouped by: "24k" (VOC), "1x", "2x" (COCO)
     # "auto": detectron2 when it is installed, else torchvision's detection models (same protocol)
     engine: Literal["auto", "detectron2", "torchvision"] = "auto"
@@ -210,6 +215,8 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (all(c.strip() for c in cfg.data.classes) and len(set(cfg.data.classes)) == len(cfg.data.classes),
          "data.classes", "need distinct, non-empty names"),
         (cfg.data.workers >= 0, "data.workers", f"must be >= 0, got {cfg.data.workers}"),
+        (0 <= cfg.data.repeat_threshold < 1, "data.repeat_threshold",
+         f"must be in [0, 1) (0: off), got {cfg.data.repeat_threshold}"),
         *run_checks(r.device, r.seed, r.loggers),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
@@ -222,8 +229,9 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
          f"need at least one conv of >= 1 channels, got {list(d.keypoint_conv_dims)}"),
         (all(math.isfinite(v) and v > 0 for v in d.keypoint_oks_sigmas), "detector.keypoint_oks_sigmas",
          f"need positive numbers, got {list(d.keypoint_oks_sigmas)}"),
-        (d.mask == (cfg.task == "coco"), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its COCO "
-         "detector Mask R-CNN (true): box and mask AP are both reported; Keypoint R-CNN has no mask head (false)"),
+        (d.mask == (cfg.task in MASK_TASKS), "detector.mask", "the paper's VOC detector is Faster R-CNN (false), its "
+         "COCO, LVIS and Cityscapes detector Mask R-CNN (true): box and mask AP are both reported; Keypoint R-CNN has "
+         "no mask head (false)"),
         (bool(cfg.schedule.strip()), "schedule", "must be a non-empty label (24k, 1x, 2x...)"),
     ]
     require(checks)

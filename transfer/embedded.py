@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,23 +106,31 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarr
             draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
 
 
-def _objects(rng: np.random.Generator, size: int, *, focus: int | None = None,
+def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None, *, focus: int | None = None,
              extent_range: tuple[float, float] = _EXTENT) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """(class id, polygon) of each object, in drawing order, every one at least half visible at the end; and the
-    label map: 1 + the index of the object seen at each pixel, 0 where none is. ``focus``: a class drawn for half
-    the objects (the others from the remaining classes); ``extent_range``: as ``_EXTENT``."""
+    label map: 1 + the index of the object seen at each pixel, 0 where none is. Classes are the shapes, drawn
+    uniformly, unless ``kinds`` gives others; ``focus``: a shape class drawn for half the objects (the others from
+    the remaining classes; not with ``kinds``); ``extent_range``: as ``_EXTENT``."""
+    if kinds is not None and focus is not None:
+        raise ValueError("focus is a shape class: it cannot be combined with kinds")
     placed: list[tuple[int, np.ndarray]] = []
     areas: list[int] = []  # each placed object's whole area, in pixels
     label = np.zeros((size, size), dtype=np.int16)
     for _ in range(rng.integers(_OBJECTS[0], _OBJECTS[1] + 1)):
         for _ in range(_PLACEMENT_TRIES):
-            if focus is None:
+            if kinds is not None:
+                class_id = int(rng.choice(len(kinds.weights), p=kinds.weights))
+                shape = kinds.shapes[class_id]
+            elif focus is None:
                 class_id = int(rng.integers(len(shapes.CLASSES)))
+                shape = shapes.CLASSES[class_id]
             else:
                 others = [c for c in range(len(shapes.CLASSES)) if c != focus]
                 class_id = focus if rng.random() < 0.5 else others[int(rng.integers(len(others)))]
+                shape = shapes.CLASSES[class_id]
             extent = size * float(np.exp(rng.uniform(np.log(extent_range[0]), np.log(extent_range[1]))))
-            points = shapes.outline(rng, shapes.CLASSES[class_id], extent)
+            points = shapes.outline(rng, shape, extent)
             w, h = points.max(axis=0)
             points = np.round(points + rng.uniform(0.0, [size - 1 - w, size - 1 - h]), 2)
             mask = _polygon_mask(points, size)
@@ -134,16 +143,21 @@ def _objects(rng: np.random.Generator, size: int, *, focus: int | None = None,
     return placed, label
 
 
-def _scene(rng: np.random.Generator, size: int, **placement: Any) -> tuple[Image.Image, list[dict[str, Any]]]:
+def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None, **placement: Any
+           ) -> tuple[Image.Image, list[dict[str, Any]]]:
     """One scene and its objects: ``category_id``, whole ``outline`` ((k, 2) polygon), visible ``mask`` (bool),
-    its ``bbox`` [x0, y0, x1, y1] and the ``label`` map of the scene; ``placement``: :func:`_objects`' options."""
+    its ``bbox`` [x0, y0, x1, y1] and the ``label`` map of the scene; ``kinds`` and ``placement``:
+    :func:`_objects`' options."""
     background, grey = _background(rng, size)
     image = _rgb(background)
     draw = ImageDraw.Draw(image)
     _clutter(rng, draw, grey, size)
-    objects, label = _objects(rng, size, **placement)
-    for _, points in objects:  # in placement order: each on top of the earlier ones, as the label map has them
-        draw.polygon([float(v) for v in points.reshape(-1)], fill=shapes.object_colour(rng, grey))
+    objects, label = _objects(rng, size, kinds, **placement)
+    for class_id, points in objects:  # in placement order: each on top of the earlier ones, as the label map has
+        colour = shapes.object_colour(rng, grey)
+        if kinds is not None:  # the class's channel order: the blue, or the same colour turned green or red
+            colour = tuple(colour[c] for c in kinds.channels[class_id])
+        draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
     noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
     records = []
     for k, (class_id, points) in enumerate(objects):
@@ -155,12 +169,23 @@ def _scene(rng: np.random.Generator, size: int, **placement: Any) -> tuple[Image
     return _rgb(noisy), records
 
 
-def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0, stream: int = _STREAM,
-           **placement: Any) -> Iterator[tuple[Image.Image, list[dict[str, Any]]]]:
-    """The first ``count`` scenes of ``split`` ("train" or "test"), as :func:`_scene` gives them."""
+@dataclass(frozen=True)
+class Kinds:
+    """Object classes other than the 8 shapes (the LVIS-like set): class k is ``shapes[k]`` drawn in the colour
+    channels ``channels[k]`` (a permutation of RGB), with probability ``weights[k]``."""
+
+    shapes: tuple[str, ...]
+    channels: tuple[tuple[int, int, int], ...]
+    weights: tuple[float, ...]
+
+
+def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0, kinds: Kinds | None = None,
+           stream: int = _STREAM, **placement: Any) -> Iterator[tuple[Image.Image, list[dict[str, Any]]]]:
+    """The first ``count`` scenes of ``split`` ("train" or "test"), as :func:`_scene` gives them (``stream``: the
+    random streams of a derived set, kept apart from these; ``kinds``, ``placement``: :func:`_objects`' options)."""
     for index in range(count):
         rng = np.random.default_rng(np.random.SeedSequence([seed, stream, _SPLITS[split], index]))
-        yield _scene(rng, size, **placement)
+        yield _scene(rng, size, kinds, **placement)
 
 
 def _voc_xml(image_id: str, width: int, height: int, objects: list[dict[str, Any]]) -> bytes:
@@ -203,7 +228,7 @@ def _write_voc(target: Path, counts: dict[str, int], size: int, seed: int) -> No
         (voc / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(i + "\n" for i in ids), encoding="utf-8")
 
 
-def _rle(mask: np.ndarray) -> dict[str, Any]:
+def rle(mask: np.ndarray) -> dict[str, Any]:
     """A bool mask as COCO's compressed RLE, ``counts`` a str (JSON-ready)."""
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
     return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
@@ -224,7 +249,7 @@ def _write_coco(target: Path, counts: dict[str, int], size: int, seed: int) -> N
                 x0, y0, x1, y1 = obj["bbox"]
                 annotations.append({"id": len(annotations) + 1, "image_id": n,
                                     "category_id": 2 * obj["category_id"] + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                                    "segmentation": _rle(obj["mask"]), "area": float(obj["mask"].sum()),
+                                    "segmentation": rle(obj["mask"]), "area": float(obj["mask"].sum()),
                                     "iscrowd": 0})
         doc = {"info": {"description": f"moco embedded scenes, COCO layout v{EMBEDDED_VERSION}"},
                "images": images, "annotations": annotations, "categories": categories}
@@ -232,8 +257,8 @@ def _write_coco(target: Path, counts: dict[str, int], size: int, seed: int) -> N
             json.dump(doc, f, separators=(",", ":"))
 
 
-def _ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], root: Path | None,
-            counts: dict[str, int], size: int, seed: int, version: int | str = EMBEDDED_VERSION) -> Path:
+def ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], root: Path | None,
+           counts: dict[str, int], size: int, seed: int, version: int | str = EMBEDDED_VERSION) -> Path:
     """Make ``root/name`` with ``write`` unless its ``DONE`` already matches; returns ``root``."""
     if min(counts.values()) < 1 or size < 32 or seed < 0:
         raise ValueError(f"image counts must be >= 1, size >= 32 and seed >= 0, got {counts}, size={size}, "
@@ -284,7 +309,7 @@ def ensure_voc(root: Path | None = None, *, trainval: int = DEFAULT_TRAIN, test:
 
     Without ``root``: ``$MOCO_DATA_HOME/scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{trainval}x{test}``.
     """
-    return _ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, size, seed)
+    return ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, size, seed)
 
 
 def ensure_keypoints(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
@@ -296,11 +321,11 @@ def ensure_keypoints(root: Path | None = None, *, train: int = DEFAULT_TRAIN, va
 
     if root is None:
         root = shapes.data_home() / f"keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}"
-    return _ensure("coco", write_keypoints, root, {"train2017": train, "val2017": val}, size, seed,
-                   version=f"keypoints v{KEYPOINTS_VERSION}")
+    return ensure("coco", write_keypoints, root, {"train2017": train, "val2017": val}, size, seed,
+               version=f"keypoints v{KEYPOINTS_VERSION}")
 
 
 def ensure_coco(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
                 size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
     """A directory holding ``coco/`` of the same scenes; as :func:`ensure_voc` (same default root)."""
-    return _ensure("coco", _write_coco, root, {"train2017": train, "val2017": val}, size, seed)
+    return ensure("coco", _write_coco, root, {"train2017": train, "val2017": val}, size, seed)

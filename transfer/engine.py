@@ -44,9 +44,16 @@ def collate(samples: list[tuple[torch.Tensor, dict[str, torch.Tensor], int]]) ->
 def endless(loader: DataLoader, sampler: ResumableSampler, start: int = 0) -> Iterator[Batch]:
     """Batches forever, reshuffled every pass (the training is counted in iterations, not epochs), beginning at
     iteration ``start``: a resumed run sees the batches an uninterrupted one would, in the same order (the pass
-    it was in, from the batch it had reached; ``loader`` drops the last partial batch of each pass)."""
-    per_pass = len(sampler) // loader.batch_size
-    epoch, skip = divmod(start, per_pass)
+    it was in, from the batch it had reached; ``loader`` drops the last partial batch of each pass). A pass's length
+    may vary with its epoch (repeat-factor sampling), so the passes before ``start`` are counted one by one."""
+    epoch, skip = 0, start
+    sampler.start = 0
+    while True:
+        sampler.set_epoch(epoch)
+        per_pass = len(sampler) // loader.batch_size
+        if skip < per_pass:
+            break
+        epoch, skip = epoch + 1, skip - per_pass
     while True:
         sampler.set_epoch(epoch)
         sampler.start = skip * loader.batch_size  # read when the pass's iterator is made

@@ -55,10 +55,12 @@ def resume_from(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimize
 
 def fine_tune(cfg: Any, model: nn.Module, train_set: Dataset, *, weights: str, info: BackboneInfo, run_dir: Path,
               device: torch.device, resume: bool, show_progress: bool | str, what: str,
-              collate: Callable[[list], Any] = engine.collate) -> list[dict[str, float]]:
+              collate: Callable[[list], Any] = engine.collate, sampler: ResumableSampler | None = None,
+              ) -> list[dict[str, float]]:
     """Train ``model`` (on ``device``, SyncBN already applied) for ``cfg.solver.iterations`` from iteration 0, or
     from the last checkpoint with ``resume``; recompute BN statistics (``solver.precise_bn_iters``); the logged
-    history. ``train_set`` items are what ``collate`` batches for ``model(images, targets)`` (losses dict)."""
+    history. ``train_set`` items are what ``collate`` batches for ``model(images, targets)`` (losses dict).
+    ``sampler``: the training order (LVIS: repeat-factor sampling); by default every item once a pass, shuffled."""
     s, main, world = cfg.solver, distributed.is_main(), distributed.world_size()
     local_batch = per_process_batch(cfg, world)
     optimizer = engine.build_optimizer(model, s)
@@ -67,8 +69,9 @@ def fine_tune(cfg: Any, model: nn.Module, train_set: Dataset, *, weights: str, i
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
-    sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
-                               seed=cfg.run.seed, drop_last=True)
+    if sampler is None:
+        sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
+                                   seed=cfg.run.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                         collate_fn=collate, drop_last=True, pin_memory=device.type == "cuda",
                         persistent_workers=cfg.data.workers > 0)

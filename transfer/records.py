@@ -1,4 +1,4 @@
-"""The result record of ``moco eval voc`` and ``moco eval coco``, the same for every engine."""
+"""The result record of ``moco eval voc|coco|lvis|cityscapes``, the same for every engine."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ def embedded_version(cfg: TransferConfig) -> dict[str, str]:
         from transfer.detection.embedded_keypoints import KEYPOINTS_VERSION
 
         return {"version": f"keypoint scenes v{KEYPOINTS_VERSION}, scenes v{EMBEDDED_VERSION}"}
+    if cfg.task == "lvis":
+        from transfer.detection.lvis import embedded_version as lvis_version
+
+        return {"version": lvis_version()}
     return {"version": f"scenes v{EMBEDDED_VERSION}"}
 
 

@@ -1,5 +1,5 @@
-"""``moco eval voc``, ``moco eval coco`` and ``moco eval keypoints`` as plain functions: weights -> dataset ->
-detector -> fine-tuning -> test -> result record.
+"""``moco eval voc|coco|keypoints|lvis|cityscapes`` as plain functions: weights -> dataset -> detector ->
+fine-tuning -> test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
 torchvision's detection models otherwise; both run the same protocol and the record names the one that ran. The
@@ -29,6 +29,7 @@ from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
 from transfer.detection import data as detection_data
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
+from transfer.detection.sampling import RepeatFactorSampler, repeat_factors
 from transfer.finetune import fine_tune, sync_batchnorm
 from transfer.records import write_transfer_record
 
@@ -113,8 +114,13 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     train_set = detection_data.DetectionDataset(
         data.train, train=True, flip_prob=cfg.input.flip_prob, masks=cfg.detector.mask,
         keypoint_flip=data.keypoints.flip_indices if data.keypoints else None)
+    sampler = None
+    if cfg.data.repeat_threshold > 0:  # LVIS: images of rare categories repeated (transfer/detection/sampling.py)
+        sampler = RepeatFactorSampler(repeat_factors(data.train, cfg.data.repeat_threshold),
+                                      num_replicas=distributed.world_size(), rank=distributed.rank(),
+                                      seed=cfg.run.seed)
     history = fine_tune(cfg, model, train_set, weights=weights, info=info, run_dir=run_dir, device=device,
-                        resume=resume, show_progress=show_progress, what="detector")
+                        resume=resume, show_progress=show_progress, what="detector", sampler=sampler)
     train_time = time.perf_counter() - started
     test_progress = Progress(-(-len(data.test) // (cfg.run.test_batch_size * world)), every=cfg.run.log_every * 5,
                              enabled=main and show_progress)
@@ -128,8 +134,8 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
 
 def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: torch.device,
           progress: Progress) -> dict[str, Any]:
-    """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class), COCO box and mask AP, box AP and
-    AP^kp (percent)."""
+    """Predict the test split and score it: VOC AP50/AP/AP75 (+ per class); COCO, LVIS and Cityscapes box and mask
+    AP (percent) by their official evaluators; keypoints box AP and AP^kp (percent)."""
     test_set = detection_data.DetectionDataset(data.test, train=False)
     kwargs = dict(device=device, amp=cfg.run.amp, batch_size=cfg.run.test_batch_size, workers=cfg.data.workers,
                   progress=progress)

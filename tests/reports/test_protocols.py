@@ -32,7 +32,9 @@ def test_preset_lengths_are_the_presets() -> None:
     assert LinearOptimConfig().epochs == PAPER_LINEAR_EPOCHS
     presets = {("voc", "voc_R50_C4_24k"), ("voc", "voc_embedded"), ("coco", "coco_R50_C4_1x"),
                ("coco", "coco_R50_C4_2x"), ("coco", "coco_R50_FPN_1x"), ("coco", "coco_R50_FPN_2x"),
-               ("coco", "coco_embedded"), ("keypoints", "keypoints_R50_FPN_2x"), ("keypoints", "keypoints_embedded")}
+               ("coco", "coco_embedded"), ("keypoints", "keypoints_R50_FPN_2x"), ("keypoints", "keypoints_embedded"),
+               ("lvis", "lvis_v0.5_R50_FPN_2x"), ("lvis", "lvis_embedded"), ("cityscapes", "cityscapes_R50_FPN"),
+               ("cityscapes", "cityscapes_embedded")}
     found = {}
     for task, preset in presets:
         cfg = load_transfer_config(task, preset, [], flags={"data": {"path": "embedded"}})

@@ -36,7 +36,7 @@ def error_line(output: str) -> str:
 
 
 def test_help_shows_the_flags() -> None:
-    for task in ("voc", "coco"):
+    for task in ("voc", "coco", "lvis", "cityscapes"):
         result = runner.invoke(app, ["eval", task, "--help"])
         assert result.exit_code == 0
         for flag in ("--config", "--set", "--engine", "--data", "--output-dir", "--device", "--seed",
@@ -69,6 +69,14 @@ def test_print_config_resolves_presets_and_flags() -> None:
     (["eval", "voc", "random", "-c", "voc_embedded", "--set", "solver.lr=.inf"],
      "solver.lr: must be finite, got inf"),
     (["eval", "coco", "random", "--engine", "detectron9", "--data", "x"], "engine: expected one of"),
+    (["eval", "lvis", "random", "-c", "coco_embedded"], "is for coco, not lvis"),
+    (["eval", "lvis", "random", "--arch", "resnet18", "--data", "x", "--test", "lvis_v2_val"], "lvis_v0.5_<split>"),
+    (["eval", "lvis", "random", "-c", "lvis_embedded", "--set", "data.repeat_threshold=1.5"],
+     "data.repeat_threshold: must be in [0, 1)"),
+    (["eval", "cityscapes", "random", "--arch", "resnet18", "--data", "x", "--test", "cityscapes_val"],
+     "cityscapes_fine_instance_seg_<split>"),
+    (["eval", "cityscapes", "random", "-c", "cityscapes_embedded", "--set", "detector.mask=false"],
+     "detector.mask"),
 ])
 def test_bad_config_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = runner.invoke(app, args)
@@ -91,6 +99,12 @@ def test_bad_weights_and_missing_data_are_one_line_and_exit_2(tmp_path: Path) ->
                                  str(tmp_path), "--engine", "torchvision", "--quiet"])
     assert result.exit_code == 2
     assert "coco/annotations/instances_train2017.json not found" in error_line(result.output)
+    for task, missing in (("lvis", "lvis/lvis_v0.5_train.json not found"),
+                          ("cityscapes", "cityscapes/leftImg8bit/train not found")):
+        result = runner.invoke(app, ["eval", task, "random", "-c", f"{task}_embedded", "--data", str(tmp_path),
+                                     "--engine", "torchvision", "--quiet", "--output-dir", str(tmp_path / task)])
+        assert result.exit_code == 2
+        assert missing in error_line(result.output)
     if importlib.util.find_spec("detectron2") is not None:
         return
     result = runner.invoke(app, ["eval", "voc", "random", "-c", "voc_embedded", "--engine",

@@ -1,4 +1,4 @@
-"""The datasets of ``moco eval voc|coco|keypoints``: names to files, files to dataset dicts, checked.
+"""The datasets of ``moco eval voc|coco|keypoints|lvis|cityscapes``: names to files, files to dataset dicts, checked.
 
 A dataset in ``data.train`` / ``data.test`` is one of:
 
@@ -11,7 +11,9 @@ A dataset in ``data.train`` / ``data.test`` is one of:
   the class names are ``data.classes`` or, when that is empty, every name the XML files of the configured sets
   use, sorted;
 * a COCO-format annotation file of one's own (``moco eval coco``; a keypoint file for ``moco eval keypoints``):
-  ``ANNOTATIONS.json:IMAGE_DIR``, the images' ``file_name`` being relative to ``IMAGE_DIR``.
+  ``ANNOTATIONS.json:IMAGE_DIR``, the images' ``file_name`` being relative to ``IMAGE_DIR``;
+* LVIS (``moco eval lvis``) and Cityscapes (``moco eval cityscapes``): the names and forms of
+  :mod:`transfer.detection.lvis` and :mod:`transfer.detection.cityscapes`.
 
 Relative paths are under ``data.path``. Every image a dataset names must lie inside its own folder (the devkit,
 the image directory): a ``file_name`` of ``../../elsewhere.jpg`` is an error, not a read outside the dataset.
@@ -22,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,7 @@ from PIL import Image
 from moco_core import smoke
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """Where one configured dataset's files are (paths relative to the datasets root unless absolute)."""
-
-    name: str  # as configured
-    folder: Path  # VOC: the devkit (year) directory; COCO: the image directory
-    split: str  # VOC: the split file's stem; COCO: "<split><year>" or the annotation file's stem
-    annotations: Path | None = None  # COCO: the annotation file
-    year: str | None = None  # standard sets only
-
+from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
 
 _STANDARD = re.compile(r"(voc|coco|keypoints_coco)_(\d+)_(\w+)")
 _STANDARD_TASKS = {"voc": "voc", "coco": "coco", "keypoints_coco": "keypoints"}
@@ -53,6 +43,10 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
     """``name``'s files, relative to the datasets root (see the module docstring); ConfigError if it is none of
     the accepted forms. Reads nothing."""
     standard = _STANDARD.fullmatch(name)
+    if task in ("lvis", "cityscapes") and not standard:
+        from transfer.detection import cityscapes, lvis
+
+        return (lvis if task == "lvis" else cityscapes).parse_name(name)
     if standard:
         if _STANDARD_TASKS[standard[1]] != task:
             raise ConfigError(f"data: {name!r} is a {_STANDARD_TASKS[standard[1]]} dataset, not a {task} one")
@@ -78,21 +72,6 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
                       f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
 
 
-@dataclass
-class DetectionData:
-    """The training and test dataset dicts with what evaluation needs."""
-
-    root: Path
-    name: str  # readable, for the record
-    train: list[dict[str, Any]]
-    test: list[dict[str, Any]]
-    class_names: list[str]
-    contiguous_to_original: dict[int, int]  # COCO: our 0..K-1 -> the annotation file's category ids
-    coco_gt: Any  # COCO: the test annotation file; keypoints: the validated test set as a pycocotools COCO
-    keypoints: Any = None  # keypoints: the KeypointSet (transfer.detection.keypoints)
-    oks_sigmas: Any = None  # keypoints: (K,) OKS sigmas for COCOeval
-
-
 def require_a_batch(cfg: Any, data: DetectionData, batch: int) -> None:
     """DatasetError unless the training sets hold at least one batch of images with objects."""
     if len(data.train) < batch:
@@ -105,7 +84,15 @@ def dataset_root(cfg: Any) -> Path:
     if cfg.data.path == "embedded":
         from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
 
-        scenes = smoke.SCENES[cfg.task] if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
+        scenes = smoke.SCENES.get(cfg.task, {}) if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
+        if cfg.task == "lvis":
+            from transfer.detection.lvis import ensure_lvis
+
+            return ensure_lvis(**scenes)
+        if cfg.task == "cityscapes":
+            from transfer.detection.cityscapes import ensure_cityscapes
+
+            return ensure_cityscapes(**scenes)
         return {"voc": ensure_voc, "coco": ensure_coco, "keypoints": ensure_keypoints}[cfg.task](**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
@@ -115,38 +102,18 @@ def load_data(cfg: Any) -> DetectionData:
     images without a usable object are left out (detectron2 filters empty images)."""
     root = dataset_root(cfg)
     specs = [parse_dataset(n, cfg.task) for n in (*cfg.data.train, cfg.data.test)]
-    data = _load_voc(cfg, root, specs) if cfg.task == "voc" else _load_coco(cfg, root, specs)
+    if cfg.task == "lvis":
+        from transfer.detection.lvis import load_lvis_data
+
+        data = load_lvis_data(cfg, root, specs)
+    elif cfg.task == "cityscapes":
+        from transfer.detection.cityscapes import load_cityscapes_data
+
+        data = load_cityscapes_data(cfg, root, specs)
+    else:
+        data = _load_voc(cfg, root, specs) if cfg.task == "voc" else _load_coco(cfg, root, specs)
     check_image_sizes([*data.train, *data.test], workers=max(cfg.data.workers, 1))
     return data
-
-
-def _readable_name(cfg: Any, specs: list[DatasetSpec], standard: str) -> str:
-    """"embedded", the paper's name of standard sets ("VOC07+12", "COCO train2017"), else the custom sets'."""
-    if cfg.data.path == "embedded":
-        return "embedded"
-    if all(s.year for s in specs):
-        return standard
-    def short(spec: DatasetSpec) -> str:
-        return spec.annotations.name if spec.annotations else f"{spec.folder.name}/{spec.split}"
-
-    return "custom: " + "+".join(short(s) for s in specs[:-1]) + " -> " + short(specs[-1])
-
-
-def found_elsewhere(root: Path, spec: DatasetSpec, path: Path | None = None) -> str:
-    """A hint for a standard set's folder (or ``path`` in it) not found under ``root``, when it is one level off:
-    under VOCdevkit/ (as VOC's archives unpack), beside ``root`` (--data named the dataset's own folder), or
-    inside ``root`` without its first folder (the same, under another name); else ''."""
-    if not spec.year:  # one's own set: its paths are the user's
-        return ""
-    relative = str((path or root / spec.folder).relative_to(root))
-    for holder in (root / "VOCdevkit", root.parent):
-        if (holder / relative).exists():
-            return f"; it is under {holder}: pass --data {holder}"
-    first, _, rest = relative.partition("/")
-    if rest and (root / rest).exists():
-        return (f"; {root} looks like the {first}/ folder itself: --data takes the folder that holds it, as "
-                f"{first}/ (a symbolic link of that name will do)")
-    return ""
 
 
 def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
@@ -171,13 +138,9 @@ def _load_voc(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
     else:
         class_names = class_names_in([(f, s.split) for f, s in zip(folders, specs, strict=True)])
     sets = [load_voc(f, s.split, class_names) for f, s in zip(folders, specs, strict=True)]
-    train = [d for dicts in sets[:-1] for d in dicts if _trainable(d)]
-    name = _readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
+    train = [d for dicts in sets[:-1] for d in dicts if trainable(d)]
+    name = readable_name(cfg, specs, "VOC" + "+".join(str(s.year)[2:] for s in specs[:-1]))
     return DetectionData(root, name, train, sets[-1], class_names, {i: i for i in range(len(class_names))}, None)
-
-
-def _trainable(record: dict[str, Any]) -> bool:
-    return any(not a.get("iscrowd") for a in record["annotations"])  # difficult ones train, as in detectron2
 
 
 def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
@@ -209,11 +172,11 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
         if keypoints and sets[index].names != sets[-1].names:
             raise DatasetError(f"{name}: its keypoints differ from {cfg.data.test}'s")
         require_annotations(dicts, name)
-        kept = [d for d in filter_empty(dicts) if _trainable(d)]
+        kept = [d for d in filter_empty(dicts) if trainable(d)]
         train += filter_few_keypoints(kept, cfg.detector.min_keypoints_per_image) if keypoints else kept
     test_name, gt, (test, _, _) = loaded[-1]
     require_annotations(test, test_name)
-    name = _readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
+    name = readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
     if not keypoints:
         return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
     return DetectionData(root, name, train, test, list(class_names), dict(mapping),

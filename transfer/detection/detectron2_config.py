@@ -39,8 +39,8 @@ _HEAD = ("MODEL.BACKBONE.NAME", "MODEL.RESNETS.OUT_FEATURES", "MODEL.RESNETS.NOR
 
 # Every TransferConfig field: the detectron2 keys it sets, or (a string) why it sets none.
 FIELDS: dict[str, tuple[str, ...] | str] = {
-    "task": "picks the dataset reader (VOC XML, COCO JSON, COCO keypoints) and the metrics; MASK_ON follows "
-    "detector.mask, KEYPOINT_ON the keypoints task",
+    "task": "picks the dataset reader (VOC XML, COCO JSON, COCO keypoints, LVIS JSON, Cityscapes PNGs) and the "
+    "metrics; MASK_ON follows detector.mask, KEYPOINT_ON the keypoints task",
     "schedule": "a label in the result record",
     "engine": "chooses this engine",
     "detector.arch": ("MODEL.RESNETS.DEPTH", "MODEL.RESNETS.WIDTH_PER_GROUP", "MODEL.RESNETS.RES2_OUT_CHANNELS"),
@@ -89,6 +89,7 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "data.test": ("DATASETS.TEST",),
     "data.classes": "VOC class names, read by our reader; their number is MODEL.ROI_HEADS.NUM_CLASSES",
     "data.workers": ("DATALOADER.NUM_WORKERS",),
+    "data.repeat_threshold": ("DATALOADER.SAMPLER_TRAIN", "DATALOADER.REPEAT_THRESHOLD"),
     "run.output_dir": ("OUTPUT_DIR",),
     "run.device": "resolved (auto: CUDA when available) and given as MODEL.DEVICE",
     "run.seed": ("SEED",),
@@ -118,9 +119,9 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
                        ) -> dict[str, Any]:
     """detectron2 config keys and values for ``cfg`` (everything else stays at ``get_cfg()``'s defaults).
 
-    ``num_classes``: the dataset's (VOC 20, COCO 80); ``arch``: the weights' ResNet (default ``detector.arch``,
-    then resnet50); ``weights``: the converted ``.pkl`` or "" (random init); ``device``: already resolved;
-    ``num_keypoints`` and ``oks_sigmas``: the keypoint set's (task keypoints).
+    ``num_classes``: the dataset's (VOC 20, COCO 80, COCO keypoints 1, LVIS v0.5 1230, Cityscapes 8); ``arch``: the
+    weights' ResNet (default ``detector.arch``, then resnet50); ``weights``: the converted ``.pkl`` or "" (random
+    init); ``device``: already resolved; ``num_keypoints`` and ``oks_sigmas``: the keypoint set's (task keypoints).
     """
     d, i, s = cfg.detector, cfg.input, cfg.solver
     depth, width, res2 = RESNETS[arch or d.arch or "resnet50"]
@@ -197,6 +198,10 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
         "DATASETS.TRAIN": tuple(dataset_name(n) for n in cfg.data.train),
         "DATASETS.TEST": (dataset_name(cfg.data.test),),
         "DATALOADER.NUM_WORKERS": cfg.data.workers,
+        # LVIS: repeat-factor sampling (LVISv0.5-InstanceSegmentation/*.yaml); the other tasks: every image once
+        "DATALOADER.SAMPLER_TRAIN": "RepeatFactorTrainingSampler" if cfg.data.repeat_threshold > 0
+        else "TrainingSampler",
+        "DATALOADER.REPEAT_THRESHOLD": cfg.data.repeat_threshold,
         "SEED": cfg.run.seed,
         "OUTPUT_DIR": cfg.run.output_dir or f"runs/{cfg.task}",
     }

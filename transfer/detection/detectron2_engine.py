@@ -1,4 +1,6 @@
-"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco --engine detectron2``).
+"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco|lvis|cityscapes --engine
+detectron2``). LVIS's repeat-factor sampling is detectron2's own sampler (DATALOADER.SAMPLER_TRAIN); the LVIS and
+Cityscapes test splits are scored by the official evaluators through :mod:`transfer.detection.metrics`.
 
 detectron2 is not on any package registry: this module is imported only by ``transfer.run.evaluate`` when the
 engine resolves to detectron2, and only it imports detectron2. The config is ``get_cfg()`` with the values of
@@ -156,7 +158,7 @@ def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ..
         parts["+".join(groups[folder])].append(record)
     parts[cfg.data.test] = _with_box_mode(data.test)
     metadata: dict[str, Any] = {"thing_classes": list(data.class_names)}
-    if cfg.task in ("coco", "keypoints"):
+    if cfg.task != "voc":  # COCO, keypoints, LVIS, Cityscapes: the file's category (label) ids
         metadata["thing_dataset_id_to_contiguous_id"] = {v: k for k, v in data.contiguous_to_original.items()}
     if data.keypoints is not None:  # DatasetMapper's flip indices come from these (create_keypoint_hflip_indices)
         metadata["keypoint_names"] = list(data.keypoints.names)

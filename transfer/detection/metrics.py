@@ -288,13 +288,22 @@ def coco_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any,
 
 def score(task: str, found: list[Any], data: Any, *, masks: bool) -> dict[str, Any]:
     """The test split's metrics from an engine's predictions on ``data`` (a DetectionData): VOC
-    ``(class_id, detection)`` pairs -> AP50, AP, AP75 and per-class AP50; COCO result dicts -> box (and mask) AP;
-    keypoint result dicts -> box AP and AP^kp (:mod:`transfer.detection.keypoints`)."""
+    ``(class_id, detection)`` pairs -> AP50, AP, AP75 and per-class AP50; COCO result dicts -> box (and mask) AP
+    by pycocotools, by the LVIS API (``lvis``) or by cityscapesscripts; keypoint result dicts -> box AP and AP^kp
+    (:mod:`transfer.detection.keypoints`)."""
     if task == "keypoints":
         from transfer.detection.keypoints import keypoint_evaluate
 
         return {**keypoint_evaluate(found, data.coco_gt, data.oks_sigmas),
                 **coco_evaluate(found, data.coco_gt, iou_types=("bbox",))}
+    if task == "lvis":
+        from transfer.detection.lvis import lvis_evaluate
+
+        return lvis_evaluate(found, data.coco_gt)
+    if task == "cityscapes":
+        from transfer.detection.cityscapes import cityscapes_evaluate
+
+        return cityscapes_evaluate(found, data)
     if task == "voc":
         detections: dict[int, list] = {k: [] for k in range(len(data.class_names))}
         for class_id, detection in found:

@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from moco_core.data import shapes
-from transfer.embedded import DEFAULT_SIZE, EMBEDDED_VERSION, JPEG_QUALITY, _ensure, scenes
+from transfer.embedded import DEFAULT_SIZE, EMBEDDED_VERSION, JPEG_QUALITY, ensure, scenes
 
 MASKS_VERSION = 1  # bump whenever the masks written here change (the scenes have their own version)
 DEFAULT_TRAIN = 400
@@ -58,4 +58,4 @@ def ensure_semseg(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: 
     if root is None:
         root = shapes.data_home() / (f"semseg-masks-v{MASKS_VERSION}-scenes-v{EMBEDDED_VERSION}-seed{seed}-"
                                      f"{size}px-{train}x{val}")
-    return _ensure("VOC2012", _write, root, {"train_aug": train, "val": val}, size, seed)
+    return ensure("VOC2012", _write, root, {"train_aug": train, "val": val}, size, seed)

@@ -76,6 +76,20 @@ KEYPOINTS_2X = {**COCO_FPN_1X, "MODEL.MASK_ON": False, "MODEL.KEYPOINT_ON": True
                 "SOLVER.MAX_ITER": 180000, "DATASETS.TRAIN": ("moco_keypoints_coco_2017_train",),
                 "DATASETS.TEST": ("moco_keypoints_coco_2017_val",)}
 
+# LVISv0.5-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.yaml (on Base-RCNN-FPN) with the 2x steps, SyncBN as above
+LVIS_2X = {**COCO_FPN_1X, "MODEL.ROI_HEADS.NUM_CLASSES": 1230, "MODEL.ROI_HEADS.SCORE_THRESH_TEST": 0.0001,
+           "TEST.DETECTIONS_PER_IMAGE": 300, "DATALOADER.SAMPLER_TRAIN": "RepeatFactorTrainingSampler",
+           "DATALOADER.REPEAT_THRESHOLD": 0.001, "SOLVER.STEPS": (120000, 160000), "SOLVER.MAX_ITER": 180000,
+           "DATASETS.TRAIN": ("moco_lvis_v0.5_train",), "DATASETS.TEST": ("moco_lvis_v0.5_val",)}
+# Cityscapes/mask_rcnn_R_50_FPN.yaml (on Base-RCNN-FPN), SyncBN as above; its MODEL.WEIGHTS (COCO-trained) never
+CITYSCAPES = {**COCO_FPN_1X, "MODEL.ROI_HEADS.NUM_CLASSES": 8,
+              "INPUT.MIN_SIZE_TRAIN": (800, 832, 864, 896, 928, 960, 992, 1024), "INPUT.MIN_SIZE_TEST": 1024,
+              "INPUT.MAX_SIZE_TRAIN": 2048, "INPUT.MAX_SIZE_TEST": 2048, "SOLVER.BASE_LR": 0.01,
+              "SOLVER.IMS_PER_BATCH": 8, "SOLVER.STEPS": (18000,), "SOLVER.MAX_ITER": 24000,
+              "DATALOADER.SAMPLER_TRAIN": "TrainingSampler",
+              "DATASETS.TRAIN": ("moco_cityscapes_fine_instance_seg_train",),
+              "DATASETS.TEST": ("moco_cityscapes_fine_instance_seg_val",)}
+
 
 def paper(task: str, preset: str | None = None) -> TransferConfig:
     # an output directory of its own: without one it is runs/<task>, which would tie OUTPUT_DIR to the task field
@@ -84,7 +98,7 @@ def paper(task: str, preset: str | None = None) -> TransferConfig:
 
 @pytest.mark.parametrize(("task", "preset", "classes", "official"), [
     ("voc", None, 20, VOC), ("coco", "coco_R50_C4_2x", 80, COCO_C4_2X), ("coco", "coco_R50_FPN_1x", 80, COCO_FPN_1X),
-    ("keypoints", None, 1, KEYPOINTS_2X)])
+    ("keypoints", None, 1, KEYPOINTS_2X), ("lvis", None, 1230, LVIS_2X), ("cityscapes", None, 8, CITYSCAPES)])
 def test_paper_presets_are_the_official_configs(task: str, preset: str | None, classes: int, official: dict) -> None:
     options = detectron2_options(paper(task, preset), num_classes=classes, num_keypoints=17)
     for key, value in official.items():
@@ -137,7 +151,8 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
     "solver.steps": ((500,), None), "solver.gamma": (0.5, None), "solver.warmup_iters": (10, None),
     "solver.warmup_factor": (0.1, None), "solver.precise_bn_iters": (0, None), "data.path": ("/other", None),
     "data.train": (("voc_2007_trainval",), None), "data.test": ("voc_2012_val", None),
-    "data.classes": (("a", "b"), None), "data.workers": (1, None), "run.output_dir": ("/elsewhere", None),
+    "data.classes": (("a", "b"), None), "data.workers": (1, None), "data.repeat_threshold": (0.001, None),
+    "run.output_dir": ("/elsewhere", None),
     "run.device": ("cuda", None), "run.seed": (1, None), "run.amp": (True, None), "run.log_every": (7, None),
     "run.checkpoint_every": (10, None), "run.test_batch_size": (3, None), "run.loggers": (("tensorboard",), None),
 }
@@ -356,6 +371,24 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
     record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in result.json"))  # strict JSON
     assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded"
     assert {"bbox_AP", "segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("task", ["lvis", "cityscapes"])
+def test_short_lvis_and_cityscapes_runs_score_masks_by_the_official_evaluators(d2: Any, tmp_path: Path,
+                                                                               task: str) -> None:
+    pytest.importorskip("lvis" if task == "lvis" else "cityscapesscripts")
+    from transfer.detection.cityscapes import ensure_cityscapes
+    from transfer.detection.lvis import ensure_lvis
+    from transfer.run import evaluate
+
+    root = (ensure_lvis if task == "lvis" else ensure_cityscapes)(tmp_path / "data", train=8, val=4, size=64)
+    cfg = load_transfer_config(task, f"{task}_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]"],
+                               {"engine": "detectron2", "data": {"path": str(root)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
+    record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
+    assert record["engine"] == "detectron2" and record["task"] == task
+    assert {"segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
 
 
 def test_two_processes_through_detectron2s_launcher(d2: Any, tiny_voc: Path, tmp_path: Path,
