@@ -35,9 +35,10 @@ from moco_core import checkpoint
 from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
 from transfer.detection.cityscapes import ensure_cityscapes
+from transfer.detection.embedded_keypoints import ensure_keypoints
 from transfer.detection.lvis import ensure_lvis
 from transfer.detection.voc import VOC_CLASSES
-from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
+from transfer.embedded import ensure_coco, ensure_voc
 
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")  # the first four ILSVRC-2012 classes
 

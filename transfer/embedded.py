@@ -312,19 +312,6 @@ def ensure_voc(root: Path | None = None, *, trainval: int = DEFAULT_TRAIN, test:
     return ensure("VOC2007", _write_voc, root, {"trainval": trainval, "test": test}, size, seed)
 
 
-def ensure_keypoints(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
-                     size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
-    """A directory holding ``coco/`` with the keypoint scenes in COCO's keypoint layout
-    (:mod:`transfer.detection.embedded_keypoints`); without ``root``:
-    ``$MOCO_DATA_HOME/keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}``."""
-    from transfer.detection.embedded_keypoints import KEYPOINTS_VERSION, write_keypoints
-
-    if root is None:
-        root = shapes.data_home() / f"keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}"
-    return ensure("coco", write_keypoints, root, {"train2017": train, "val2017": val}, size, seed,
-               version=f"keypoints v{KEYPOINTS_VERSION}")
-
-
 def ensure_coco(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
                 size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
     """A directory holding ``coco/`` of the same scenes; as :func:`ensure_voc` (same default root)."""

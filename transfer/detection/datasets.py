@@ -82,7 +82,8 @@ def require_a_batch(cfg: Any, data: DetectionData, batch: int) -> None:
 def dataset_root(cfg: Any) -> Path:
     """The datasets root of ``cfg`` (a TransferConfig): ``data.path``, the embedded sets generated on first use."""
     if cfg.data.path == "embedded":
-        from transfer.embedded import ensure_coco, ensure_keypoints, ensure_voc
+        from transfer.detection.embedded_keypoints import ensure_keypoints
+        from transfer.embedded import ensure_coco, ensure_voc
 
         scenes = smoke.SCENES.get(cfg.task, {}) if smoke.enabled() else {}  # MOCO_SMOKE=1: a small set of its own
         if cfg.task == "lvis":

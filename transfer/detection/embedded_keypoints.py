@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from moco_core.data import shapes
-from transfer.embedded import JPEG_QUALITY, scenes
+from transfer.embedded import DEFAULT_SIZE, DEFAULT_TEST, DEFAULT_TRAIN, JPEG_QUALITY, ensure, scenes
 
 KEYPOINTS_VERSION = 1  # bump whenever the files written here change
 KEYPOINT_NAMES = ("top", "left_upper", "left_lower", "right_lower", "right_upper")
@@ -73,3 +73,14 @@ def write_keypoints(target: Path, counts: dict[str, int], size: int, seed: int) 
                "images": images, "annotations": annotations, "categories": [category]}
         with open(coco / "annotations" / f"person_keypoints_{split}.json", "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
+
+
+def ensure_keypoints(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int = DEFAULT_TEST,
+                     size: int = DEFAULT_SIZE, seed: int = 0) -> Path:
+    """A directory holding ``coco/`` with the keypoint scenes in COCO's keypoint layout
+    (:mod:`transfer.detection.embedded_keypoints`); without ``root``:
+    ``$MOCO_DATA_HOME/keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}``."""
+    if root is None:
+        root = shapes.data_home() / f"keypoints-v{KEYPOINTS_VERSION}-seed{seed}-{size}px-{train}x{val}"
+    return ensure("coco", write_keypoints, root, {"train2017": train, "val2017": val}, size, seed,
+               version=f"keypoints v{KEYPOINTS_VERSION}")

@@ -45,7 +45,6 @@ COCO_PERSON_KEYPOINTS: tuple[str, ...] = (
 COCO_PERSON_SIGMAS: tuple[float, ...] = tuple(v / 10.0 for v in (
     0.26, 0.25, 0.25, 0.35, 0.35, 0.79, 0.79, 0.72, 0.72, 0.62, 0.62, 1.07, 1.07, 0.87, 0.87, 0.89, 0.89))
 DEFAULT_SIGMA = sum(COCO_PERSON_SIGMAS) / len(COCO_PERSON_SIGMAS)  # a keypoint set of one's own (module docstring)
-KEYPOINT_METRICS: tuple[str, ...] = ("AP", "AP50", "AP75", "APm", "APl")  # COCOeval.stats[0:5] for keypoints
 
 
 @dataclass(frozen=True)
@@ -235,30 +234,3 @@ def keypoint_gt(dicts: Sequence[dict[str, Any]], class_names: Sequence[str], con
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco
-
-
-def keypoint_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any, sigmas: np.ndarray) -> dict[str, float]:
-    """AP^kp in percent through ``COCOeval(gt, dt, "keypoints")`` with ``params.kpt_oks_sigmas = sigmas``:
-    ``keypoints_{AP, AP50, AP75, APm, APl}`` (no small range: COCO does not score keypoints of small people).
-
-    No result gives 0; a range without ground truth gives NaN (COCOeval's -1). The summary is logged at INFO.
-    """
-    from pycocotools.cocoeval import COCOeval
-
-    from transfer.detection.metrics import check_results, empty_results
-
-    if not any(a.get("num_keypoints", 0) > 0 and not a.get("iscrowd") for a in coco_gt.dataset["annotations"]):
-        raise DatasetError(f"the ground truth has no labelled keypoint in {len(coco_gt.getImgIds())} images: "
-                           f"nothing to evaluate against")
-    check_results(results, coco_gt)
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        coco_dt = coco_gt.loadRes([dict(r) for r in results]) if results else empty_results(coco_gt)
-        evaluator = COCOeval(coco_gt, coco_dt, "keypoints")
-        evaluator.params.kpt_oks_sigmas = np.asarray(sigmas, dtype=np.float64)
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
-    logger.info("COCO keypoints evaluation:\n%s", text.getvalue())
-    return {f"keypoints_{name}": float(value) * 100.0 if value >= 0 else math.nan
-            for name, value in zip(KEYPOINT_METRICS, evaluator.stats[: len(KEYPOINT_METRICS)], strict=True)}

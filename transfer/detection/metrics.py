@@ -290,10 +290,8 @@ def score(task: str, found: list[Any], data: Any, *, masks: bool) -> dict[str, A
     """The test split's metrics from an engine's predictions on ``data`` (a DetectionData): VOC
     ``(class_id, detection)`` pairs -> AP50, AP, AP75 and per-class AP50; COCO result dicts -> box (and mask) AP
     by pycocotools, by the LVIS API (``lvis``) or by cityscapesscripts; keypoint result dicts -> box AP and AP^kp
-    (:mod:`transfer.detection.keypoints`)."""
+    (:func:`keypoint_evaluate`, below)."""
     if task == "keypoints":
-        from transfer.detection.keypoints import keypoint_evaluate
-
         return {**keypoint_evaluate(found, data.coco_gt, data.oks_sigmas),
                 **coco_evaluate(found, data.coco_gt, iou_types=("bbox",))}
     if task == "lvis":
@@ -310,3 +308,31 @@ def score(task: str, found: list[Any], data: Any, *, masks: bool) -> dict[str, A
             detections[class_id].append(detection)
         return voc_evaluate(detections, data.test, data.class_names)
     return coco_evaluate(found, data.coco_gt, iou_types=("bbox", "segm") if masks else ("bbox",))
+
+
+KEYPOINT_METRICS: tuple[str, ...] = ("AP", "AP50", "AP75", "APm", "APl")  # COCOeval.stats[0:5] for keypoints
+
+
+def keypoint_evaluate(results: Sequence[dict[str, Any]], coco_gt: Any, sigmas: np.ndarray) -> dict[str, float]:
+    """AP^kp in percent through ``COCOeval(gt, dt, "keypoints")`` with ``params.kpt_oks_sigmas = sigmas``:
+    ``keypoints_{AP, AP50, AP75, APm, APl}`` (no small range: COCO does not score keypoints of small people).
+
+    No result gives 0; a range without ground truth gives NaN (COCOeval's -1). The summary is logged at INFO.
+    """
+    from pycocotools.cocoeval import COCOeval
+
+    if not any(a.get("num_keypoints", 0) > 0 and not a.get("iscrowd") for a in coco_gt.dataset["annotations"]):
+        raise DatasetError(f"the ground truth has no labelled keypoint in {len(coco_gt.getImgIds())} images: "
+                           f"nothing to evaluate against")
+    check_results(results, coco_gt)
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        coco_dt = coco_gt.loadRes([dict(r) for r in results]) if results else empty_results(coco_gt)
+        evaluator = COCOeval(coco_gt, coco_dt, "keypoints")
+        evaluator.params.kpt_oks_sigmas = np.asarray(sigmas, dtype=np.float64)
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    logger.info("COCO keypoints evaluation:\n%s", text.getvalue())
+    return {f"keypoints_{name}": float(value) * 100.0 if value >= 0 else math.nan
+            for name, value in zip(KEYPOINT_METRICS, evaluator.stats[: len(KEYPOINT_METRICS)], strict=True)}

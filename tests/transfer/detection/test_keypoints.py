@@ -18,12 +18,12 @@ from transfer.detection.keypoints import (
     COCO_PERSON_KEYPOINTS,
     COCO_PERSON_SIGMAS,
     KeypointSet,
-    keypoint_evaluate,
     keypoint_gt,
     keypoint_results,
     load_keypoints,
     oks_sigmas,
 )
+from transfer.detection.metrics import keypoint_evaluate
 
 SIGMAS = np.array([0.1, 0.05])  # the toy set's two keypoints "a" and "b"
 

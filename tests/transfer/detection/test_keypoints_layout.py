@@ -16,9 +16,8 @@ from moco_core.data.data import DatasetError
 from tests.layouts import KEYPOINT_IMAGE_IDS, add_coco_keypoints
 from transfer.config import load_transfer_config
 from transfer.detection.datasets import load_data, parse_dataset
-from transfer.detection.embedded_keypoints import KEYPOINT_NAMES
+from transfer.detection.embedded_keypoints import KEYPOINT_NAMES, ensure_keypoints
 from transfer.detection.keypoints import DEFAULT_SIGMA, load_keypoints
-from transfer.embedded import ensure_keypoints
 
 runner = CliRunner()
 TINY = ["solver.batch_size=2", "solver.iterations=2", "solver.warmup_iters=1", "solver.steps=[1]",
