@@ -23,8 +23,11 @@ from moco_core.run.progress import LINE
 from moco_core.run.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
 
-TASKS = ("linear", "voc", "coco", "keypoints")
-DEFAULT_TASKS = ("linear", "voc", "coco")  # keypoints (keypoints_embedded) is opt-in: --tasks
+# Every evaluation the demo can run, by its embedded preset (``<task>_embedded``; linear: lincls_embedded). The
+# default is the paper's headline protocol; the rest of Table 6 and fine-tuning are opt-in (--tasks), so the
+# default demo's time stays.
+TASKS = ("linear", "voc", "coco", "keypoints", "lvis", "cityscapes", "semseg", "finetune")
+DEFAULT_TASKS = ("linear", "voc", "coco")
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
 BACKBONES = ("moco", "supervised", "random")
 RANDOM_ARCH = "resnet18"  # the embedded presets' backbone, for random init
@@ -79,7 +82,7 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
              seed: int = 0) -> Path:
     """Run every step (skipping finished ones) and write the report; returns the report directory.
 
-    ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", "linear", "voc", "coco").
+    ``overrides``: ``--set`` style changes per preset role ("moco", "supervised", or a task of :data:`TASKS`).
     ``trials`` > 1: the whole protocol once per seed (``seed``, ``seed + 1``, ...), each into ``seed_<s>/``;
     every row of the report is then the mean ± std of its trials (``moco report`` groups pretrainings of one
     recipe with different seeds). A stop signal raises :class:`moco_core.run.preemption.Stopped`.
@@ -146,6 +149,20 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
         cfg = replace(cfg, arch=RANDOM_ARCH) if weights == "random" else cfg
         part_way = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted demo left part-way
         return lambda: linear_eval(cfg, weights, show_progress=show_progress, resume=part_way)
+    if task == "finetune":
+        from lincls.finetune import FINETUNE_LAST, finetune, load_finetune_config
+
+        fcfg = load_finetune_config("finetune_embedded", overrides)
+        fcfg = replace(fcfg, arch=RANDOM_ARCH) if weights == "random" else fcfg
+        part_way = (out / FINETUNE_LAST).is_file()
+        return lambda: finetune(fcfg, weights, show_progress=show_progress, resume=part_way)
+    if task == "semseg":
+        from transfer.segmentation.config import load_semseg_config
+        from transfer.segmentation.run import evaluate as evaluate_semseg
+
+        scfg = load_semseg_config("semseg_embedded", overrides)
+        resume = (out / checkpoint.LAST).is_file()
+        return lambda: evaluate_semseg(scfg, weights, show_progress=show_progress, resume=resume)
     from transfer.config import load_transfer_config
     from transfer.run import evaluate
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from moco_core import checkpoint
-from moco_demo.run import run_demo
+from moco_demo.run import DEFAULT_TASKS, TASKS, run_demo
 
 TINY_PRETRAIN = ["model.queue_size=40", "model.bn_groups=4", "optim.batch_size=16", "optim.epochs=1",
                  "data.workers=0", "run.knn_every=0", "augment.crop_size=32"]
@@ -154,3 +154,17 @@ def test_sigterm_stops_the_demo_with_the_command_that_continues_it(shapes_root: 
 def test_unknown_tasks_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown demo tasks"):
         run_demo(tmp_path, tasks=("linear", "imagenet"))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_demo_task_loads_its_embedded_preset(task: str, tmp_path: Path) -> None:
+    """Each task --tasks takes builds its evaluation from its embedded preset, into the step's directory (nothing
+    runs here: a preset that does not load, or a task with no evaluation, fails at once, not after the pretraining)."""
+    from moco_demo.run import _evaluation
+
+    call = _evaluation(task, "random", tmp_path / task, "cpu", "torchvision", False, [])
+    assert callable(call) and not (tmp_path / task).exists()
+
+
+def test_the_default_demo_runs_the_headline_tasks_only() -> None:
+    assert DEFAULT_TASKS == ("linear", "voc", "coco") and set(DEFAULT_TASKS) < set(TASKS)
