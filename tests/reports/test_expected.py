@@ -121,11 +121,16 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     finetune_recipes = {"moco": eval_recipe(to_dict(finetune), shapes), "supervised": eval_recipe(to_dict(finetune),
                                                                                                   shapes),
                         "random": eval_recipe(to_dict(replace(finetune, arch=RANDOM_ARCH)), shapes)}
+    # and fine-tuning on the 10%-labels version (the semi-supervised protocol: --labels 10%)
+    finetune_tenth = {name: eval_recipe(to_dict(replace(finetune, arch=finetune.arch if name != "random" else
+                                                        RANDOM_ARCH, data={"labels": "10%"})), shapes)
+                      for name in recipes}
     finetune_rows = [r for r in rows if r["task"] == "finetune"]
     assert {r["backbone"] for r in finetune_rows} >= {"random", "supervised"}
     for row in finetune_rows:
-        assert (row["pretrain_recipe"], row["eval_recipe"]) == (recipes[row["backbone"]][0],
-                                                                finetune_recipes[row["backbone"]]), row["backbone"]
+        assert (row["pretrain_recipe"], row["eval_recipe"]) in (
+            (recipes[row["backbone"]][0], finetune_recipes[row["backbone"]]),
+            (recipes[row["backbone"]][0], finetune_tenth[row["backbone"]])), row["backbone"]
         assert int(row["n"]) >= 2 and (row["dataset"], row["protocol"]) == ("embedded", "finetune")
     for task in ("voc", "coco"):  # as moco demo runs them where detectron2 is missing (auto: torchvision)
         detection = load_transfer_config(task, f"{task}_embedded", [], {"engine": "torchvision"})
