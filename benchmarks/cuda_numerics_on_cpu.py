@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+import lincls.finetune
 import lincls.linear
 import moco_core.data.device_data
 import moco_core.run.engine
@@ -39,7 +40,7 @@ import transfer.engine
 from moco_core.config import replace
 
 # Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.run.runtime).
-AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, lincls.linear, transfer.engine)
+AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, lincls.linear, lincls.finetune, transfer.engine)
 
 
 def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:

@@ -95,6 +95,11 @@ def cityscapes_layout(root: Path, seed: int = 0, train_ids: bool = True) -> Path
                                                                          "objects": []}))
             if train_ids:
                 Image.fromarray(table[label_ids]).save(gt / f"{stem}_gtFine_labelTrainIds.png")
+    if train_ids:  # as createTrainIdLabelImgs does, over the whole tree (another fixture's images included)
+        for label_file in (root / "cityscapes" / "gtFine").glob("*/*/*_gtFine_labelIds.png"):
+            made = label_file.with_name(label_file.name.replace("_labelIds.png", "_labelTrainIds.png"))
+            if not made.is_file():
+                Image.fromarray(table[np.asarray(Image.open(label_file))]).save(made)
     return root
 
 
