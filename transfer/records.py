@@ -33,11 +33,22 @@ def embedded_version(cfg: TransferConfig) -> dict[str, str]:
     return {"version": f"scenes v{EMBEDDED_VERSION}"}
 
 
+def recipe_fields(cfg: Any, model: str) -> dict[str, Any]:
+    """What a transfer record's ``config`` leads with, for any task's config (``schedule`` and ``solver``): the
+    model's name, schedule, iterations, batch and the lr at that batch (linear scaling from 16 images)."""
+    s = cfg.solver
+    return {"model": model, "schedule": cfg.schedule, "iterations": s.iterations, "batch_size": s.batch_size,
+            "lr": s.lr * s.batch_size / 16}
+
+
+def null_nan(results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with NaN (a metric with nothing to score, e.g. COCOeval's -1) as None: valid JSON, null."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in results.items()}
+
+
 def record_config(cfg: TransferConfig, arch: str) -> dict[str, Any]:
     """The record's ``config``: the detector's name, schedule, iterations, batch and lr, then the whole config."""
-    s = cfg.solver
-    return {"model": model_name(cfg, arch), "schedule": cfg.schedule, "iterations": s.iterations,
-            "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, **to_dict(cfg)}
+    return {**recipe_fields(cfg, model_name(cfg, arch)), **to_dict(cfg)}
 
 
 def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionData, info: BackboneInfo,
@@ -48,8 +59,7 @@ def write_transfer_record(run_dir: Path, cfg: TransferConfig, data: DetectionDat
 
     ``details``: the engine's own top-level fields (processes, device, version); ``extra``: the caller's.
     """
-    # An area range without ground truth scores NaN (COCOeval's -1); the record stores null, valid JSON.
-    results = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in results.items()}
+    results = null_nan(results)  # an area range without ground truth scores NaN (COCOeval's -1)
     record = write_record(
         run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=results, backbone=info,
         dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root),

@@ -27,6 +27,7 @@ from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
 from transfer import engine
 from transfer.finetune import fine_tune, sync_batchnorm
+from transfer.records import null_nan, recipe_fields
 from transfer.segmentation.config import SemsegConfig, model_name, semseg_run_dir
 from transfer.segmentation.datasets import SegmentationData, SegmentationDataset, load_data
 from transfer.segmentation.embedded import dataset_version
@@ -103,9 +104,7 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
 def record_config(cfg: SemsegConfig, arch: str) -> dict[str, Any]:
     """The record's ``config``: the network's name, schedule, iterations, batch, lr and test mode, then the whole
     config (as the detection records have it)."""
-    s = cfg.solver
-    return {"model": model_name(cfg, arch), "schedule": cfg.schedule, "iterations": s.iterations,
-            "batch_size": s.batch_size, "lr": s.lr * s.batch_size / 16, "test": "whole image", **to_dict(cfg)}
+    return {**recipe_fields(cfg, model_name(cfg, arch)), "test": "whole image", **to_dict(cfg)}
 
 
 def _record(run_dir: Path, cfg: SemsegConfig, data: SegmentationData, info: BackboneInfo, results: dict[str, Any],
@@ -113,9 +112,8 @@ def _record(run_dir: Path, cfg: SemsegConfig, data: SegmentationData, info: Back
     """The result record (main process only), and a one-line summary on stderr."""
     name = model_name(cfg, info.arch)
     version = {"version": dataset_version()} if cfg.data.path == "embedded" else {}
-    metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in results.items()}  # NaN: null
     record = write_record(
-        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=metrics, backbone=info,
+        run_dir / "result.json", task=cfg.task, protocol=cfg.task, metrics=null_nan(results), backbone=info,
         dataset={"path": cfg.data.path, "name": data.name, "root": str(data.root), "train_split": cfg.data.train,
                  "test_split": cfg.data.test, "train_images": len(data.train), "test_images": len(data.test),
                  "classes": len(data.class_names), "class_names": list(data.class_names),
