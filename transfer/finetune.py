@@ -1,5 +1,5 @@
 """The fine-tuning every torchvision-engine transfer task shares (detection, semantic segmentation): SyncBN across
-CUDA processes, the optimizer, resuming from the run directory's last checkpoint, DistributedDataParallel, the
+processes (CUDA or CPU), the optimizer, resuming from the run directory's last checkpoint, DistributedDataParallel, the
 resumable endless loader, the run files and metrics, the iteration loop of :mod:`transfer.engine` with its
 checkpoints, and precise BN. A task builds its model and training set, calls :func:`fine_tune`, then tests.
 
@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from moco_core import checkpoint, distributed
 from moco_core.config import to_dict
 from moco_core.model.backbone import BackboneInfo
+from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.run.preemption import ResumableSampler
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.rundir import write_run_files
@@ -31,10 +32,11 @@ CHECKPOINT_FORMAT = "moco-transfer"
 
 
 def sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
-    """``model`` with BN as SyncBatchNorm when several CUDA processes run (the paper's SyncBN), else as it is."""
-    # Deviation from the paper: SyncBatchNorm is CUDA-only, so CPU processes keep per-process BN statistics.
-    if distributed.world_size() > 1 and device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    """``model`` with BN synchronised across processes when several run (the paper's SyncBN): torch's
+    SyncBatchNorm on CUDA, :class:`moco_core.model.batchnorm.CpuSyncBatchNorm` on CPU processes (torch's refuses
+    them); in one process, ``model`` as it is."""
+    if distributed.world_size() > 1:
+        return sync_batchnorm_for(nn.SyncBatchNorm.convert_sync_batchnorm(model), device)
     return model
 
 

@@ -94,7 +94,7 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
 
 def build_model(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_classes: int,
                 device: torch.device, *, num_keypoints: int = 0) -> nn.Module:
-    """The detector on ``device``; BN becomes SyncBatchNorm when several CUDA processes run (the paper's SyncBN)."""
+    """The detector on ``device``; BN is synchronised when several processes run (the paper's SyncBN)."""
     return sync_batchnorm(build_detector(cfg, resnet, num_classes, num_keypoints=num_keypoints).to(device), device)
 
 

@@ -159,7 +159,9 @@ class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """SyncBatchNorm for processes without CUDA (gloo), where torch's refuses to run (and DDP refuses it): the
     batch statistics of every process, summed with :func:`distributed.all_reduce_sum_with_grad` in two passes
     (the mean, then the squared deviations from it); the gradient reaches every process's inputs as torch's
-    does. In eval mode or in one process it is plain BatchNorm. Its state_dict keys are BatchNorm's, so the
+    does. Processes may hold different numbers of rows (detection's RoI batches; none at all): every row weighs
+    the same, and where no process has one, the statistics stay as they were (plain BatchNorm's rule). In eval
+    mode or in one process it is plain BatchNorm. Its state_dict keys are BatchNorm's, so the
     checkpoints are those of a CUDA run. :func:`sync_batchnorm_for` puts it in place of torch's on CPU.
     """
 
@@ -176,6 +178,10 @@ class CpuSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         count = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype, device=x.device)
         totals = distributed.all_reduce_sum_with_grad(torch.cat([x.sum(dims), count]))
         n = totals[-1]
+        if n.item() == 0:  # every process's input is empty (no RoI of a kind anywhere): plain BN's answer,
+            if self.track_running_stats and self.num_batches_tracked is not None:  # the statistics unchanged
+                self.num_batches_tracked.add_(1)
+            return x * 1.0 if not self.affine else x * self.weight.view(shape) + self.bias.view(shape)
         mean = totals[:-1] / n
         centred = x - mean.view(shape)
         var = distributed.all_reduce_sum_with_grad((centred * centred).sum(dims)) / n

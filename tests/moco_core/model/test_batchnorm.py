@@ -269,3 +269,50 @@ def test_sync_bn_on_cpu_keeps_the_state_and_is_plain_bn_in_one_process() -> None
     x = torch.randn(5, 3, 2, 2)
     assert torch.allclose(synced(x), reference(x), atol=1e-6)  # one process: plain BN, statistics included
     assert torch.allclose(synced[1].running_mean, reference[1].running_mean)
+
+
+# Rows each of 2 processes holds at each of 3 steps: uneven (detection's RoI batches), one process empty, both empty.
+_UNEVEN_ROWS = ((2, 5), (0, 4), (0, 0))
+
+
+def _uneven_sync_bn_worker(out_dir: str) -> None:
+    torch.distributed.init_process_group("gloo")
+    try:
+        rank = distributed.rank()
+        converted = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.BatchNorm2d(2, momentum=0.5)))
+        bn = sync_batchnorm_for(converted, torch.device("cpu"))[0]
+        steps = []
+        for step, rows in enumerate(_UNEVEN_ROWS):
+            torch.manual_seed(step)
+            whole = torch.randn(sum(rows), 2, 3, 3) * 2.0 + 1.0
+            mine = whole[sum(rows[:rank]):sum(rows[:rank + 1])].clone().requires_grad_(True)
+            y = bn(mine)
+            y.sum().backward()  # every process, as DDP's: an empty batch's backward still joins the all-reduce
+            steps.append({"y": y.tolist(), "shape": list(y.shape), "mean": bn.running_mean.tolist(),
+                          "var": bn.running_var.tolist(), "tracked": int(bn.num_batches_tracked)})
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(steps))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_sync_bn_on_cpu_processes_with_uneven_and_empty_batches(tmp_path: Path) -> None:
+    """Detection's RoI heads give processes different numbers of rows, or none: every row weighs the same (the
+    outputs and running statistics are one BatchNorm's over the rows of both), and a step in which no process has
+    a row leaves the statistics as they were (plain BatchNorm's rule on an empty batch), never NaN."""
+    distributed.launch(2, _uneven_sync_bn_worker, str(tmp_path))
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    reference = nn.BatchNorm2d(2, momentum=0.5)
+    for step, rows in enumerate(_UNEVEN_ROWS):
+        torch.manual_seed(step)
+        whole = torch.randn(sum(rows), 2, 3, 3) * 2.0 + 1.0
+        expected = reference(whole).detach()
+        for rank in range(2):
+            got = results[rank][step]
+            assert got["shape"] == [rows[rank], 2, 3, 3]
+            mine = expected[sum(rows[:rank]):sum(rows[:rank + 1])]
+            if rows[rank]:
+                torch.testing.assert_close(torch.tensor(got["y"]), mine, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(torch.tensor(got["mean"]), reference.running_mean, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(torch.tensor(got["var"]), reference.running_var, atol=1e-5, rtol=1e-5)
+            assert got["tracked"] == int(reference.num_batches_tracked) == step + 1
+    assert torch.isfinite(torch.tensor(results[0][-1]["mean"] + results[0][-1]["var"])).all()
