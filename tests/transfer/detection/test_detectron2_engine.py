@@ -117,6 +117,21 @@ def test_embedded_presets_run_r18_at_the_scaled_lr() -> None:
     assert (wide["MODEL.RESNETS.DEPTH"], wide["MODEL.RESNETS.WIDTH_PER_GROUP"]) == (50, 128)
 
 
+def test_keypoint_sigmas_are_plain_floats() -> None:
+    """The keypoint set's OKS sigmas are numpy's (transfer.detection.keypoints.oks_sigmas); detectron2's
+    CfgNode.dump() is yaml.safe_dump, which refuses np.float64, so ``eval keypoints --engine detectron2`` failed
+    writing detectron2_config.yaml before training."""
+    import yaml
+
+    from transfer.detection.keypoints import KeypointSet, oks_sigmas
+
+    sigmas = tuple(oks_sigmas(KeypointSet(("top", "left_a", "right_a"))))
+    options = detectron2_options(paper("keypoints"), num_classes=1, num_keypoints=3, oks_sigmas=sigmas)
+    assert [type(s) for s in options["TEST.KEYPOINT_OKS_SIGMAS"]] == [float] * 3
+    assert options["TEST.KEYPOINT_OKS_SIGMAS"] == pytest.approx([float(s) for s in sigmas])
+    yaml.safe_dump(options["TEST.KEYPOINT_OKS_SIGMAS"])
+
+
 def _leaves(cls: type, prefix: str = "") -> list[str]:
     names = []
     for f in dataclasses.fields(cls):
@@ -373,6 +388,23 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
     record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in result.json"))  # strict JSON
     assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded, 3 it"
     assert {"bbox_AP", "segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_short_keypoints_run_scores_keypoints(d2: Any, tmp_path: Path) -> None:
+    from transfer.detection.embedded_keypoints import ensure_keypoints
+    from transfer.run import evaluate
+
+    root = ensure_keypoints(tmp_path / "data", train=8, val=4, size=64)
+    cfg = load_transfer_config("keypoints", "keypoints_embedded",
+                               [*TINY, "solver.iterations=3", "solver.steps=[2]", "solver.warmup_iters=1",
+                                "detector.keypoint_pooler_resolution=4", "detector.keypoint_conv_dims=[8]"],
+                               {"engine": "detectron2", "data": {"path": str(root)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
+    record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
+    assert record["engine"] == "detectron2" and record["task"] == "keypoints"
+    assert {"keypoints_AP", "bbox_AP"} <= set(record["metrics"]) and "loss_keypoint" in record["history"][-1]
+    assert "KEYPOINT_OKS_SIGMAS" in (tmp_path / "run" / "detectron2_config.yaml").read_text()
 
 
 @pytest.mark.usefixtures("one_thread")
