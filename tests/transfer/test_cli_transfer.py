@@ -149,12 +149,16 @@ def test_coco_run_through_the_cli_into_the_report(tmp_path: Path) -> None:
 def test_auto_engine_dispatches_to_detectron2_when_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import types
 
+    import transfer.detection
     from transfer import run
 
     calls = []
     fake = types.ModuleType("transfer.detection.detectron2_engine")
     fake.evaluate = lambda cfg, weights, **kwargs: calls.append((cfg.engine, weights, kwargs)) or tmp_path / "r.json"
     monkeypatch.setitem(sys.modules, "transfer.detection.detectron2_engine", fake)
+    # and as the package's attribute: once an earlier test imported the real engine (detectron2 installed),
+    # ``from transfer.detection import detectron2_engine`` finds it there before sys.modules
+    monkeypatch.setattr(transfer.detection, "detectron2_engine", fake, raising=False)
     installed = {"detectron2", "transfer.detection.detectron2_engine"}
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name in installed else None)
     cfg = load_transfer_config("voc", "voc_embedded", [])

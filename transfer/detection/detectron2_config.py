@@ -226,5 +226,6 @@ def keypoint_options(cfg: TransferConfig, *, num_keypoints: int, oks_sigmas: tup
         "MODEL.ROI_KEYPOINT_HEAD.CONV_DIMS": tuple(d.keypoint_conv_dims),
         "MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE": d.min_keypoints_per_image,
         "MODEL.ROI_KEYPOINT_HEAD.NORMALIZE_LOSS_BY_VISIBLE_KEYPOINTS": True,
-        "TEST.KEYPOINT_OKS_SIGMAS": list(oks_sigmas),
+        # plain floats: the keypoint set's sigmas are numpy's, which CfgNode.dump() (yaml.safe_dump) refuses
+        "TEST.KEYPOINT_OKS_SIGMAS": [float(s) for s in oks_sigmas],
     }

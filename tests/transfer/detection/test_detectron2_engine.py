@@ -117,6 +117,21 @@ def test_embedded_presets_run_r18_at_the_scaled_lr() -> None:
     assert (wide["MODEL.RESNETS.DEPTH"], wide["MODEL.RESNETS.WIDTH_PER_GROUP"]) == (50, 128)
 
 
+def test_keypoint_sigmas_are_plain_floats() -> None:
+    """The keypoint set's OKS sigmas are numpy's (transfer.detection.keypoints.oks_sigmas); detectron2's
+    CfgNode.dump() is yaml.safe_dump, which refuses np.float64, so ``eval keypoints --engine detectron2`` failed
+    writing detectron2_config.yaml before training."""
+    import yaml
+
+    from transfer.detection.keypoints import KeypointSet, oks_sigmas
+
+    sigmas = tuple(oks_sigmas(KeypointSet(("top", "left_a", "right_a"))))
+    options = detectron2_options(paper("keypoints"), num_classes=1, num_keypoints=3, oks_sigmas=sigmas)
+    assert [type(s) for s in options["TEST.KEYPOINT_OKS_SIGMAS"]] == [float] * 3
+    assert options["TEST.KEYPOINT_OKS_SIGMAS"] == pytest.approx([float(s) for s in sigmas])
+    yaml.safe_dump(options["TEST.KEYPOINT_OKS_SIGMAS"])
+
+
 def _leaves(cls: type, prefix: str = "") -> list[str]:
     names = []
     for f in dataclasses.fields(cls):
@@ -311,8 +326,9 @@ def test_missing_datasets_are_named_before_anything_trains(d2: Any, tmp_path: Pa
     from transfer.embedded import ensure_voc
 
     root = ensure_voc(tmp_path / "data", trainval=4, test=2, size=64)  # VOC2007 only
-    cfg = load_transfer_config("voc", None, TINY, {"engine": "detectron2", "data": {"path": str(root)},
-                                                   "run": {"output_dir": str(tmp_path / "run")}})
+    cfg = load_transfer_config("voc", None, [*TINY, "detector.arch=resnet18"],
+                               {"engine": "detectron2", "data": {"path": str(root)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
     with pytest.raises(DatasetError, match="VOC2012"):
         d2.evaluate(cfg, "random", show_progress=False)
     assert not (tmp_path / "run").exists()
@@ -364,13 +380,31 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
     from transfer.run import evaluate
 
     root = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
-    cfg = load_transfer_config("coco", "coco_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]"],
+    cfg = load_transfer_config("coco", "coco_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
+                                                            "solver.warmup_iters=1"],
                                {"engine": "detectron2", "data": {"path": str(root)},
                                 "run": {"output_dir": str(tmp_path / "run")}})
     text = evaluate(cfg, "random", show_progress=False).read_text()
     record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in result.json"))  # strict JSON
-    assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded"
+    assert record["engine"] == "detectron2" and record["config"]["schedule"] == "embedded, 3 it"
     assert {"bbox_AP", "segm_AP", "segm_AP50"} <= set(record["metrics"]) and "loss_mask" in record["history"][-1]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_short_keypoints_run_scores_keypoints(d2: Any, tmp_path: Path) -> None:
+    from transfer.detection.embedded_keypoints import ensure_keypoints
+    from transfer.run import evaluate
+
+    root = ensure_keypoints(tmp_path / "data", train=8, val=4, size=64)
+    cfg = load_transfer_config("keypoints", "keypoints_embedded",
+                               [*TINY, "solver.iterations=3", "solver.steps=[2]", "solver.warmup_iters=1",
+                                "detector.keypoint_pooler_resolution=4", "detector.keypoint_conv_dims=[8]"],
+                               {"engine": "detectron2", "data": {"path": str(root)},
+                                "run": {"output_dir": str(tmp_path / "run")}})
+    record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
+    assert record["engine"] == "detectron2" and record["task"] == "keypoints"
+    assert {"keypoints_AP", "bbox_AP"} <= set(record["metrics"]) and "loss_keypoint" in record["history"][-1]
+    assert "KEYPOINT_OKS_SIGMAS" in (tmp_path / "run" / "detectron2_config.yaml").read_text()
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -383,7 +417,8 @@ def test_short_lvis_and_cityscapes_runs_score_masks_by_the_official_evaluators(d
     from transfer.run import evaluate
 
     root = (ensure_lvis if task == "lvis" else ensure_cityscapes)(tmp_path / "data", train=8, val=4, size=64)
-    cfg = load_transfer_config(task, f"{task}_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]"],
+    cfg = load_transfer_config(task, f"{task}_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
+                                                          "solver.warmup_iters=1"],
                                {"engine": "detectron2", "data": {"path": str(root)},
                                 "run": {"output_dir": str(tmp_path / "run")}})
     record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
@@ -395,7 +430,7 @@ def test_two_processes_through_detectron2s_launcher(d2: Any, tiny_voc: Path, tmp
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the spawned processes (see one_thread)
     cfg = tiny_voc_config(tiny_voc, tmp_path / "run", "solver.batch_size=4", "solver.iterations=2",
-                          "solver.steps=[1]")
+                          "solver.steps=[1]", "solver.warmup_iters=1")
     d2.launch(cfg, "random", num_processes=2, show_progress=False)  # gloo on CPU, NCCL on GPUs
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["world_size"] == 2 and record["engine"] == "detectron2"
