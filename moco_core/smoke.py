@@ -37,6 +37,8 @@ _DETECTION = {
     "detector.rpn_pre_nms_topk_train": 64, "detector.rpn_post_nms_topk_train": 32,
     "detector.rpn_pre_nms_topk_test": 32, "detector.rpn_post_nms_topk_test": 8, "detector.detections_per_image": 5,
     "detector.keypoint_pooler_resolution": 4, "detector.keypoint_conv_dims": [8],
+    "detector.densepose_pooler_resolution": 4, "detector.densepose_num_convs": 1, "detector.densepose_conv_dim": 8,
+    "detector.densepose_heatmap_size": 16,
     "input.min_size_train": [48], "input.min_size_test": 48, "input.max_size": 64, "run.test_batch_size": 4,
     "run.log_every": 1, "data.workers": 0,
 }

@@ -1,0 +1,125 @@
+"""``moco eval densepose``: DensePose R-CNN on detectron2's DensePose project (``projects/DensePose``, the
+``densepose`` package), the only dense pose implementation; imported by :mod:`transfer.detection.detectron2_engine`
+for that task alone.
+
+What is DensePose's own: its config keys (``add_densepose_config``), its model (``DensePoseROIHeads`` with
+``DensePoseV1ConvXHead``), its dataset dicts (``load_coco_json`` keeps ``dp_x, dp_y, dp_I, dp_U, dp_V, dp_masks``),
+its data loaders and mapper (which turns those into ``DensePoseDataRelative`` targets and flips them with the UV
+symmetry transforms), and its evaluator (``DensePoseCOCOEvaluator``: AP^dp under the GPS and GPSm point
+similarities, and the IoU of its masks). What is ours: the datasets are registered from ``data.path`` (DensePose's
+builtin registration is under ``./datasets``) as ``moco_<name>``, with our augmentations, and the box AP of the same
+detections is scored by :mod:`transfer.detection.metrics` as for the other tasks.
+
+Files DensePose fetches on first use from ``dl.fbaipublicfiles.com/densepose/data/`` into iopath's cache
+(``$FVCORE_CACHE``, default ``~/.torch/iopath_cache``): ``UV_symmetry_transforms.mat`` (flipping U/V in training;
+a copy at ``coco/annotations/UV_symmetry_transforms.mat`` under ``data.path`` is used instead when present) and,
+for GPS, ``SMPL_subdiv.mat``, ``SMPL_SUBDIV_TRANSFORM.mat`` and ``Pdist_matrix.pkl``. Without internet, put them
+in that cache folder beforehand (``densepose/data/<name>``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from densepose import add_densepose_config
+from densepose.data import DatasetMapper as DensePoseMapper
+from densepose.data import build_detection_test_loader, build_detection_train_loader
+from densepose.data.datasets.coco import DENSEPOSE_METADATA_URL_PREFIX, load_coco_json
+from densepose.evaluation import DensePoseCOCOEvaluator
+from detectron2.config import CfgNode
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.utils.file_io import PathManager
+
+from transfer.config import TransferConfig
+from transfer.detection.datasets import DetectionData, parse_dataset
+from transfer.detection.detectron2_config import dataset_name
+
+TRANSFORMS = "UV_symmetry_transforms.mat"
+# DensePoseCOCOEvaluator's results: AP^dp under each point similarity, and the masks' IoU
+EVALUATIONS = {"densepose_gps": "dp_gps", "densepose_gpsm": "dp_gpsm", "densepose_segm": "dp_segm"}
+
+
+def add_config(d2cfg: CfgNode) -> None:
+    """DensePose's config keys on ``get_cfg()``'s (before our options are written)."""
+    add_densepose_config(d2cfg)
+
+
+def transforms_source(root: Path) -> str:
+    """The UV symmetry transforms the training mapper flips with: a local copy beside the annotations, else
+    DensePose's published file (fetched into iopath's cache on first use)."""
+    local = root / "coco" / "annotations" / TRANSFORMS
+    return str(local) if local.is_file() else DENSEPOSE_METADATA_URL_PREFIX + TRANSFORMS
+
+
+def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
+    """Register the training sets and the test set as ``moco_<name>`` with DensePose's loader; the training names.
+
+    The dicts are DensePose's (``load_coco_json``: original category ids; its loaders set ``thing_classes`` and
+    ``thing_dataset_id_to_contiguous_id`` from the files' categories, sorted by id as our reader orders them); our
+    reader has checked the same files (present, images of their sizes).
+    """
+    metadata: dict[str, Any] = {"class_to_mesh_name": {}, "densepose_transform_src": transforms_source(data.root),
+                                "evaluator_type": "coco"}
+    for name in (*cfg.data.train, cfg.data.test):
+        spec = parse_dataset(name, cfg.task)
+        json_file = str((data.root / str(spec.annotations)).absolute())
+        images = str((data.root / spec.folder).absolute())
+        registered = dataset_name(name)
+        if registered in DatasetCatalog:  # an earlier run in this process: its files may differ
+            DatasetCatalog.remove(registered)
+            MetadataCatalog.remove(registered)
+        DatasetCatalog.register(registered, lambda j=json_file, i=images, n=registered: load_coco_json(j, i, n))
+        MetadataCatalog.get(registered).set(json_file=json_file, image_root=images, **metadata)
+    return tuple(dataset_name(n) for n in cfg.data.train)
+
+
+def train_loader(d2cfg: CfgNode, augmentations: list[Any]) -> Any:
+    """DensePose's training loader (its instance filters, its mapper's dense pose targets) with our augmentations."""
+    mapper = DensePoseMapper(d2cfg, True)
+    mapper.augmentation = augmentations
+    return build_detection_train_loader(d2cfg, mapper=mapper)
+
+
+def test_loader(d2cfg: CfgNode, name: str, augmentations: list[Any]) -> Any:
+    """DensePose's test loader over ``name`` (one image a batch, sharded over the processes)."""
+    mapper = DensePoseMapper(d2cfg, False)
+    mapper.augmentation = augmentations
+    return build_detection_test_loader(d2cfg, name, mapper=mapper)
+
+
+def evaluator(d2cfg: CfgNode, name: str, distributed: bool, output_dir: Path) -> DensePoseCOCOEvaluator:
+    """DensePose's evaluator as its trainer builds it (DENSEPOSE_EVALUATION.TYPE, MIN_IOU_THRESHOLD)."""
+    e = DensePoseCOCOEvaluator(name, distributed, str(output_dir), evaluator_type=d2cfg.DENSEPOSE_EVALUATION.TYPE,
+                               min_iou_threshold=d2cfg.DENSEPOSE_EVALUATION.MIN_IOU_THRESHOLD)
+    e.reset()
+    return e
+
+
+def evaluate(dense: DensePoseCOCOEvaluator) -> dict[str, dict[str, float]] | None:
+    """``dense.evaluate()`` (every process calls it: it gathers the predictions; the main process gets the results).
+
+    Deviation, for DensePose's own code: its GPS loader asks detectron2's PathManager for the SMPL files with
+    ``timeout_sec``, which iopath's HTTP handler does not take (iopath 0.1.9 raises "Unused arguments" under its
+    strict keyword checking); the checking is relaxed to a warning while it runs."""
+    handlers = [*PathManager._path_handlers.values(), PathManager._native_path_handler]
+    before = [h._strict_kwargs_check for h in handlers]
+    PathManager.set_strict_kwargs_checking(False)
+    try:
+        return dense.evaluate()
+    finally:
+        for handler, strict in zip(handlers, before, strict=True):
+            handler._strict_kwargs_check = strict
+
+
+def flatten(results: dict[str, dict[str, float]] | None) -> dict[str, float]:
+    """``{"densepose_gps": {"AP": ...}, ...}`` as ``{"dp_gps_AP": ..., "dp_gpsm_AP75": ..., "dp_segm_AP": ...}``
+    (percent, as DensePose reports them) in our conventions: an area range without ground truth (COCOeval's -1,
+    -100 once DensePose scales it) is NaN (null in the record), no prediction at all (DensePose's -1) is 0, as our
+    box AP has them."""
+    def ours(value: float) -> float:
+        return math.nan if value <= -100 else 0.0 if value == -1 else float(value)
+
+    return {f"{EVALUATIONS.get(group, group)}_{metric}": ours(value)
+            for group, values in (results or {}).items() for metric, value in values.items()}
