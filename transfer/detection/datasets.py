@@ -186,7 +186,8 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
         train += filter_few_keypoints(kept, cfg.detector.min_keypoints_per_image) if keypoints else kept
     test_name, gt, (test, _, _) = loaded[-1]
     require_annotations(test, test_name)
-    name = readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
+    standard = "DensePose-COCO " if cfg.task == "densepose" else "COCO "
+    name = readable_name(cfg, specs, standard + "+".join(s.split for s in specs[:-1]))
     if not keypoints:
         return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
     return DetectionData(root, name, train, test, list(class_names), dict(mapping),
