@@ -29,6 +29,7 @@ ENV = "MOCO_SMOKE"
 SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ensure_shapes
 SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8},  # transfer.embedded
           "keypoints": {"train": 16, "val": 8}, "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8},
+          "densepose": {"train": 16, "val": 8},
           "semseg": {"train": 16, "val": 8}}  # transfer.segmentation.embedded
 
 _DETECTION = {

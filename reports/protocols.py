@@ -46,6 +46,7 @@ SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco",
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
                        ("keypoints", "embedded"): 200, ("lvis", "2x"): 180000, ("lvis", "embedded"): 200,
                        ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200, ("densepose", "s1x"): 130000,
+                       ("densepose", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "finetune": "moco eval finetune random --arch {arch}",

@@ -304,99 +304,23 @@ def pets_layout(root: Path, trainval: int = 3, test: int = 2) -> Path:
     return root
 
 
-DENSEPOSE_PARTS = ((1, 2), (3, 4))  # (DensePose mask label, point label I): the top and the bottom of a "person"
-
-
-def _densepose_annotation(rng: np.random.Generator, ann_id: int, image_id: int, box: tuple[int, int, int, int],
-                          points: int = 5) -> dict:
-    """One person's DensePose annotation as DensePose-COCO has it: the box, 14 part masks on DensePose's 256x256
-    grid over the box (RLE; [] for absent parts), and ``points`` x ``points`` points with their part I and their
-    U, V (the position within the part, normalised). The top half is one part, the bottom half another."""
-    from pycocotools import mask as mask_utils
-
-    x, y, w, h = box
-    masks: list = [[] for _ in range(14)]
-    for half, (label, _) in enumerate(DENSEPOSE_PARTS):
-        grid = np.zeros((256, 256), dtype=np.uint8)
-        grid[half * 128:(half + 1) * 128] = 1
-        rle = mask_utils.encode(np.asfortranarray(grid))
-        masks[label - 1] = {"size": list(rle["size"]), "counts": rle["counts"].decode("ascii")}
-    coords = np.linspace(16, 240, points) + rng.uniform(-8, 8, points)
-    dp_x, dp_y, dp_i, dp_u, dp_v = [], [], [], [], []
-    for py in coords:
-        for px in coords:
-            half = int(py >= 128)
-            dp_x.append(float(px))
-            dp_y.append(float(py))
-            dp_i.append(float(DENSEPOSE_PARTS[half][1]))
-            dp_u.append(float(px / 256))
-            dp_v.append(float((py - 128 * half) / 128))
-    return {"id": ann_id, "image_id": image_id, "category_id": 1, "iscrowd": 0, "bbox": [x, y, w, h],
-            "area": float(w * h), "num_keypoints": 0, "dp_masks": masks, "dp_x": dp_x, "dp_y": dp_y, "dp_I": dp_i,
-            "dp_U": dp_u, "dp_V": dp_v}
-
 
 def densepose_layout(root: Path, train: int = 6, test: int = 3, seed: int = 0) -> Path:
     """DensePose-COCO in detectron2's datasets/ layout as DensePose names it: ``coco/annotations/
-    densepose_train2014.json`` and ``densepose_minival2014.json`` (keypoints absent, no instance segmentation)
-    with their images in ``coco/train2014/`` and ``coco/val2014/`` (COCO 2014's ``COCO_<split>2014_<12 digits>.jpg``
-    names), 64-96 px, one or two people (two-coloured rectangles) each."""
-    rng = np.random.default_rng(seed)
-    annotations = root / "coco" / "annotations"
-    annotations.mkdir(parents=True, exist_ok=True)
-    ann_id = 1
-    for split, images_dir, count, first in (("train2014", "train2014", train, 1), ("minival2014", "val2014", test,
-                                                                                      1000)):
-        folder = root / "coco" / images_dir
-        folder.mkdir(parents=True, exist_ok=True)
-        images, anns = [], []
-        for image_id in range(first, first + count):
-            height, width = int(rng.integers(64, 97)), int(rng.integers(64, 97))
-            pixels = np.asarray(_photo(rng, height, width)).copy()
-            for _ in range(int(rng.integers(1, 3))):
-                w, h = int(rng.integers(16, width // 2)), int(rng.integers(24, height // 2 + 8))
-                x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
-                pixels[y:y + h // 2, x:x + w] = (220, 40, 40)
-                pixels[y + h // 2:y + h, x:x + w] = (40, 40, 220)
-                anns.append(_densepose_annotation(rng, ann_id, image_id, (x, y, w, h)))
-                ann_id += 1
-            name = f"COCO_{images_dir}_{image_id:012d}.jpg"
-            Image.fromarray(pixels).save(folder / name, quality=95)
-            images.append({"id": image_id, "file_name": name, "height": height, "width": width})
-        doc = {"images": images, "annotations": anns,
-               "categories": [{"id": 1, "name": "person", "supercategory": "person"}]}
-        (annotations / f"densepose_{split}.json").write_text(json.dumps(doc))
+    densepose_train2014.json`` and ``densepose_minival2014.json`` (dp_x, dp_y, dp_I, dp_U, dp_V, dp_masks as RLE,
+    boxes; keypoints absent, no instance segmentation) with their images in ``coco/train2014/`` and
+    ``coco/val2014/`` (COCO 2014's ``COCO_<folder>_<12 digits>.jpg`` names), 64-96 px, one or two bodies each
+    (:mod:`transfer.detection.embedded_densepose`'s scenes)."""
+    from transfer.detection.embedded_densepose import write_splits
+
+    write_splits(root, {"train2014": train, "minival2014": test}, (64, 96), seed)
     return root
 
 
-def densepose_eval_files(cache: Path, vertices_per_side: int = 3) -> Path:
-    """Stand-ins for the files DensePose fetches into iopath's cache (``$FVCORE_CACHE/densepose/data/``), for runs
-    without internet: ``UV_symmetry_transforms.mat`` (the identity: U, V unchanged by a flip) and a tiny "SMPL"
-    for GPS: per part I a grid of vertices at (U, V), parts 10 apart, ``Pdist_matrix.pkl`` their distances in the
-    packed order DensePose's getDistancesUV reads. Not DensePose's body model: the numbers mean nothing."""
-    import pickle
+def densepose_eval_files(root: Path) -> Path:
+    """Stand-ins for the files DensePose fetches into iopath's cache, for runs without internet; returns the folder
+    to give as ``$FVCORE_CACHE`` (:func:`transfer.detection.embedded_densepose.write_stand_ins`)."""
+    from transfer.detection.embedded_densepose import EVAL_FILES, write_stand_ins
 
-    import scipy.io
-
-    data = cache / "densepose" / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    grid = np.linspace(0, 1, 256)
-    u_map, v_map = np.meshgrid(grid, grid)  # [v, u] -> u, v
-    cells = np.empty((1, 24), dtype=object)
-    cells_v = np.empty((1, 24), dtype=object)
-    for i in range(24):
-        cells[0, i], cells_v[0, i] = u_map, v_map
-    scipy.io.savemat(data / "UV_symmetry_transforms.mat", {"U_transforms": cells, "V_transforms": cells_v})
-    side = np.linspace(0, 1, vertices_per_side)
-    us, vs = np.meshgrid(side, side)
-    u = np.tile(us.ravel(), 24)
-    v = np.tile(vs.ravel(), 24)
-    part = np.repeat(np.arange(1, 25), vertices_per_side ** 2)
-    scipy.io.savemat(data / "SMPL_subdiv.mat", {"U_subdiv": u[None], "V_subdiv": v[None], "Part_ID_subdiv": part[None]})
-    count = len(u)
-    scipy.io.savemat(data / "SMPL_SUBDIV_TRANSFORM.mat", {"index": np.arange(1, count + 1)[None]})
-    position = np.stack([u + 10 * part, v], axis=1)
-    packed = [np.linalg.norm(position[a] - position[b]) for a in range(count) for b in range(a)]  # a(a-1)/2 + b
-    with open(data / "Pdist_matrix.pkl", "wb") as f:
-        pickle.dump({"Pdist_matrix": np.asarray(packed, dtype=np.float32)[:, None]}, f)
-    return cache
+    write_stand_ins(root)
+    return root / EVAL_FILES

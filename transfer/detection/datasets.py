@@ -103,6 +103,10 @@ def dataset_root(cfg: Any) -> Path:
             from transfer.detection.cityscapes import ensure_cityscapes
 
             return ensure_cityscapes(**scenes)
+        if cfg.task == "densepose":
+            from transfer.detection.embedded_densepose import ensure_densepose
+
+            return ensure_densepose(**scenes)
         return {"voc": ensure_voc, "coco": ensure_coco, "keypoints": ensure_keypoints}[cfg.task](**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 

@@ -20,6 +20,7 @@ in that cache folder beforehand (``densepose/data/<name>``).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -97,20 +98,46 @@ def evaluator(d2cfg: CfgNode, name: str, distributed: bool, output_dir: Path) ->
     return e
 
 
-def evaluate(dense: DensePoseCOCOEvaluator) -> dict[str, dict[str, float]] | None:
+def evaluate(dense: DensePoseCOCOEvaluator, cfg: TransferConfig,
+             root: Path) -> dict[str, dict[str, float]] | None:
     """``dense.evaluate()`` (every process calls it: it gathers the predictions; the main process gets the results).
+
+    On the embedded scenes (``root`` their folder) DensePose's GPS files are their stand-ins
+    (:mod:`transfer.detection.embedded_densepose`): iopath's cache is pointed at them while it runs, and back.
 
     Deviation, for DensePose's own code: its GPS loader asks detectron2's PathManager for the SMPL files with
     ``timeout_sec``, which iopath's HTTP handler does not take (iopath 0.1.9 raises "Unused arguments" under its
     strict keyword checking); the checking is relaxed to a warning while it runs."""
+    from transfer.detection.embedded_densepose import stand_ins
+
     handlers = [*PathManager._path_handlers.values(), PathManager._native_path_handler]
     before = [h._strict_kwargs_check for h in handlers]
+    local = stand_ins(root) if cfg.data.path == "embedded" else None
+    cache = os.environ.get("FVCORE_CACHE")
     PathManager.set_strict_kwargs_checking(False)
+    if local is not None:
+        os.environ["FVCORE_CACHE"] = str(local)
+        _forget_fetched()
     try:
         return dense.evaluate()
     finally:
         for handler, strict in zip(handlers, before, strict=True):
             handler._strict_kwargs_check = strict
+        if local is not None:
+            _forget_fetched()
+            if cache is None:
+                os.environ.pop("FVCORE_CACHE", None)
+            else:
+                os.environ["FVCORE_CACHE"] = cache
+
+
+def _forget_fetched() -> None:
+    """Drop DensePose's files from iopath's HTTP handler's memory of where it cached them (it would reuse them)."""
+    for handler in PathManager._path_handlers.values():
+        cached = getattr(handler, "cache_map", None)
+        if isinstance(cached, dict):
+            for url in [u for u in cached if u.startswith(DENSEPOSE_METADATA_URL_PREFIX)]:
+                del cached[url]
 
 
 def flatten(results: dict[str, dict[str, float]] | None) -> dict[str, float]:

@@ -395,7 +395,7 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
     if dense is not None:  # it gathers: every process calls it
         from transfer.detection import detectron2_densepose
 
-        dense_results = detectron2_densepose.evaluate(dense)
+        dense_results = detectron2_densepose.evaluate(dense, cfg, data.root)
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}

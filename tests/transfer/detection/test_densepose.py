@@ -5,6 +5,7 @@ DensePose project is installed, a short CPU run on DensePose-COCO's layout throu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,39 @@ def test_short_densepose_run_scores_ap_dp(tmp_path: Path, monkeypatch: pytest.Mo
     assert metrics["dp_gps_APl"] is None  # no large person: COCOeval's -1 (x 100) is null, as for box AP
     assert "loss_densepose_I" in record["history"][-1] and len(record["history"]) == 3
     assert "DENSEPOSE_ON: true" in (tmp_path / "run" / "detectron2_config.yaml").read_text()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_embedded_smoke_run_needs_no_internet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``moco eval densepose random --arch resnet18 -c densepose_embedded`` under MOCO_SMOKE: the scenes and the
+    stand-ins of DensePose's fetched files are generated, and GPS is scored from them (iopath's cache untouched)."""
+    pytest.importorskip("detectron2")
+    pytest.importorskip("densepose")
+    from moco_core import smoke
+    from transfer.run import evaluate
+
+    monkeypatch.setenv("MOCO_DATA_HOME", str(tmp_path / "data_home"))
+    monkeypatch.setenv(smoke.ENV, "1")
+    monkeypatch.setenv("FVCORE_CACHE", str(tmp_path / "empty_cache"))  # nothing there: DensePose would download
+    cfg = load_transfer_config("densepose", "densepose_embedded", [],
+                               {"engine": "detectron2", "run": {"output_dir": str(tmp_path / "run"), "device": "cpu"}})
+    assert (cfg.solver.iterations, cfg.input.max_size) == (2, 64)  # shrunk by MOCO_SMOKE
+    record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
+    assert record["task"] == "densepose" and record["dataset"]["name"] == "embedded" and record["smoke"]
+    assert record["dataset"]["train_images"] == 16 and record["dataset"]["test_images"] == 8
+    assert {"dp_gps_AP", "dp_gpsm_AP", "bbox_AP"} <= set(record["metrics"])
+    assert not (tmp_path / "empty_cache").exists()
+    assert os.environ["FVCORE_CACHE"] == str(tmp_path / "empty_cache")  # restored
+
+
+def test_embedded_scenes_are_densepose_cocos(tmp_path: Path) -> None:
+    pytest.importorskip("scipy")  # the stand-ins are .mat files (DensePose's own dependency)
+    from transfer.detection.embedded_densepose import ensure_densepose
+
+    root = ensure_densepose(tmp_path, train=3, val=2, size=64)
+    doc = json.loads((root / "coco/annotations/densepose_minival2014.json").read_text())
+    assert len(doc["images"]) == 2 and all(1 <= len([a for a in doc["annotations"] if a["image_id"] == i["id"]]) <= 2
+                                           for i in doc["images"])
+    ann = doc["annotations"][0]
+    assert set(ann["dp_I"]) <= {2.0, 4.0} and 0 <= min(ann["dp_U"]) and max(ann["dp_V"]) <= 1
+    assert ensure_densepose(tmp_path, train=3, val=2, size=64) == root  # made once
