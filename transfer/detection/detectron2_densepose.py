@@ -13,8 +13,9 @@ detections is scored by :mod:`transfer.detection.metrics` as for the other tasks
 Files DensePose fetches on first use from ``dl.fbaipublicfiles.com/densepose/data/`` into iopath's cache
 (``$FVCORE_CACHE``, default ``~/.torch/iopath_cache``): ``UV_symmetry_transforms.mat`` (flipping U/V in training;
 a copy at ``coco/annotations/UV_symmetry_transforms.mat`` under ``data.path`` is used instead when present) and,
-for GPS, ``SMPL_subdiv.mat``, ``SMPL_SUBDIV_TRANSFORM.mat`` and ``Pdist_matrix.pkl``. Without internet, put them
-in that cache folder beforehand (``densepose/data/<name>``).
+for GPS, ``SMPL_subdiv.mat``, ``SMPL_SUBDIV_TRANSFORM.mat`` and ``Pdist_matrix.pkl``. Nothing here downloads at run
+time: a run stops in one line, before training, when one is missing from that cache folder
+(``densepose/data/<name>``); put them there beforehand.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.utils.file_io import PathManager
 
+from moco_core.data.data import DatasetError
 from transfer.config import TransferConfig
 from transfer.detection.datasets import DetectionData, parse_dataset
 from transfer.detection.detectron2_config import dataset_name
@@ -54,6 +56,30 @@ def transforms_source(root: Path) -> str:
     return str(local) if local.is_file() else DENSEPOSE_METADATA_URL_PREFIX + TRANSFORMS
 
 
+# What DensePose's code fetches from DENSEPOSE_METADATA_URL_PREFIX into iopath's cache on first use (the training
+# mapper's flips; GPS's SMPL geometry)
+FETCHED = (TRANSFORMS, "SMPL_subdiv.mat", "SMPL_SUBDIV_TRANSFORM.mat", "Pdist_matrix.pkl")
+
+
+def require_metadata(cfg: TransferConfig, root: Path) -> None:
+    """DatasetError before anything trains when a file DensePose would download is missing: nothing here downloads
+    at run time. The embedded scenes bring stand-ins of their own; a copy of the transforms beside the annotations
+    serves too."""
+    from iopath.common.file_io import get_cache_dir
+
+    from transfer.detection.embedded_densepose import stand_ins
+
+    if cfg.data.path == "embedded" and stand_ins(root) is not None:
+        return
+    folder = Path(get_cache_dir()) / "densepose" / "data"
+    missing = [name for name in FETCHED if not (folder / name).is_file()
+               and not (name == TRANSFORMS and (root / "coco" / "annotations" / TRANSFORMS).is_file())]
+    if missing:
+        raise DatasetError(f"dense pose needs DensePose's {', '.join(missing)} in {folder} (DensePose fetches them "
+                           f"from {DENSEPOSE_METADATA_URL_PREFIX} on first use; this tool downloads nothing): copy "
+                           f"them there, or set FVCORE_CACHE to a folder holding densepose/data/")
+
+
 def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
     """Register the training sets and the test set as ``moco_<name>`` with DensePose's loader; the training names.
 
@@ -61,6 +87,7 @@ def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ..
     ``thing_dataset_id_to_contiguous_id`` from the files' categories, sorted by id as our reader orders them); our
     reader has checked the same files (present, images of their sizes).
     """
+    require_metadata(cfg, data.root)
     metadata: dict[str, Any] = {"class_to_mesh_name": {}, "densepose_transform_src": transforms_source(data.root),
                                 "evaluator_type": "coco"}
     for name in (*cfg.data.train, cfg.data.test):

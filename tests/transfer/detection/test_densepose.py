@@ -206,3 +206,22 @@ def test_embedded_scenes_are_densepose_cocos(tmp_path: Path) -> None:
     ann = doc["annotations"][0]
     assert set(ann["dp_I"]) <= {2.0, 4.0} and 0 <= min(ann["dp_U"]) and max(ann["dp_V"]) <= 1
     assert ensure_densepose(tmp_path, train=3, val=2, size=64) == root  # made once
+
+
+def test_missing_densepose_files_stop_before_anything_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DensePose fetches its UV transforms and SMPL files on first use; nothing here downloads at run time, so a run
+    whose cache lacks them stops in one line naming them and the folder, before training."""
+    pytest.importorskip("detectron2")
+    pytest.importorskip("densepose")
+    from moco_core.data.data import DatasetError
+    from transfer.run import evaluate
+
+    monkeypatch.setenv("FVCORE_CACHE", str(tmp_path / "empty_cache"))
+    root = densepose_layout(tmp_path / "datasets", train=4, test=2)
+    cfg = load_transfer_config("densepose", None, ["detector.arch=resnet18", "data.workers=0", "solver.batch_size=2",
+                                                   "data.train=[densepose_coco_2014_train]"],
+                               {"engine": "detectron2", "data": {"path": str(root)},
+                                "run": {"output_dir": str(tmp_path / "run"), "device": "cpu"}})
+    with pytest.raises(DatasetError, match=r"SMPL_subdiv\.mat.*empty_cache.*downloads nothing") as err:
+        evaluate(cfg, "random", show_progress=False)
+    assert "\n" not in str(err.value) and not (tmp_path / "run" / "model_final.pth").exists()
