@@ -104,6 +104,7 @@ eval_app.command("coco")(transfer_cli.coco_cli)
 eval_app.command("lvis")(transfer_cli.lvis_cli)
 eval_app.command("cityscapes")(transfer_cli.cityscapes_cli)
 eval_app.command("keypoints")(transfer_cli.keypoints_cli)
+eval_app.command("densepose")(transfer_cli.densepose_cli)
 eval_app.command("semseg")(transfer_cli.semseg_cli)
 app.add_typer(eval_app, name="eval")
 

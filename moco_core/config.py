@@ -389,7 +389,8 @@ def parse_override(text: str) -> dict[str, Any]:
 # the rest (embedded, moco_*, supervised_*) for pretraining.
 _PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
                     "keypoints": ("keypoints_",), "lvis": ("lvis_",), "cityscapes": ("cityscapes_",),
-                    "detection": ("voc_", "coco_", "keypoints_", "lvis_", "cityscapes_"),
+                    "densepose": ("densepose_",),
+                    "detection": ("voc_", "coco_", "keypoints_", "lvis_", "cityscapes_", "densepose_"),
                     "semseg": ("semseg_",), "finetune": ("finetune_",)}
 COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection",
             "SemsegConfig": "semseg", "FinetuneConfig": "finetune"}

@@ -29,6 +29,7 @@ ENV = "MOCO_SMOKE"
 SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ensure_shapes
 SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8},  # transfer.embedded
           "keypoints": {"train": 16, "val": 8}, "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8},
+          "densepose": {"train": 16, "val": 8},
           "semseg": {"train": 16, "val": 8}}  # transfer.segmentation.embedded
 
 _DETECTION = {
@@ -37,6 +38,8 @@ _DETECTION = {
     "detector.rpn_pre_nms_topk_train": 64, "detector.rpn_post_nms_topk_train": 32,
     "detector.rpn_pre_nms_topk_test": 32, "detector.rpn_post_nms_topk_test": 8, "detector.detections_per_image": 5,
     "detector.keypoint_pooler_resolution": 4, "detector.keypoint_conv_dims": [8],
+    "detector.densepose_pooler_resolution": 4, "detector.densepose_num_convs": 1, "detector.densepose_conv_dim": 8,
+    "detector.densepose_heatmap_size": 16,
     "input.min_size_train": [48], "input.min_size_test": 48, "input.max_size": 64, "run.test_batch_size": 4,
     "run.log_every": 1, "data.workers": 0,
 }

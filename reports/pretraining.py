@@ -173,6 +173,9 @@ EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr
 EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
 # ... and the LVIS task's repeat-factor sampling (transfer/detection/sampling.py) at "off", as every VOC or COCO run
 EVAL_ADDED_NEUTRAL.update({"data.repeat_threshold": 0.0})
+# ... and the dense pose task's head (transfer.config.DetectorConfig, DensePose's defaults), unused by the others
+EVAL_ADDED_NEUTRAL.update({"detector.densepose_pooler_resolution": 28, "detector.densepose_num_convs": 8,
+                           "detector.densepose_conv_dim": 512, "detector.densepose_heatmap_size": 112})
 
 
 def recipe_digest(config: dict[str, Any], neutral: dict[str, Any] = ADDED_NEUTRAL) -> str:

@@ -40,12 +40,13 @@ FINETUNE_PRESETS = {"imagenet": ("finetune_imagenet", 90, "the paper's ImageNet 
                     "inat2018": ("finetune_inat", 100, "the paper's iNaturalist recipe"),
                     "embedded": ("finetune_embedded", 5, "the embedded preset")}
 # fine-tuned detectors: an engine, a model and a schedule each
-DETECTION_TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
+DETECTION_TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
 # (task, schedule label) -> the preset's solver.iterations
 SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco", "1x"): 90000,
                        ("coco", "2x"): 180000, ("coco", "embedded"): 200, ("keypoints", "2x"): 180000,
                        ("keypoints", "embedded"): 200, ("lvis", "2x"): 180000, ("lvis", "embedded"): 200,
-                       ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200,
+                       ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200, ("densepose", "s1x"): 130000,
+                       ("densepose", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
 TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
                  "finetune": "moco eval finetune random --arch {arch}",
@@ -53,10 +54,12 @@ TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco
                  "keypoints": "moco eval keypoints random --arch {arch}",
                  "lvis": "moco eval lvis random --arch {arch}",
                  "cityscapes": "moco eval cityscapes random --arch {arch}",
+                 "densepose": "moco eval densepose random --arch {arch}",
                  "semseg": "moco eval semseg random --arch {arch}"}
 DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
                    "keypoints": "COCO keypoint detection",
-                   "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
+                   "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation",
+                   "densepose": "COCO dense pose"}
 
 
 def preset_schedule(s: Setting) -> str:

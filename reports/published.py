@@ -20,6 +20,7 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   where our record names one.
 * COCO: task ``coco``, dataset name or path contains "coco", engine ``detectron2``, same model and schedule.
 * COCO keypoints: task ``keypoints``, the same conditions as COCO's (R50-FPN, 2x).
+* COCO dense pose: task ``densepose``, the same conditions (R50-FPN, s1x); AP^dp is the GPS one (``dp_gps_AP*``).
 * LVIS and Cityscapes instance segmentation: the same with "lvis" / "cityscapes" (the published Cityscapes row
   names no schedule: it is shown beside the preset's 24k run).
 * Semantic segmentation: task ``semseg``, the dataset's name or path contains "voc" (VOC12 semantic) or
@@ -47,9 +48,10 @@ PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 # Published metric name -> ours (by task)
 METRIC_NAMES = {"APbb": "bbox_AP", "APbb50": "bbox_AP50", "APbb75": "bbox_AP75", "APmk": "segm_AP",
                 "APmk50": "segm_AP50", "APmk75": "segm_AP75", "APkp": "keypoints_AP", "APkp50": "keypoints_AP50",
-                "APkp75": "keypoints_AP75"}
+                "APkp75": "keypoints_AP75", "APdp": "dp_gps_AP", "APdp50": "dp_gps_AP50", "APdp75": "dp_gps_AP75"}
 TASKS = {"linear": "imagenet_linear", "voc": "voc07+12_det", "coco": "coco_det_seg", "keypoints": "coco_keypoints",
-         "lvis": "lvis_v0.5", "cityscapes": "cityscapes_instance"}
+         "lvis": "lvis_v0.5", "cityscapes": "cityscapes_instance",
+         "densepose": "coco_densepose"}
 _ANY_SCHEDULE = "-"  # a published row without a schedule (Cityscapes instance): beside ours at the preset's length
 FINETUNE_TASKS = {"imagenet": "imagenet_finetune", "inat2018": "inat2018_finetune"}  # by data kind
 # Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
@@ -153,8 +155,8 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         return [r for r in rows if task and r.task == task and r.backbone in shorts]
     if setting.task in DETECTION_TASKS:
         custom = setting.dataset.startswith("custom:")  # one's own devkit or COCO file (transfer/detection/datasets.py)
-        if setting.engine != "detectron2" or custom or not _named(setting, "coco" if setting.task == "keypoints"
-                                                                 else setting.task):
+        word = "coco" if setting.task in ("keypoints", "densepose") else setting.task
+        if setting.engine != "detectron2" or custom or not _named(setting, word):
             return []
         return [r for r in rows if r.task == TASKS[setting.task] and r.backbone == setting.model
                 and (setting.schedule is None or r.schedule in (setting.schedule, _ANY_SCHEDULE))]

@@ -50,6 +50,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "keypoints": ("keypoints_AP", "keypoints_AP50", "keypoints_AP75"),
     "lvis": ("segm_AP", "segm_AP50", "segm_AP75", "bbox_AP"),  # the paper's LVIS table: mask AP, AP50, AP75
     "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
+    "densepose": ("dp_gps_AP", "dp_gps_AP50", "dp_gps_AP75", "dp_gpsm_AP", "bbox_AP"),  # DensePose's evaluator
     "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
@@ -283,6 +284,7 @@ def _detection_setting(data: dict[str, Any], task: str,
         raise RecordError(f"missing field 'config.model' (the detector, e.g. R50-C4) for task {task}")
     if task != "voc" and (not isinstance(schedule, str) or not schedule):
         labels = {"coco": "1x or 2x", "keypoints": "1x or 2x", "lvis": "1x or 2x", "cityscapes": "24k",
+                  "densepose": "s1x",
                   "semseg": "30k, 90k"}[task]
         raise RecordError(f"missing field 'config.schedule' ({labels}) for task {task}")
     return engine, model, schedule if isinstance(schedule, str) and schedule else None

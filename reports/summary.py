@@ -23,7 +23,7 @@ from reports.protocols import length_key, paper_length
 from reports.records import SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
 PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "finetune", "knn", "voc", "coco", "keypoints", "lvis",
-                  "cityscapes")
+                  "cityscapes", "densepose")
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", 
                   "bbox_AP": "APbb", "bbox_AP50": "APbb50", "bbox_AP75": "APbb75",
                   "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75",
                   "keypoints_AP": "APkp", "keypoints_AP50": "APkp50", "keypoints_AP75": "APkp75", "mIoU": "mIoU",
+                  "dp_gps_AP": "APdp", "dp_gps_AP50": "APdp50", "dp_gps_AP75": "APdp75", "dp_gpsm_AP": "APdp (GPSm)",
                   "pixel_acc": "pixel acc."}
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}

@@ -302,3 +302,25 @@ def pets_layout(root: Path, trainval: int = 3, test: int = 2) -> Path:
     header = "#Image CLASS-ID SPECIES BREED ID\n#ID: 1:37 Class ids\n"
     (base / "annotations" / "list.txt").write_text(header + "\n".join(lines["trainval"] + lines["test"]) + "\n")
     return root
+
+
+
+def densepose_layout(root: Path, train: int = 6, test: int = 3, seed: int = 0) -> Path:
+    """DensePose-COCO in detectron2's datasets/ layout as DensePose names it: ``coco/annotations/
+    densepose_train2014.json`` and ``densepose_minival2014.json`` (dp_x, dp_y, dp_I, dp_U, dp_V, dp_masks as RLE,
+    boxes; keypoints absent, no instance segmentation) with their images in ``coco/train2014/`` and
+    ``coco/val2014/`` (COCO 2014's ``COCO_<folder>_<12 digits>.jpg`` names), 64-96 px, one or two bodies each
+    (:mod:`transfer.detection.embedded_densepose`'s scenes)."""
+    from transfer.detection.embedded_densepose import write_splits
+
+    write_splits(root, {"train2014": train, "minival2014": test}, (64, 96), seed)
+    return root
+
+
+def densepose_eval_files(root: Path) -> Path:
+    """Stand-ins for the files DensePose fetches into iopath's cache, for runs without internet; returns the folder
+    to give as ``$FVCORE_CACHE`` (:func:`transfer.detection.embedded_densepose.write_stand_ins`)."""
+    from transfer.detection.embedded_densepose import EVAL_FILES, write_stand_ins
+
+    write_stand_ins(root)
+    return root / EVAL_FILES

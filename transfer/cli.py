@@ -1,5 +1,5 @@
-"""``moco eval voc|coco|keypoints|lvis|cityscapes``, ``moco eval semseg`` and ``moco convert``: options in, plain
-function calls out."""
+"""``moco eval voc|coco|keypoints|lvis|cityscapes|densepose``, ``moco eval semseg`` and ``moco convert``: options
+in, plain function calls out."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ CocoConfig = Annotated[str | None, _config("coco")]
 KeypointsConfig = Annotated[str | None, _config("keypoints")]
 LvisConfig = Annotated[str | None, _config("lvis")]
 CityscapesConfig = Annotated[str | None, _config("cityscapes")]
+DenseposeConfig = Annotated[str | None, _config("densepose")]
 Sets = Annotated[list[str] | None, typer.Option("--set", help="Override a config value, e.g. solver.iterations=100.")]
 Engine = Annotated[str | None, typer.Option(help="detectron2 or torchvision (default: detectron2 when installed).")]
 Data = Annotated[str | None, typer.Option(help="Datasets root in detectron2's layout (VOC2007/, VOC2012/, coco/, "
@@ -166,6 +167,19 @@ def cityscapes_cli(weights: Weights = None, config: CityscapesConfig = None, set
     by cityscapesscripts (instance-level AP, AP50). --train/--test: cityscapes_fine_instance_seg_train or _val."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("cityscapes", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+def densepose_cli(weights: Weights = None, config: DenseposeConfig = None, set_: Sets = None, engine: Engine = None,
+                  data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
+                  arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
+                  resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
+                  old_weights: OldWeights = None) -> None:
+    """DensePose R-CNN (R50-FPN, s1x) fine-tuned from a backbone on DensePose-COCO train2014 + valminusminival2014,
+    tested on minival2014 (AP^dp, GPS and GPSm, and box AP; arXiv 1911.05722 appendix A.3). detectron2 with its
+    DensePose project only. --train/--test: densepose_coco_2014_train, densepose_coco_2014_minival..., or
+    ANNOTATIONS.json:IMAGE_DIR in DensePose's format."""
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    _transfer("densepose", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+
+
 SemsegConfigOption = Annotated[str | None, typer.Option(
     "--config", "-c", help=f"YAML file or preset ({preset_list('semseg')}). Without it: the paper's VOC12 setting "
     f"(semseg_voc).")]

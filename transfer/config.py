@@ -17,12 +17,17 @@ from typing import Any, Literal
 
 from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
 
-TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes")
+TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
 MASK_TASKS = ("coco", "lvis", "cityscapes")  # Mask R-CNN: box and mask AP
 ENGINES = ("auto", "detectron2", "torchvision")
 # The preset each command runs when no --config is given: the paper's settings.
 DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "keypoints": "keypoints_R50_FPN_2x",
-                   "lvis": "lvis_v0.5_R50_FPN_2x", "cityscapes": "cityscapes_R50_FPN"}
+                   "lvis": "lvis_v0.5_R50_FPN_2x", "cityscapes": "cityscapes_R50_FPN",
+                   "densepose": "densepose_R50_FPN_s1x"}
+# Why task densepose cannot run on torchvision (or without DensePose installed): one line.
+DENSEPOSE_NEEDED = ("dense pose needs detectron2's DensePose project (projects/DensePose; torchvision has no dense "
+                    "pose): install detectron2 from its source, then pip install --no-build-isolation -e "
+                    "detectron2/projects/DensePose, and use --engine detectron2")
 _VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
 
 
@@ -60,6 +65,13 @@ class DetectorConfig:
     # OKS sigmas per keypoint (TEST.KEYPOINT_OKS_SIGMAS). Empty: COCO's 17 person sigmas for COCO's person
     # keypoints, else every keypoint the mean of COCO's (transfer.detection.keypoints.oks_sigmas).
     keypoint_oks_sigmas: tuple[float, ...] = ()
+    # DensePose R-CNN (task densepose, detectron2's projects/DensePose only): its ROI_DENSEPOSE_HEAD defaults,
+    # DensePoseV1ConvXHead: 8 convs of 512 channels on a 28x28 RoIAlign, a 2x deconvolution and a 2x upsampling
+    # to 112x112 part, U and V heatmaps.
+    densepose_pooler_resolution: int = 28
+    densepose_num_convs: int = 8
+    densepose_conv_dim: int = 512
+    densepose_heatmap_size: int = 112
 
 
 @dataclass(frozen=True)
@@ -126,7 +138,7 @@ class TransferRunConfig:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    task: Literal["voc", "coco", "keypoints", "lvis", "cityscapes"] = "voc"
+    task: Literal["voc", "coco", "keypoints", "lvis", "cityscapes", "densepose"] = "voc"
     schedule: str = "24k"  # the label results are grouped by: "24k" (VOC), "1x", "2x" (COCO)
     # "auto": detectron2 when it is installed, else torchvision's detection models (same protocol)
     engine: Literal["auto", "detectron2", "torchvision"] = "auto"
@@ -222,6 +234,11 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (cfg.task != "keypoints" or d.head == "FPN", "detector.head", "Keypoint R-CNN is built on FPN (the "
          "paper's R50-FPN): set detector.head FPN"),
+        (cfg.task != "densepose" or d.head == "FPN", "detector.head", "DensePose R-CNN is built on FPN (the "
+         "paper's R50-FPN): set detector.head FPN"),
+        (cfg.task != "densepose" or cfg.engine != "torchvision", "engine", DENSEPOSE_NEEDED),
+        (min(d.densepose_pooler_resolution, d.densepose_num_convs, d.densepose_conv_dim,
+             d.densepose_heatmap_size) >= 1, "detector.densepose_*", "must be >= 1"),
         (d.fpn_channels >= 1, "detector.fpn_channels", f"must be >= 1, got {d.fpn_channels}"),
         (d.keypoint_pooler_resolution >= 2 and d.min_keypoints_per_image >= 0, "detector.keypoint_pooler_resolution",
          "need keypoint_pooler_resolution >= 2 and min_keypoints_per_image >= 0"),

@@ -26,6 +26,10 @@ def embedded_version(cfg: TransferConfig) -> dict[str, str]:
         from transfer.detection.embedded_keypoints import KEYPOINTS_VERSION
 
         return {"version": f"keypoint scenes v{KEYPOINTS_VERSION}, scenes v{EMBEDDED_VERSION}"}
+    if cfg.task == "densepose":
+        from transfer.detection.embedded_densepose import DENSEPOSE_VERSION
+
+        return {"version": f"dense pose scenes v{DENSEPOSE_VERSION}"}
     if cfg.task == "lvis":
         from transfer.detection.lvis import embedded_version as lvis_version
 

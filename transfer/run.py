@@ -1,10 +1,11 @@
-"""``moco eval voc|coco|keypoints|lvis|cityscapes`` as plain functions: weights -> dataset -> detector ->
+"""``moco eval voc|coco|keypoints|lvis|cityscapes|densepose`` as plain functions: weights -> dataset -> detector ->
 fine-tuning -> test -> result record.
 
 The engine is detectron2 when it is installed (``transfer.detection.detectron2_engine``, imported lazily) and
 torchvision's detection models otherwise; both run the same protocol and the record names the one that ran. The
 detectron2 engine provides ``evaluate(cfg, weights, *, show_progress, extra, resume) -> Path`` (the record it wrote,
-with ``engine: "detectron2"``), reading the same TransferConfig.
+with ``engine: "detectron2"``), reading the same TransferConfig. Dense pose (``densepose``) exists only in
+detectron2's DensePose project: that task runs on detectron2 with DensePose installed, or stops with one line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from moco_core.run.progress import Progress
 from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import resolve_device
 from transfer import engine
-from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
+from transfer.config import DENSEPOSE_NEEDED, TransferConfig, per_process_batch, transfer_run_dir
 from transfer.detection import data as detection_data
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
@@ -44,6 +45,14 @@ def resolve_engine(name: str) -> str:
         raise ConfigError("engine: detectron2 is not installed (it is on no package registry: install it from its "
                           "source), or use --engine torchvision")
     return name
+
+
+def require_densepose(engine: str) -> None:
+    """Dense pose is detectron2's DensePose project only: a one-line ConfigError for --engine torchvision, or for
+    auto and detectron2 where DensePose (the ``densepose`` package) cannot be imported."""
+    if engine == "torchvision" or importlib.util.find_spec("detectron2") is None \
+            or importlib.util.find_spec("densepose") is None:
+        raise ConfigError(f"engine: {DENSEPOSE_NEEDED}")
 
 
 def eval_voc(cfg: TransferConfig, weights: str, *, show_progress: bool | str = True,
@@ -77,6 +86,8 @@ def evaluate(cfg: TransferConfig, weights: str, *, show_progress: bool | str = T
 
     ``extra``: more top-level record fields. ``resume``: continue from the run directory's last checkpoint.
     """
+    if cfg.task == "densepose":
+        require_densepose(cfg.engine)
     chosen = resolve_engine(cfg.engine)
     cfg = dataclasses.replace(cfg, engine=chosen)
     if chosen == "detectron2":

@@ -27,6 +27,8 @@ def _record(task: str, metrics: dict[str, float], *, seed: int, schedule: str, d
     ("lvis", "2x", "LVIS v0.5_train", 180000,
      {"segm_AP": 24.0, "segm_AP50": 37.0, "segm_AP75": 25.0, "bbox_AP": 25.0}, ("24.4", "37.8", "25.8")),
     ("cityscapes", "24k", "Cityscapes train_fine", 24000, {"segm_AP": 33.0, "segm_AP50": 59.0}, ("59.6",)),
+    ("densepose", "s1x", "DensePose-COCO train2014+valminusminival2014", 130000,
+     {"dp_gps_AP": 48.0, "dp_gps_AP50": 80.0, "dp_gps_AP75": 51.0, "dp_gpsm_AP": 50.0, "bbox_AP": 55.0}, ("50.6",)),
 ])
 def test_full_recipe_runs_get_the_papers_rows(write_record: WriteRecord, runs: Path, task: str, schedule: str,
                                               dataset: str, iterations: int, metrics: dict[str, float],
@@ -34,7 +36,8 @@ def test_full_recipe_runs_get_the_papers_rows(write_record: WriteRecord, runs: P
     write_record(f"{task}/result.json", _record(task, metrics, seed=0, schedule=schedule, dataset=dataset,
                                                iterations=iterations))
     (table,) = build_report([str(runs)], expected={}).tables
-    heads = {"lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation"}
+    heads = {"lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation",
+             "densepose": "COCO dense pose"}
     assert table.title.startswith(heads[task])
     text = repr(table.rows)
     assert all(value in text for value in published), text  # the published supervised row's numbers

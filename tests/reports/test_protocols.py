@@ -34,7 +34,8 @@ def test_preset_lengths_are_the_presets() -> None:
                ("coco", "coco_R50_C4_2x"), ("coco", "coco_R50_FPN_1x"), ("coco", "coco_R50_FPN_2x"),
                ("coco", "coco_embedded"), ("keypoints", "keypoints_R50_FPN_2x"), ("keypoints", "keypoints_embedded"),
                ("lvis", "lvis_v0.5_R50_FPN_2x"), ("lvis", "lvis_embedded"), ("cityscapes", "cityscapes_R50_FPN"),
-               ("cityscapes", "cityscapes_embedded")}
+               ("cityscapes", "cityscapes_embedded"), ("densepose", "densepose_R50_FPN_s1x"),
+               ("densepose", "densepose_embedded")}
     found = {}
     for task, preset in presets:
         cfg = load_transfer_config(task, preset, [], flags={"data": {"path": "embedded"}})

@@ -6,6 +6,8 @@ A dataset in ``data.train`` / ``data.test`` is one of:
   ``voc_<year>_<split>`` is ``VOC<year>/ImageSets/Main/<split>.txt``; ``coco_<year>_<split>`` is
   ``coco/annotations/instances_<split><year>.json`` with its images in ``coco/<split><year>/``;
   ``keypoints_coco_<year>_<split>`` is ``coco/annotations/person_keypoints_<split><year>.json``, the same images;
+  ``densepose_coco_<year>_<split>`` is DensePose's ``coco/annotations/densepose_<split><year>.json`` with its images
+  in ``coco/train<year>/`` (split train) or ``coco/val<year>/`` (minival, valminusminival);
 * a VOC-style devkit of one's own (``moco eval voc``): the path of its split file,
   ``DEVKIT/ImageSets/Main/<split>.txt`` (with ``DEVKIT/Annotations/<id>.xml`` and ``DEVKIT/JPEGImages/<id>.jpg``);
   the class names are ``data.classes`` or, when that is empty, every name the XML files of the configured sets
@@ -34,8 +36,8 @@ from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
 from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
 
-_STANDARD = re.compile(r"(voc|coco|keypoints_coco)_(\d+)_(\w+)")
-_STANDARD_TASKS = {"voc": "voc", "coco": "coco", "keypoints_coco": "keypoints"}
+_STANDARD = re.compile(r"(voc|coco|keypoints_coco|densepose_coco)_(\d+)_(\w+)")
+_STANDARD_TASKS = {"voc": "voc", "coco": "coco", "keypoints_coco": "keypoints", "densepose_coco": "densepose"}
 _COCO_CUSTOM = re.compile(r"(.+\.json):(.+)")
 
 
@@ -53,6 +55,12 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
         year, split = standard[2], standard[3]
         if task == "voc":
             return DatasetSpec(name, Path(f"VOC{year}"), split, year=year)
+        if task == "densepose":  # DensePose's names and files: minival and valminusminival are val images
+            base, _, suffix = split.partition("_")
+            images = "train" if base == "train" else "val"
+            stem = f"densepose_{base}{year}" + (f"_{suffix}" if suffix else "")
+            return DatasetSpec(name, Path("coco", f"{images}{year}"), stem[len("densepose_"):],
+                               Path("coco", "annotations", f"{stem}.json"), year)
         kind = "person_keypoints" if task == "keypoints" else "instances"
         return DatasetSpec(name, Path("coco", f"{split}{year}"), f"{split}{year}",
                            Path("coco", "annotations", f"{kind}_{split}{year}.json"), year)
@@ -66,8 +74,9 @@ def parse_dataset(name: str, task: str) -> DatasetSpec:
     if custom:
         return DatasetSpec(name, Path(custom[2]), Path(custom[1]).stem, Path(custom[1]))
     hint = " (name its image folder after a colon)" if name.endswith(".json") else ""
-    standard_form = "keypoints_coco_<year>_<split> (e.g. keypoints_coco_2017_train)" if task == "keypoints" else \
-        "coco_<year>_<split> (e.g. coco_2017_train)"
+    standard_form = {"keypoints": "keypoints_coco_<year>_<split> (e.g. keypoints_coco_2017_train)",
+                     "densepose": "densepose_coco_<year>_<split> (e.g. densepose_coco_2014_train)"}.get(
+        task, "coco_<year>_<split> (e.g. coco_2017_train)")
     raise ConfigError(f"data: dataset {show_value(name)} is neither {standard_form} nor "
                       f"ANNOTATIONS.json:IMAGE_DIR, a COCO-format file and its images{hint}")
 
@@ -94,6 +103,10 @@ def dataset_root(cfg: Any) -> Path:
             from transfer.detection.cityscapes import ensure_cityscapes
 
             return ensure_cityscapes(**scenes)
+        if cfg.task == "densepose":
+            from transfer.detection.embedded_densepose import ensure_densepose
+
+            return ensure_densepose(**scenes)
         return {"voc": ensure_voc, "coco": ensure_coco, "keypoints": ensure_keypoints}[cfg.task](**scenes)
     return Path(os.path.expanduser(str(cfg.data.path))).absolute()
 
@@ -177,7 +190,8 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
         train += filter_few_keypoints(kept, cfg.detector.min_keypoints_per_image) if keypoints else kept
     test_name, gt, (test, _, _) = loaded[-1]
     require_annotations(test, test_name)
-    name = readable_name(cfg, specs, "COCO " + "+".join(s.split for s in specs[:-1]))
+    standard = "DensePose-COCO " if cfg.task == "densepose" else "COCO "
+    name = readable_name(cfg, specs, standard + "+".join(s.split for s in specs[:-1]))
     if not keypoints:
         return DetectionData(root, name, train, test, list(class_names), dict(mapping), gt)
     return DetectionData(root, name, train, test, list(class_names), dict(mapping),

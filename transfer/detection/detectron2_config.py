@@ -39,16 +39,19 @@ _HEAD = ("MODEL.BACKBONE.NAME", "MODEL.RESNETS.OUT_FEATURES", "MODEL.RESNETS.NOR
 
 # Every TransferConfig field: the detectron2 keys it sets, or (a string) why it sets none.
 FIELDS: dict[str, tuple[str, ...] | str] = {
-    "task": "picks the dataset reader (VOC XML, COCO JSON, COCO keypoints, LVIS JSON, Cityscapes PNGs) and the "
-    "metrics; MASK_ON follows detector.mask, KEYPOINT_ON the keypoints task",
+    "task": "picks the dataset reader (VOC XML, COCO JSON, COCO keypoints, LVIS JSON, Cityscapes PNGs, DensePose "
+    "JSON) and the metrics; MASK_ON follows detector.mask, KEYPOINT_ON the keypoints task, DENSEPOSE_ON and "
+    "DensePose's ROI heads the densepose task",
     "schedule": "a label in the result record",
     "engine": "chooses this engine",
     "detector.arch": ("MODEL.RESNETS.DEPTH", "MODEL.RESNETS.WIDTH_PER_GROUP", "MODEL.RESNETS.RES2_OUT_CHANNELS"),
     "detector.head": _HEAD,
     "detector.mask": ("MODEL.MASK_ON",),
     "detector.extra_norm": ("MODEL.ROI_HEADS.NAME",),
-    "detector.norm_new_layers": ("MODEL.FPN.NORM", "MODEL.ROI_MASK_HEAD.NORM"),  # FPN only: C4 adds no conv
-    "detector.fpn_channels": ("MODEL.FPN.OUT_CHANNELS",),
+    # FPN only (C4 adds no conv); dense pose: its decoder's convs too
+    "detector.norm_new_layers": ("MODEL.FPN.NORM", "MODEL.ROI_MASK_HEAD.NORM", "MODEL.ROI_DENSEPOSE_HEAD.DECODER_NORM"),
+    "detector.fpn_channels": ("MODEL.FPN.OUT_CHANNELS", "MODEL.ROI_DENSEPOSE_HEAD.DECODER_NUM_CLASSES",
+                              "MODEL.ROI_DENSEPOSE_HEAD.DECODER_CONV_DIMS"),
     "detector.anchor_sizes": ("MODEL.ANCHOR_GENERATOR.SIZES",),
     "detector.aspect_ratios": ("MODEL.ANCHOR_GENERATOR.ASPECT_RATIOS",),
     "detector.pooler_resolution": ("MODEL.ROI_BOX_HEAD.POOLER_RESOLUTION", "MODEL.ROI_MASK_HEAD.POOLER_RESOLUTION"),
@@ -66,6 +69,10 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "detector.min_keypoints_per_image": ("MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE",),
     "detector.keypoint_oks_sigmas": "resolved with the keypoint set (transfer.detection.keypoints.oks_sigmas: COCO's "
     "for COCO's person keypoints) and given as TEST.KEYPOINT_OKS_SIGMAS",
+    "detector.densepose_pooler_resolution": ("MODEL.ROI_DENSEPOSE_HEAD.POOLER_RESOLUTION",),
+    "detector.densepose_num_convs": ("MODEL.ROI_DENSEPOSE_HEAD.NUM_STACKED_CONVS",),
+    "detector.densepose_conv_dim": ("MODEL.ROI_DENSEPOSE_HEAD.CONV_HEAD_DIM",),
+    "detector.densepose_heatmap_size": ("MODEL.ROI_DENSEPOSE_HEAD.HEATMAP_SIZE",),
     "input.min_size_train": ("INPUT.MIN_SIZE_TRAIN",),
     "input.min_size_test": ("INPUT.MIN_SIZE_TEST",),
     "input.max_size": ("INPUT.MAX_SIZE_TRAIN", "INPUT.MAX_SIZE_TEST"),
@@ -207,6 +214,8 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
     }
     if cfg.task == "keypoints":
         options.update(keypoint_options(cfg, num_keypoints=num_keypoints, oks_sigmas=oks_sigmas))
+    if cfg.task == "densepose":
+        options.update(densepose_options(cfg, new_norm))
     return options
 
 
@@ -228,4 +237,33 @@ def keypoint_options(cfg: TransferConfig, *, num_keypoints: int, oks_sigmas: tup
         "MODEL.ROI_KEYPOINT_HEAD.NORMALIZE_LOSS_BY_VISIBLE_KEYPOINTS": True,
         # plain floats: the keypoint set's sigmas are numpy's, which CfgNode.dump() (yaml.safe_dump) refuses
         "TEST.KEYPOINT_OKS_SIGMAS": [float(s) for s in oks_sigmas],
+    }
+
+
+def densepose_options(cfg: TransferConfig, new_norm: str) -> dict[str, Any]:
+    """DensePose R-CNN's keys (their config node is DensePose's ``add_densepose_config``): its
+    Base-DensePose-RCNN-FPN.yaml (DENSEPOSE_ON, DensePoseROIHeads, the box branch's 7x7 ROIAlign with sampling ratio
+    2, DensePoseV1ConvXHead on ROIAlign with 2 coarse segmentation channels) with the head's sizes of the config;
+    the rest at DensePose's defaults (the decoder merging P2-P5 at stride 4 on, DENSEPOSE_EVALUATION.TYPE iou,
+    MIN_IOU_THRESHOLD 0.5). The decoder's output feeds a head built for the FPN's channels, so its channels are
+    the FPN's (256 = DensePose's DECODER_NUM_CLASSES and DECODER_CONV_DIMS in the paper's preset). Deviation from
+    DensePose's config, as for the FPN and the mask head of the other presets: the decoder's new convs are
+    normalised (``detector.norm_new_layers``: SyncBN; DensePose's DECODER_NORM is none)."""
+    d = cfg.detector
+    return {
+        "MODEL.DENSEPOSE_ON": True,
+        "MODEL.ROI_HEADS.NAME": "DensePoseROIHeads",
+        "MODEL.ROI_BOX_HEAD.POOLER_SAMPLING_RATIO": 2,
+        "MODEL.ROI_BOX_HEAD.POOLER_TYPE": "ROIAlign",
+        "MODEL.ROI_DENSEPOSE_HEAD.NAME": "DensePoseV1ConvXHead",
+        "MODEL.ROI_DENSEPOSE_HEAD.POOLER_TYPE": "ROIAlign",
+        "MODEL.ROI_DENSEPOSE_HEAD.NUM_COARSE_SEGM_CHANNELS": 2,
+        "MODEL.ROI_DENSEPOSE_HEAD.POOLER_RESOLUTION": d.densepose_pooler_resolution,
+        "MODEL.ROI_DENSEPOSE_HEAD.NUM_STACKED_CONVS": d.densepose_num_convs,
+        "MODEL.ROI_DENSEPOSE_HEAD.CONV_HEAD_DIM": d.densepose_conv_dim,
+        "MODEL.ROI_DENSEPOSE_HEAD.HEATMAP_SIZE": d.densepose_heatmap_size,
+        "MODEL.ROI_DENSEPOSE_HEAD.DECODER_ON": True,
+        "MODEL.ROI_DENSEPOSE_HEAD.DECODER_NUM_CLASSES": d.fpn_channels,
+        "MODEL.ROI_DENSEPOSE_HEAD.DECODER_CONV_DIMS": d.fpn_channels,
+        "MODEL.ROI_DENSEPOSE_HEAD.DECODER_NORM": new_norm,
     }

@@ -1,6 +1,7 @@
-"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco|lvis|cityscapes --engine
-detectron2``). LVIS's repeat-factor sampling is detectron2's own sampler (DATALOADER.SAMPLER_TRAIN); the LVIS and
-Cityscapes test splits are scored by the official evaluators through :mod:`transfer.detection.metrics`.
+"""The detection protocol on detectron2, the engine the paper used (``moco eval voc|coco|lvis|cityscapes|densepose
+--engine detectron2``; dense pose through :mod:`transfer.detection.detectron2_densepose`). LVIS's repeat-factor
+sampling is detectron2's own sampler (DATALOADER.SAMPLER_TRAIN); the LVIS and Cityscapes test splits are scored by
+the official evaluators through :mod:`transfer.detection.metrics`.
 
 detectron2 is not on any package registry: this module is imported only by ``transfer.run.evaluate`` when the
 engine resolves to detectron2, and only it imports detectron2. The config is ``get_cfg()`` with the values of
@@ -117,6 +118,10 @@ def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: s
         # same statistics with detectron2's naiveSyncBN (gloo all-reduce).
         options = {k: "naiveSyncBN" if v == "SyncBN" else v for k, v in options.items()}
     d2cfg = get_cfg()
+    if cfg.task == "densepose":  # DensePose's keys (MODEL.ROI_DENSEPOSE_HEAD...) before ours are written
+        from transfer.detection import detectron2_densepose
+
+        detectron2_densepose.add_config(d2cfg)
     for key, value in options.items():
         *path, leaf = key.split(".")
         node = d2cfg
@@ -307,7 +312,12 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
                          num_keypoints=len(data.keypoints.names) if data.keypoints else 0,
                          oks_sigmas=tuple(data.oks_sigmas) if data.keypoints else ())
     d2cfg.defrost()
-    d2cfg.DATASETS.TRAIN = register_datasets(cfg, data)
+    if cfg.task == "densepose":  # DensePose's own dicts and metadata (its mapper needs the dp_* fields)
+        from transfer.detection import detectron2_densepose
+
+        d2cfg.DATASETS.TRAIN = detectron2_densepose.register_datasets(cfg, data)
+    else:
+        d2cfg.DATASETS.TRAIN = register_datasets(cfg, data)
     d2cfg.freeze()
     if main:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
@@ -324,6 +334,10 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
     optimizer = build_optimizer(d2cfg, model)  # SGD; norm weights without weight decay (WEIGHT_DECAY_NORM)
 
     def loader() -> Any:
+        if cfg.task == "densepose":
+            from transfer.detection import detectron2_densepose
+
+            return detectron2_densepose.train_loader(d2cfg, _augmentations(cfg, train=True))
         mapper = DatasetMapper(d2cfg, is_train=True, augmentations=_augmentations(cfg, train=True))
         return train_loader(d2cfg, mapper=mapper)
 
@@ -354,23 +368,45 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
 @torch.no_grad()
 def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: DetectionData,
           show_progress: bool | str) -> dict[str, Any]:
-    """Predict the test split (each process a shard) and score it on the main process with our metrics."""
-    mapper = DatasetMapper(d2cfg, is_train=False, augmentations=_augmentations(cfg, train=False))
-    loader = test_loader(DatasetCatalog.get(dataset_name(cfg.data.test)), mapper=mapper,
-                         batch_size=cfg.run.test_batch_size, num_workers=cfg.data.workers)
+    """Predict the test split (each process a shard) and score it on the main process with our metrics (dense
+    pose: AP^dp by DensePose's evaluator, box AP by ours)."""
+    test_name, dense = dataset_name(cfg.data.test), None
+    if cfg.task == "densepose":
+        from transfer.detection import detectron2_densepose
+
+        loader = detectron2_densepose.test_loader(d2cfg, test_name, _augmentations(cfg, train=False))
+        dense = detectron2_densepose.evaluator(d2cfg, test_name, distributed.is_distributed(),
+                                               Path(d2cfg.OUTPUT_DIR) / "inference")
+    else:
+        mapper = DatasetMapper(d2cfg, is_train=False, augmentations=_augmentations(cfg, train=False))
+        loader = test_loader(DatasetCatalog.get(test_name), mapper=mapper, batch_size=cfg.run.test_batch_size,
+                             num_workers=cfg.data.workers)
     progress = Progress(len(loader), every=cfg.run.log_every * 5, enabled=show_progress)
     model.eval()
     records: list[Any] = []
     for step, inputs in enumerate(loader, 1):
-        for sample, output in zip(inputs, model(inputs), strict=True):
+        outputs = model(inputs)
+        if dense is not None:
+            dense.process(inputs, outputs)
+        for sample, output in zip(inputs, outputs, strict=True):
             records += _convert(cfg, data, sample["image_id"], output["instances"].to("cpu"))
-        progress.update(step, 0, 1, images=step * cfg.run.test_batch_size)
+        progress.update(step, 0, 1, images=step * len(inputs))
+    dense_results = None
+    if dense is not None:  # it gathers: every process calls it
+        from transfer.detection import detectron2_densepose
+
+        dense_results = detectron2_densepose.evaluate(dense, cfg, data.root)
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}
     from transfer.detection.metrics import score
 
-    return score(cfg.task, records, data, masks=cfg.detector.mask)
+    results = score(cfg.task, records, data, masks=cfg.detector.mask)
+    if dense is not None:
+        from transfer.detection import detectron2_densepose
+
+        results = {**detectron2_densepose.flatten(dense_results), **results}
+    return results
 
 
 def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances: Any) -> list[Any]:
