@@ -167,6 +167,8 @@ def cityscapes_cli(weights: Weights = None, config: CityscapesConfig = None, set
     by cityscapesscripts (instance-level AP, AP50). --train/--test: cityscapes_fine_instance_seg_train or _val."""
     flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
     _transfer("cityscapes", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
+
+
 def densepose_cli(weights: Weights = None, config: DenseposeConfig = None, set_: Sets = None, engine: Engine = None,
                   data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
                   arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
