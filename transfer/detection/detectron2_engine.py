@@ -372,10 +372,10 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
     pose: AP^dp by DensePose's evaluator, box AP by ours)."""
     test_name, dense = dataset_name(cfg.data.test), None
     if cfg.task == "densepose":
-        from transfer.detection import detectron2_densepose
+        from transfer.detection import detectron2_densepose as densepose
 
-        loader = detectron2_densepose.test_loader(d2cfg, test_name, _augmentations(cfg, train=False))
-        dense = detectron2_densepose.evaluator(d2cfg, test_name, distributed.is_distributed(),
+        loader = densepose.test_loader(d2cfg, test_name, _augmentations(cfg, train=False))
+        dense = densepose.evaluator(d2cfg, test_name, distributed.is_distributed(),
                                                Path(d2cfg.OUTPUT_DIR) / "inference")
     else:
         mapper = DatasetMapper(d2cfg, is_train=False, augmentations=_augmentations(cfg, train=False))
@@ -393,9 +393,7 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
         progress.update(step, 0, 1, images=step * len(inputs))
     dense_results = None
     if dense is not None:  # it gathers: every process calls it
-        from transfer.detection import detectron2_densepose
-
-        dense_results = detectron2_densepose.evaluate(dense, cfg, data.root)
+        dense_results = densepose.evaluate(dense, cfg, data.root)
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}
@@ -403,9 +401,7 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
 
     results = score(cfg.task, records, data, masks=cfg.detector.mask)
     if dense is not None:
-        from transfer.detection import detectron2_densepose
-
-        results = {**detectron2_densepose.flatten(dense_results), **results}
+        results = {**densepose.flatten(dense_results), **results}
     return results
 
 
