@@ -109,7 +109,9 @@ def train_one_epoch(
             batch = next(loader_iter)
         except StopIteration:
             break
-        wait += time.perf_counter() - fetch_start
+        waited = time.perf_counter() - fetch_start
+        wait += waited
+        window.wait += waited
         counted = method.has_negatives()  # before the step: MoCo's queue is written after it
         if before_step is not None:
             window.lr = before_step(so_far.batches)
@@ -169,6 +171,8 @@ def train_step(model: nn.Module, method: Method, batch: tuple[Any, torch.Tensor,
 
 class _LogWindow:
     """Loss and accuracy summed on the device over the steps since the last log line: one host sync per line.
+    Each line also gives the window's images/s and its data wait (the fraction of its time spent waiting for the
+    loader), so that a window after compilation reads apart from the epoch's first.
 
     Steps with no negative (MoCo's first step on an empty queue) are left out of the sums: their loss is 0 and
     their accuracy 100% by construction. A window of such steps alone logs null for both, not a perfect score.
@@ -179,6 +183,7 @@ class _LogWindow:
         self.sums = torch.zeros(2, dtype=torch.float64, device=device)
         self.metrics, self.lr, self.watch = metrics, lr, watch
         self.steps, self.counted, self.images, self.start = 0, 0, 0, time.perf_counter()
+        self.wait = 0.0  # seconds spent waiting for the loader since the window started
         # What the progress line shows: None ("-") until the first window is logged, so that a run's first
         # log_every steps (or a whole short epoch) do not read "loss nan"; a real NaN stops the run at its log.
         self.shown: dict[str, float | None] = {"loss": None, "acc": None, "img/s": None}
@@ -194,13 +199,14 @@ class _LogWindow:
         """A metrics line for the window (its mean loss and accuracy, images/s), which then starts again."""
         loss_v, acc_v = self.close(state, epoch, step)
         now = time.perf_counter()
-        rate = self.images / (now - self.start)
-        self.metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=self.lr, images_per_s=rate)
+        rate, waited = self.images / (now - self.start), self.wait / (now - self.start)
+        self.metrics.write(step=step, epoch=epoch, loss=loss_v, accuracy=acc_v, lr=self.lr, images_per_s=rate,
+                           data_wait=waited)
         self.shown.update({"loss": loss_v, "acc": acc_v, "img/s": rate})
         warning = self.watch.observe(rate) if self.watch is not None else None
         if warning is not None and distributed.is_main():
             logger.warning("%s", warning)
-        self.images, self.start = 0, now
+        self.images, self.start, self.wait = 0, now, 0.0
 
     def close(self, state: EpochState, epoch: int, step: int) -> tuple[float | None, float | None]:
         """Mean loss and accuracy of the window, added to the epoch's sums; stops on NaN/inf. (nan, nan) if empty;

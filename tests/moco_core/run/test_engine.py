@@ -48,3 +48,41 @@ def test_a_step_with_no_negatives_reports_none_not_a_perfect_score(shapes_root, 
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["loss"] is None and lines[0]["accuracy"] is None
     assert all(line["loss"] > 0 for line in lines[1:])
+
+
+def test_each_log_line_gives_its_own_windows_data_wait(tmp_path, monkeypatch) -> None:
+    """A window whose batches waited for the loader says so in its own line: the epoch's summary would dilute a
+    slow window with the others (and a compiled run's first window with its compilation)."""
+    import json
+
+    from moco_core.config import ModelConfig
+    from moco_core.model.methods import MocoMethod
+    from moco_core.run import engine
+    from moco_core.run.progress import MetricsWriter, Progress
+
+    clock = [0.0]  # a clock that moves only where the test says: 1 s a step, 3 s for each of the slow batches
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: clock[0])
+
+    def step(*args, **kwargs):
+        clock[0] += 1.0
+        return torch.zeros(2, dtype=torch.float64), 4
+
+    monkeypatch.setattr(engine, "train_step", step)
+    method = MocoMethod(ModelConfig(arch="resnet18", queue_size=64, bn_groups=1), world_size=1, num_classes=0,
+                        dataset_size=0)
+    batch = ((torch.zeros(4, 3, 8, 8),) * 2, torch.zeros(4, dtype=torch.long), torch.arange(4))
+
+    def loader():
+        for i in range(6):
+            if i >= 3:  # the second window's batches each wait 3 s
+                clock[0] += 3.0
+            yield batch
+
+    metrics = MetricsWriter(tmp_path / "metrics.jsonl")
+    stats = engine.train_one_epoch(method.module, method, loader(), torch.optim.SGD(method.module.parameters(), lr=0),
+                                   epoch=0, epochs=1, step=0, lr=0.0, device=torch.device("cpu"), amp=False,
+                                   log_every=3, progress=Progress(6, enabled=False), metrics=metrics)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["data_wait"] for line in lines] == [0.0, 0.75]  # 0 of 3 s, then 9 of 12 s
+    assert [line["images_per_s"] for line in lines] == [4.0, 1.0]  # 12 images in 3 s, then in 12 s
+    assert stats.data_wait == 9 / 15
