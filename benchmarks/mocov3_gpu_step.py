@@ -1,4 +1,4 @@
-"""MoCo v3 ViT step on one GPU (images/s): ours (bf16, torch.compile, flash attention) beside the official recipe.
+"""MoCo v3 step on one GPU (images/s), ViT or ResNet: ours (bf16, torch.compile) beside the official recipe.
 
 Ours is the step ``moco pretrain -c mocov3_vit_base_300ep`` runs on one CUDA GPU: ``build_method``,
 ``build_optimizer`` (fused AdamW), ``speed_up`` (``run.compile`` / ``run.channels_last``, on under CUDA),
@@ -7,12 +7,15 @@ Ours is the step ``moco pretrain -c mocov3_vit_base_300ep`` runs on one CUDA GPU
 ``--attention flash``, so that a fallback fails loudly instead of timing another kernel). The reference is the
 official moco-v3 recipe rebuilt in ``reference_v3.py`` (fp16 autocast, GradScaler, a Python loop for the momentum
 update, ``loss.item()`` every step, torch's default AdamW, timm 0.4.9's written-out attention, nothing compiled)
-on the same network with the same initial weights. Both train on the same synthetic views, already on the device
+on the same network with the same initial weights. ``--arch resnet50`` times the ResNet setup instead
+(``mocov3_r50_100ep``: LARS, ours in channels_last, the official one NCHW with its Python-loop LARS).
+Both train on the same synthetic views, already on the device
 (the step alone, no data loading); ``--warmup`` untimed steps first (ours: the compilation), then ``--steps``
 timed ones, with a synchronisation before each clock read. An image is one sample, seen as two views.
 
-On a GPU (benchmarks/gpu_report.sh, stage mocov3_vit):
+On a GPU (benchmarks/gpu_report.sh, stages mocov3_vit and mocov3_r50):
     python benchmarks/mocov3_gpu_step.py --arch vit_base --image-size 224 --batch 256 --json
+    python benchmarks/mocov3_gpu_step.py --arch resnet50 --image-size 224 --batch 256 --json
 Dry run on a CPU (seconds; fp32, no compilation, the same code path otherwise):
     python benchmarks/mocov3_gpu_step.py --arch vit_nano_p4 --image-size 32 --batch 8 --steps 2 --warmup 1 \\
         --mlp-dim 64 --device cpu --no-compile
@@ -32,21 +35,22 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from reference_v3 import ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
+from reference_v3 import OfficialLARS, ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
 
-from moco_core.config import VIT_ARCHS, PretrainConfig, load_config, replace
+from moco_core.config import ARCHS, VIT_ARCHS, PretrainConfig, load_config, replace
 from moco_core.model.methods import build_method
 from moco_core.run.engine import train_step
 from moco_core.run.runtime import resolve_device
 from moco_core.run.train import StepSchedule, build_optimizer, learning_rate, speed_up
 
 PRESET = "mocov3_vit_base_300ep"  # the official ViT-B/16 setup: AdamW 1.5e-4 per 256, wd 0.1, T 0.2, m 0.99
+RESNET_PRESET = "mocov3_r50_100ep"  # the official ResNet-50 setup: LARS 0.6 per 256, wd 1e-6, T 1.0, m 0.99
 STEPS_PER_EPOCH = 1251  # ImageNet's 1,281,167 images at batch 1024: where in the schedule the steps fall
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arch", default="vit_base", choices=VIT_ARCHS)
+    p.add_argument("--arch", default="vit_base", choices=VIT_ARCHS + ARCHS)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--mlp-dim", type=int, default=None, help="the heads' hidden width (default: the preset's 4096)")
@@ -91,7 +95,8 @@ def ours(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]], ar
          device: torch.device) -> dict[str, Any]:
     method = build_method(cfg, world_size=1, num_classes=0, dataset_size=0)
     method.module.to(device).train()
-    optimizer = build_optimizer(method.module, cfg.optim, device, method="mocov3", vit=True)
+    vit = cfg.model.arch in VIT_ARCHS
+    optimizer = build_optimizer(method.module, cfg.optim, device, method="mocov3", vit=vit)
     speed = speed_up(method, device, cfg.run)
     schedule = StepSchedule(cfg.optim, method, optimizer, epoch=0, steps_per_epoch=STEPS_PER_EPOCH)
     sdpa = [m for m in method.module.modules() if getattr(m, "fused_attn", False)]
@@ -102,7 +107,7 @@ def ours(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]], ar
         train_step(method.module, method, (views[i % len(views)], empty, empty), optimizer, device=device,
                    amp=True, channels_last=speed.channels_last)
 
-    flash = device.type == "cuda" and args.attention == "flash"
+    flash = vit and device.type == "cuda" and args.attention == "flash"
     if flash:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if flash else contextlib.nullcontext():
@@ -110,7 +115,8 @@ def ours(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]], ar
     return {"images_per_s": args.steps * args.batch / spent, "ms_per_step": 1000 * spent / args.steps,
             "warmup_s": warm, "peak_memory_gib": peak_memory_gib(device), "compiled": speed.compiled,
             "channels_last": speed.channels_last, "precision": "bf16" if device.type == "cuda" else "fp32",
-            "sdpa_blocks": len(sdpa), "attention": "flash only" if flash else "scaled_dot_product_attention"}
+            "sdpa_blocks": len(sdpa),
+            "attention": ("flash only" if flash else "scaled_dot_product_attention") if vit else None}
 
 
 def reference(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]], args: argparse.Namespace,
@@ -120,7 +126,9 @@ def reference(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]
     model = ReferenceMoCoV3(built.encoder, built.momentum_encoder, built.predictor,
                             temperature=cfg.v3.temperature).to(device).train()
     unfused = unfused_attention(model)
-    optimizer = torch.optim.AdamW(model.parameters(), learning_rate(cfg.optim, 0), weight_decay=cfg.optim.weight_decay)
+    lr0, wd = learning_rate(cfg.optim, 0), cfg.optim.weight_decay
+    optimizer = (torch.optim.AdamW(model.parameters(), lr0, weight_decay=wd) if cfg.model.arch in VIT_ARCHS
+                 else OfficialLARS(model.parameters(), lr0, weight_decay=wd, momentum=cfg.optim.momentum))
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     probe = StepSchedule(cfg.optim, _MomentumProbe(cfg), optimizer, epoch=0, steps_per_epoch=STEPS_PER_EPOCH)
 
@@ -149,7 +157,8 @@ class _MomentumProbe:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     device = resolve_device(args.device)
-    cfg = load_config(PretrainConfig, PRESET, [f"model.arch={args.arch}", f"augment.crop_size={args.image_size}",
+    preset = PRESET if args.arch in VIT_ARCHS else RESNET_PRESET
+    cfg = load_config(PretrainConfig, preset, [f"model.arch={args.arch}", f"augment.crop_size={args.image_size}",
                                                f"optim.batch_size={args.batch}", "data.path=synthetic",
                                                "model.shuffle_bn=none",  # one process: its own BN, as sync's
                                                *([f"v3.mlp_dim={args.mlp_dim}"] if args.mlp_dim else [])])
@@ -164,8 +173,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                           if device.type == "cuda" else None}}
     torch.manual_seed(0)
     result["ours"] = ours(cfg, views, args, device)
-    print(f"ours ({result['ours']['precision']}, compiled {result['ours']['compiled']}, "
-          f"{result['ours']['attention']}): {result['ours']['images_per_s']:.1f} images/s", flush=True)
+    shown = result["ours"]["attention"] or f"channels_last {result['ours']['channels_last']}"
+    print(f"ours ({args.arch}, {result['ours']['precision']}, compiled {result['ours']['compiled']}, {shown}): "
+          f"{result['ours']['images_per_s']:.1f} images/s", flush=True)
     if args.reference:
         gc.collect()
         if device.type == "cuda":

@@ -75,6 +75,57 @@ def test_the_official_recipe_computes_our_step(reference_v3) -> None:
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=f"{name}.{key}")
 
 
+def test_the_official_resnet_recipe_computes_our_step(reference_v3) -> None:
+    """The ResNet setup (mocov3_r50_100ep's, on a ResNet-18): the same loss, momentum encoder and weights after one
+    step of our LARS and of the official one's loop (weight decay raised so that it shows)."""
+    cfg = load_config(PretrainConfig, "mocov3_r50_100ep", [
+        "model.arch=resnet18", "augment.crop_size=16", "optim.batch_size=8", "v3.mlp_dim=32", "v3.dim=16",
+        "data.path=x", "model.shuffle_bn=none", "optim.weight_decay=0.01"])
+    torch.manual_seed(0)
+    method = build_method(cfg, world_size=1, num_classes=0, dataset_size=0)
+    torch.manual_seed(0)
+    built = build_method(cfg, world_size=1, num_classes=0, dataset_size=0).module
+    ref = reference_v3.ReferenceMoCoV3(built.encoder, built.momentum_encoder, built.predictor, temperature=1.0)
+    with torch.no_grad():
+        for p_ours, p_ref in zip(method.module.momentum_encoder.parameters(), ref.momentum_encoder.parameters(),
+                                 strict=True):
+            p_ours.mul_(0.5)
+            p_ref.mul_(0.5)
+    x1, x2 = torch.randn(8, 3, 16, 16), torch.randn(8, 3, 16, 16)
+    lr, m = 0.3, 0.9
+    ours_opt = build_optimizer(method.module, cfg.optim, torch.device("cpu"), method="mocov3", vit=False)
+    for group in ours_opt.param_groups:
+        group["lr"] = lr
+    ref_opt = reference_v3.OfficialLARS(ref.parameters(), lr, weight_decay=0.01, momentum=0.9)
+    method.module.momentum = m
+    before = [p.detach().clone() for p in method.module.encoder.parameters()]
+    stats, _ = train_step(method.module, method, ((x1, x2), torch.zeros(8), torch.zeros(8)), ours_opt,
+                          device=torch.device("cpu"), amp=False, channels_last=False)
+    moved = [not torch.equal(a, b) for a, b in zip(method.module.encoder.parameters(), before, strict=True)]
+    assert sum(moved) > len(moved) / 2  # (zero-init residual BN: each block's bn1 gets no gradient at first)
+    ref_loss = reference_v3.reference_step(ref, ref_opt, torch.amp.GradScaler("cpu", enabled=False), x1, x2, lr=lr,
+                                           m=m)
+    assert stats[0].item() == pytest.approx(ref_loss, rel=1e-5)
+    for mine, theirs in [(method.module.encoder, ref.base_encoder), (method.module.predictor, ref.predictor),
+                         (method.module.momentum_encoder, ref.momentum_encoder)]:
+        for (key, a), b in zip(mine.state_dict().items(), theirs.state_dict().values(), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=key)
+
+
+def test_the_official_lars_by_hand(reference_v3) -> None:
+    """w = (3, 4) (norm 5), g = (0, 1), wd 0.5: d = (1.5, 3), |d| = 3.354; d * 0.001 * 5 / 3.354; a bias (1-d)
+    takes g alone; momentum 0.9 on the second step."""
+    w, b = torch.nn.Parameter(torch.tensor([[3.0, 4.0]])), torch.nn.Parameter(torch.tensor([2.0]))
+    opt = reference_v3.OfficialLARS([w, b], lr=1.0, weight_decay=0.5, momentum=0.9)
+    w.grad, b.grad = torch.tensor([[0.0, 1.0]]), torch.tensor([1.0])
+    opt.step()
+    d = torch.tensor([[1.5, 3.0]]) * (0.001 * 5 / (1.5**2 + 3**2) ** 0.5)
+    torch.testing.assert_close(w.detach(), torch.tensor([[3.0, 4.0]]) - d)
+    assert b.item() == pytest.approx(1.0)
+    opt.step()  # the same gradient: mu = 0.9 * 1 + 1 for the bias
+    assert b.item() == pytest.approx(1.0 - 1.9)
+
+
 def test_the_reference_momentum_update_is_the_official_rule(reference_v3) -> None:
     """p_m <- m p_m + (1 - m) p_b, worked by hand on one parameter."""
     base, momentum = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
@@ -103,3 +154,14 @@ def test_the_stage_script_dry_run_on_cpu() -> None:
     assert (ours["precision"], ours["compiled"], ref["precision"]) == ("fp32", False, "fp32")  # CPU: no autocast
     assert ours["sdpa_blocks"] == 12 and ref["unfused_attention_blocks"] == 12
     assert "ours / official" in res.stdout
+
+
+def test_the_resnet_stage_dry_run_on_cpu() -> None:
+    """The mocov3_r50 stage's command line, shrunk to a ResNet-18: LARS both sides, no attention."""
+    res = subprocess.run([sys.executable, "benchmarks/mocov3_gpu_step.py", *DRY_RUN, "--arch", "resnet18"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(res.stdout.strip().splitlines()[-1])
+    assert result["arch"] == "resnet18" and result["ours"]["attention"] is None
+    assert result["ours"]["images_per_s"] > 0 and result["reference"]["images_per_s"] > 0
