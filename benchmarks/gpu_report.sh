@@ -8,7 +8,8 @@
 # Needs torch, torchvision, pyyaml, typer, pandas, pytest, and timm for the MoCo v3 stage (pip install -e '.[vit]');
 # nothing is downloaded. The JPEGs are generated here (benchmarks/make_jpegs.py: $N files, default 25600, in $DATA).
 # $STEP_ARGS (the step's shape: R50, 224 px, batch 256, v2 head), $REAL_ARGS (appended to the real command) and
-# $V3_ARGS (the MoCo v3 stage's: ViT-B/16, 224 px, batch 256) are there to shrink a run;
+# $V3_ARGS and $V3_R50_ARGS (the MoCo v3 stages': ViT-B/16 and ResNet-50, 224 px, batch 256) and $DEMO_ARGS
+# (the CUDA demo's: 3 trials, linear) are there to shrink a run;
 # tests/benchmarks/test_gpu_report.py runs this script on the CPU that way, so that its command lines stay in step
 # with the benchmarks and the CLI between GPU sessions.
 set -u
@@ -18,8 +19,8 @@ N=${N:-25600}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
 WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
-STAGES=${STAGES:-jpegs tests step_compiled data data_switch real mocov3_vit step_plain_compiled step_eager \
-step_eager_nchw}
+STAGES=${STAGES:-jpegs tests step_compiled data data_switch real mocov3_vit mocov3_r50 demo step_plain_compiled \
+step_eager step_eager_nchw}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -56,22 +57,39 @@ cat "$OUT/env.log"
 [ -d "$DATA/train" ] || stage jpegs 60 "$PY" benchmarks/make_jpegs.py "$DATA" "$N"
 stage tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/moco_core
 # One compiled model (split BN, 8 groups: the single-process shuffled BN) timed on synthetic data, then end to
-# end from the JPEGs through both pipelines.
-stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORKERS" \
-  --data synthetic --data "tensor:$DATA" --data "tensor1:$DATA" --data "pil:$DATA"
+# end from the JPEGs through both pipelines; after each, $PROFILE steps under torch.profiler (where the GPU's time
+# goes: the step's stream against the pipeline's).
+# $STEP_DATA: which of synthetic, tensor, tensor1 (its pipeline in one thread) and pil run (default: all).
+step_data=()
+for d in ${STEP_DATA:-synthetic tensor tensor1 pil}; do
+  if [ "$d" = synthetic ]; then step_data+=(--data synthetic); else step_data+=(--data "$d:$DATA"); fi
+done
+stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORKERS" --profile "${PROFILE:-8}" \
+  "${step_data[@]}"
 stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json \
   --rows "${DATA_ROWS:-nvjpeg,tensor_ahead,tensor_ahead1,tensor_inline,pil,loader,augment}"
 stage data_switch 40 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --switch-interval 0.0005 \
   --rows tensor_ahead,tensor_ahead1
 RUN=${RUN:-/tmp/moco_real_run}
 rm -rf "$RUN"
-stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=20 \
+# The real command: its logged windows after the first (the compilation's) against the compiled synthetic step.
+stage real 150 "$PY" -m cli pretrain -c moco_v2_200ep --data "$DATA" --set optim.epochs=1 --set run.log_every=10 \
   --workers "$WORKERS" --output-dir "$RUN" "${real_args[@]}"
 [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/real_metrics.jsonl"
 # MoCo v3 (issue 34): the ViT-B/16 step as `moco pretrain -c mocov3_vit_base_300ep` runs it on one GPU (bf16,
 # torch.compile, flash attention), then the official moco-v3 recipe (fp16 + GradScaler, eager) on the same network.
 read -r -a v3_args <<<"${V3_ARGS:---arch vit_base --image-size 224 --batch 256 --steps 20 --warmup 5}"
 stage mocov3_vit 240 "$PY" benchmarks/mocov3_gpu_step.py "${v3_args[@]}" --json
+read -r -a v3_r50_args <<<"${V3_R50_ARGS:---arch resnet50 --image-size 224 --batch 256 --steps 20 --warmup 5}"
+stage mocov3_r50 200 "$PY" benchmarks/mocov3_gpu_step.py "${v3_r50_args[@]}" --json
+# Issue #17's CUDA half: the demo's trials with CUDA's defaults (bf16, channels_last, compiled, tensor pipeline).
+DEMO=${DEMO:-/tmp/moco_demo_cuda}
+read -r -a demo_args <<<"${DEMO_ARGS:---trials 3 --tasks linear --device cuda}"
+read -r -a demo_env <<<"${DEMO_ENV:-}"  # MOCO_SMOKE=1 for the CPU dry run (tests/benchmarks/test_gpu_report.py)
+stage demo 240 env "${demo_env[@]}" "$PY" -m cli demo --output-dir "$DEMO" "${demo_args[@]}"
+for f in report/report.csv demo.json; do [ -f "$DEMO/$f" ] && cp "$DEMO/$f" "$OUT/demo_$(basename "$f")"; done
+# Each evaluation's result.json, so that the trials a stopped demo finished still count.
+[ -d "$DEMO" ] && (cd "$DEMO" && find . -name result.json | tar czf "$OUT/demo_results.tgz" -T -)
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
 stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none
 stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup 3

@@ -88,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--reference", action="store_true",
                    help="also time the official recipe (benchmarks/reference.py) on the same data and report the ratio")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after each timed run, N more steps under torch.profiler: the GPU's kernel time per step "
+                   "by stream (the step's, the tensor pipeline's), how busy the GPU was, the costliest kernels")
     p.add_argument("--json", action="store_true", help="also print one JSON line with every figure")
     args = p.parse_args(argv)
     sources = []
@@ -239,6 +242,46 @@ def measure(run: Callable[[int], float], args: argparse.Namespace, device: torch
             "warmup_s": warmup_s}
 
 
+def busy_union(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by the union of (start, end) intervals (kernels overlapping across streams count
+    once)."""
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop > end:
+            covered += stop - max(start, end)
+            end = stop
+    return covered
+
+
+def profile_steps(run: Callable[[int], float], steps: int, device: torch.device) -> dict[str, Any]:
+    """``run(steps)`` under torch.profiler: where the GPU's time goes once the step is compiled and the pipeline
+    warm. Per step: the wall time, the kernel time of each CUDA stream (the training stream and those the tensor
+    pipeline decodes and crops on), the time at least one kernel ran (``busy_ms``; its ratio to the wall time:
+    ``busy_fraction``, near 1 when the GPU is the bound), and the ten kernels with the most time."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        run(steps)
+        sync(device)
+    wall_ms = (time.perf_counter() - start) * 1000
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    streams: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        took = e.time_range.end - e.time_range.start  # microseconds
+        streams[str(e.device_resource_id)] = streams.get(str(e.device_resource_id), 0.0) + took / 1000 / steps
+        by_name[e.name] = by_name.get(e.name, 0.0) + took / 1000 / steps
+    busy_ms = busy_union([(e.time_range.start, e.time_range.end) for e in kernels]) / 1000 / steps
+    top = sorted(by_name.items(), key=lambda item: -item[1])[:10]
+    return {"steps": steps, "wall_ms_per_step": wall_ms / steps, "busy_ms": busy_ms,
+            "busy_fraction": busy_ms / (wall_ms / steps), "stream_kernel_ms": streams,
+            "top_kernels_ms": [{"name": name[:120], "ms": ms} for name, ms in top]}
+
+
 def reference_run(args: argparse.Namespace, cfg: ModelConfig, device: torch.device) -> dict[str, float]:
     """Time the official recipe (fp32, Python momentum loop, queue clone, host-side pointer; real images through
     PIL in DataLoader workers) on the same kind of data as our run."""
@@ -294,6 +337,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   else image_batches(args, device, data, pipeline, speed.channels_last))
         timed = measure(lambda n, source=source: run_steps(method, source, optimizer, n, device, amp,
                                                            speed.channels_last), args, device)
+        if args.profile:
+            timed["profile"] = profile_steps(lambda n, source=source: run_steps(
+                method, source, optimizer, n, device, amp, speed.channels_last), args.profile, device)
         runs.append({"data": data, "workers": None if synthetic else args.workers,
                      "pipeline": None if synthetic else pipeline, **timed})
     step_ms = runs[0]["step_ms"]
@@ -325,6 +371,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"    {run['images_per_s']:.1f} images/s, {run['step_ms']:.1f} ms/step, "
               f"data wait {run['data_wait_fraction']:.1%}, peak memory {run['peak_memory_mb']:.0f} MiB "
               f"({run['peak_memory_kind']})")
+        if "profile" in run:
+            prof = run["profile"]
+            streams = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(prof["stream_kernel_ms"].items()))
+            print(f"    profile of {prof['steps']} more steps: {prof['wall_ms_per_step']:.1f} ms/step, GPU busy "
+                  f"{prof['busy_ms']:.1f} ms ({prof['busy_fraction']:.0%}); kernel ms/step by stream {{{streams}}}")
+            for kernel in prof["top_kernels_ms"][:5]:
+                print(f"      {kernel['ms']:6.2f} ms  {kernel['name'][:90]}")
     print(f"  queue ops (l_neg fwd+bwd, enqueue) {queue_ms:.2f} ms = {result['queue_fraction']:.1%} of the step; "
           f"all K-dependent head work {head_ms:.2f} ms = {result['head_fraction']:.1%}")
     if args.reference:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["jpegs", "tests", "step_compiled", "real", "mocov3_vit", "step_eager", "step_plain_compiled",
-          "step_eager_nchw"]
+STAGES = ["jpegs", "tests", "step_compiled", "real", "mocov3_vit", "mocov3_r50", "demo", "step_eager",
+          "step_plain_compiled", "step_eager_nchw"]
 
 
 @pytest.mark.slow
@@ -35,6 +35,9 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
         "REAL_ARGS": "--set model.arch=resnet18 --set optim.batch_size=16 --set model.bn_groups=2 "
                      "--set model.queue_size=32 --set augment.crop_size=32 --set run.log_every=1",
         "V3_ARGS": "--arch vit_nano_p4 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
+        "V3_R50_ARGS": "--arch resnet18 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
+        "DEMO_ARGS": "--trials 2 --tasks linear --device cpu", "DEMO_ENV": "MOCO_SMOKE=1",
+        "DEMO": str(tmp_path / "demo"), "PROFILE": "2",
         "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
     }
     res = subprocess.run(["bash", "benchmarks/gpu_report.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -59,8 +62,27 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
                 "MoCo v3 official recipe (vit_nano_p4"):
         line = next(line for line in table.splitlines() if row in line)
         assert re.search(r"\| [\d,.]+(, data wait [\d.]+%)? \|$", line), line
-    ratio = next(line for line in table.splitlines() if "MoCo v3 step over its official recipe" in line)
-    assert re.search(r"\| [\d.]+x \|$", ratio), ratio
+    ratios = [line for line in table.splitlines() if "MoCo v3 step over its official recipe" in line]
+    assert len(ratios) == 2 and all(re.search(r"\| [\d.]+x \|$", line) for line in ratios), ratios
+    # The real command's windows after its first, against the synthetic step; the profiles of the timed runs.
+    settled = next(line for line in table.splitlines() if "median of its windows after the first" in line)
+    assert re.search(r"\| [\d,]+, data wait [\d.]+%; \d+% of [\d,]+ \|$", settled), settled
+    assert report["real_after_compile"]["windows"] >= 2
+    for line in (line for line in table.splitlines() if line.startswith("| profile,")):
+        assert re.search(r"\| [\d.]+ / [\d.]+ \(\d+%\) / no kernels \|$", line), line  # the CPU: no CUDA streams
+    # The demo's trials came back as the report's rows: each backbone's linear top-1 over 2 (smoke) trials.
+    demo = [line for line in table.splitlines() if line.startswith("| CUDA demo: linear top1")]
+    assert len(demo) == 3 and all(line.endswith("(n 2) |") for line in demo), demo
     with tarfile.open(out / "logs.tgz") as logs:
         names = {Path(name).name for name in logs.getnames()}
     assert {f"{stage}.log" for stage in STAGES} <= names
+
+
+def test_gpu_busy_time_counts_overlapping_kernels_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pretrain_step.busy_union: kernels on two streams at once count once; gaps not at all (by hand: 0-2 and 1-3
+    overlap to 0-3, 5-6 apart, 5.5-5.8 inside it: 4)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from pretrain_step import busy_union
+
+    assert busy_union([(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (5.5, 5.8)]) == 4.0
+    assert busy_union([]) == 0.0
