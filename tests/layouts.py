@@ -34,6 +34,7 @@ from PIL import Image
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
+from tests.matfiles import mat_file
 from transfer.detection.cityscapes import ensure_cityscapes
 from transfer.detection.embedded_keypoints import ensure_keypoints
 from transfer.detection.lvis import ensure_lvis
@@ -235,32 +236,6 @@ def cifar_folder_layout(root: Path, classes: int = 3, train_per_class: int = 4, 
                 _photo(rng, 32, 32).save(root / split / name / f"{index:05d}.png")
                 index += 1
     return root
-
-
-def mat_file(path: Path, arrays: dict[str, np.ndarray], *, compressed: bool = True) -> Path:
-    """A level-5 MAT-file of 1xN double rows as MATLAB's ``save`` writes it (-v7: each variable zlib-compressed;
-    -v6: not), names of up to 4 characters in a small element: the form of Flowers-102's ``.mat`` files."""
-    import struct
-    import zlib
-
-    def element(kind: int, payload: bytes) -> bytes:
-        if len(payload) <= 4:  # small data element: the count in the tag's upper half
-            return struct.pack("<HH", kind, len(payload)) + payload.ljust(4, b"\0")
-        return struct.pack("<II", kind, len(payload)) + payload + b"\0" * (-len(payload) % 8)
-
-    header = b"MATLAB 5.0 MAT-file, Platform: GLNXA64, Created on: Thu Feb 19 00:00:00 2009".ljust(116)
-    out = header + b"\0" * 8 + struct.pack("<H", 0x0100) + b"IM"
-    for name, values in arrays.items():
-        row = np.asarray(values, dtype="<f8").reshape(1, -1)
-        body = (element(6, struct.pack("<II", 6, 0)) + element(5, struct.pack("<2i", *row.shape))
-                + element(1, name.encode()) + element(9, row.tobytes(order="F")))
-        matrix = struct.pack("<II", 14, len(body)) + body
-        if compressed:
-            matrix = zlib.compress(matrix)
-            matrix = struct.pack("<II", 15, len(matrix)) + matrix  # miCOMPRESSED: not padded
-        out += matrix
-    path.write_bytes(out)
-    return path
 
 
 def flowers_layout(root: Path, labels: tuple[int, ...] = (1, 1, 2, 3, 2, 3, 1, 2, 3, 1, 2, 3),

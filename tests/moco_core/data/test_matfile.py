@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from moco_core.data.matfile import MatFileError, read_mat
-from tests.layouts import mat_file
+from tests.matfiles import mat_file
 
 
 @pytest.mark.parametrize("compressed", [True, False])
