@@ -213,6 +213,11 @@ class Stopper:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signal.Signals(signum).name
+        # The signal most often reached the step's loader workers too (a scheduler signals the whole job): the
+        # DataLoader's SIGCHLD handler would report each end as a failure, over the stop's one line, when the
+        # abandoned iterator is let go. The command ends with this stop, so no child's end is news: a handler that
+        # does nothing (not SIG_DFL, under which a SIGCHLD already pending prints a warning of its own).
+        signal.signal(signal.SIGCHLD, _child_ended)
         raise Stopped(self.received, self.doing)
 
     def check(self) -> None:
@@ -221,6 +226,10 @@ class Stopper:
         stop = self.received or last_stop
         if stop is not None:
             raise Stopped(stop, self.doing)
+
+
+def _child_ended(signum: int, frame: FrameType | None) -> None:
+    """SIGCHLD once a command is stopping: its children's ends are expected."""
 
 
 def rerun_command(ctx: Any) -> str:

@@ -174,3 +174,55 @@ def test_an_exit_on_an_error_does_not_wait_for_workers_that_ignore_sigterm(hook:
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+STOPPED_EVALUATION = """
+import sys, time
+from torch.utils.data import DataLoader, Dataset
+from moco_core.run.preemption import Stopped, Stopper
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return i
+
+def evaluation():
+    for n, _ in enumerate(DataLoader(Slow(), batch_size=2, num_workers=2)):
+        if n == 5:
+            print("running", flush=True)
+
+try:
+    with Stopper() as stopper:
+        stopper.doing = "an evaluation"
+        evaluation()
+except Stopped as stop:
+    print(stop, file=sys.stderr, flush=True)
+    sys.exit(stop.exit_code)
+"""
+
+
+def test_a_stopped_evaluation_says_one_line_not_its_killed_workers(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM reaches the job's every process, the loader's workers too. Under a Stopper (moco demo,
+    sweep, trials) the evaluation under way stops with its one line; the workers' ends, which the DataLoader's
+    SIGCHLD handler reports, are no error of ours to print after it (it printed 'Exception ignored in ...
+    RuntimeError: DataLoader worker (pid N) is killed by signal: Terminated' with a traceback)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_EVALUATION], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "running\n"
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole process group, as a scheduler signals a job
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip() == "stopped by SIGTERM during an evaluation", err
