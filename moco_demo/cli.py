@@ -17,7 +17,8 @@ def demo_cli(
     output_dir: Annotated[str, typer.Option(help="Every step's run directory, and report/, go here.")] = "runs/demo",
     tasks: Annotated[str, typer.Option(
         help="Comma-separated evaluations: some of linear,voc,coco (the default) and keypoints,lvis,cityscapes,"
-        "semseg (the rest of the paper's Table 6), finetune: opt-in.")] = "linear,voc,coco",
+        "densepose,semseg (the rest of the paper's Table 6; densepose needs detectron2's DensePose project), "
+        "finetune: opt-in.")] = "linear,voc,coco",
     engine: Annotated[str, typer.Option(
         help="Detection engine: auto (detectron2 when installed, else torchvision), detectron2 or torchvision.")] =
         "auto",

@@ -26,7 +26,7 @@ from moco_core.terminal import CLEAR_LINE, write_control
 # Every evaluation the demo can run, by its embedded preset (``<task>_embedded``; linear: lincls_embedded). The
 # default is the paper's headline protocol; the rest of Table 6 and fine-tuning are opt-in (--tasks), so the
 # default demo's time stays.
-TASKS = ("linear", "voc", "coco", "keypoints", "lvis", "cityscapes", "semseg", "finetune")
+TASKS = ("linear", "voc", "coco", "keypoints", "lvis", "cityscapes", "densepose", "semseg", "finetune")
 DEFAULT_TASKS = ("linear", "voc", "coco")
 # The three backbones every evaluation compares, as the paper's tables do: (directory, weights).
 BACKBONES = ("moco", "supervised", "random")
@@ -96,6 +96,10 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
         raise ValueError(f"unknown demo tasks {sorted(unknown)}; expected some of {list(TASKS)}")
     if trials < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
+    if "densepose" in tasks:  # detectron2's DensePose project only: refused before the pretrainings, not after
+        from transfer.run import require_densepose
+
+        require_densepose(engine)
     output_dir.mkdir(parents=True, exist_ok=True)
     roots = [output_dir] if trials == 1 else [output_dir / f"seed_{seed + t}" for t in range(trials)]
     shown = True if show_progress else LINE  # without --progress, a terminal still sees each step's line move

@@ -162,8 +162,19 @@ def test_every_demo_task_loads_its_embedded_preset(task: str, tmp_path: Path) ->
     runs here: a preset that does not load, or a task with no evaluation, fails at once, not after the pretraining)."""
     from moco_demo.run import _evaluation
 
-    call = _evaluation(task, "random", tmp_path / task, "cpu", "torchvision", False, [])
+    engine = "detectron2" if task == "densepose" else "torchvision"  # dense pose: DensePose's (not run here)
+    call = _evaluation(task, "random", tmp_path / task, "cpu", engine, False, [])
     assert callable(call) and not (tmp_path / task).exists()
+
+
+def test_densepose_without_its_engine_is_refused_before_any_step(tmp_path: Path) -> None:
+    """--tasks densepose on torchvision (or where DensePose is not installed): one line before the pretrainings,
+    which would otherwise run for minutes before the first dense-pose step failed."""
+    from moco_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="DensePose"):
+        run_demo(tmp_path / "demo", engine="torchvision", tasks=("linear", "densepose"))
+    assert not (tmp_path / "demo").exists()
 
 
 def test_the_default_demo_runs_the_headline_tasks_only() -> None:
