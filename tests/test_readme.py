@@ -60,6 +60,9 @@ ELSEWHERE = {
     "source .venv/bin/activate": "the commands here run with this environment's bin/ first on PATH",
     ".venv/bin/pip install --no-build-isolation 'git+https://github.com/facebookresearch/detectron2.git'":
         "needs the network; the detectron2 commands run where it is importable",
+    ".venv/bin/pip install --no-build-isolation "
+    "'git+https://github.com/facebookresearch/detectron2.git#subdirectory=projects/DensePose'":
+        "needs the network; the dense pose command runs where DensePose is importable",
 }
 
 
@@ -120,6 +123,8 @@ def test_readme_command(command: str, workspace: tuple[Path, dict[str, str]]) ->
     work, env = workspace
     if "--engine detectron2" in command and importlib.util.find_spec("detectron2") is None:
         pytest.skip("detectron2 is not installed (README: an optional extra, built from its source)")
+    if "moco eval densepose" in command and importlib.util.find_spec("densepose") is None:
+        pytest.skip("DensePose is not installed (README: detectron2's project, built from its source)")
     done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
@@ -142,7 +147,8 @@ def _option(command: str, name: str) -> str | None:
 
 
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval voc",
-          "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval semseg",
+          "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
+          "moco eval semseg",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -191,11 +197,13 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         if "linear" in command:
             assert record["sanity_check"] == "passed"
         _check_data(command, record["dataset"], env)
-    elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, semseg
+    elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, densepose, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
         if command.startswith("moco eval keypoints"):  # AP^kp through COCOeval, on a keypoint file's set
             assert {"keypoints_AP", "keypoints_AP50", "keypoints_AP75"} <= record["metrics"].keys()
+        if command.startswith("moco eval densepose"):  # AP^dp through DensePose's evaluator, and the box AP
+            assert {"dp_gps_AP", "dp_gpsm_AP", "bbox_AP"} <= record["metrics"].keys()
         if "$MYDATA" in command or "$MYSEG" in command:  # one's own sets: named as such
             assert record["dataset"]["name"].startswith("custom: ")
     elif command.startswith("moco convert") and "--to torchvision" in command:
