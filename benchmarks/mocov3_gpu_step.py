@@ -8,7 +8,7 @@ Ours is the step ``moco pretrain -c mocov3_vit_base_300ep`` runs on one CUDA GPU
 official moco-v3 recipe rebuilt in ``reference_v3.py`` (fp16 autocast, GradScaler, a Python loop for the momentum
 update, ``loss.item()`` every step, torch's default AdamW, timm 0.4.9's written-out attention, nothing compiled)
 on the same network with the same initial weights. ``--arch resnet50`` times the ResNet setup instead
-(``mocov3_r50_100ep``: LARS, ours in channels_last, the official one NCHW with its Python-loop LARS).
+(``mocov3_r50_100ep``: LARS, ours in channels_last, the official recipe NCHW; both step the same LARS loop).
 Both train on the same synthetic views, already on the device
 (the step alone, no data loading); ``--warmup`` untimed steps first (ours: the compilation), then ``--steps``
 timed ones, with a synchronisation before each clock read. An image is one sample, seen as two views.
@@ -35,10 +35,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from reference_v3 import OfficialLARS, ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
+from reference_v3 import ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
 
 from moco_core.config import ARCHS, VIT_ARCHS, PretrainConfig, load_config, replace
 from moco_core.model.methods import build_method
+from moco_core.model.optimizers import LARS
 from moco_core.run.engine import train_step
 from moco_core.run.runtime import resolve_device
 from moco_core.run.train import StepSchedule, build_optimizer, learning_rate, speed_up
@@ -128,7 +129,7 @@ def reference(cfg: PretrainConfig, views: list[tuple[torch.Tensor, torch.Tensor]
     unfused = unfused_attention(model)
     lr0, wd = learning_rate(cfg.optim, 0), cfg.optim.weight_decay
     optimizer = (torch.optim.AdamW(model.parameters(), lr0, weight_decay=wd) if cfg.model.arch in VIT_ARCHS
-                 else OfficialLARS(model.parameters(), lr0, weight_decay=wd, momentum=cfg.optim.momentum))
+                 else LARS(model.parameters(), lr0, weight_decay=wd, momentum=cfg.optim.momentum))
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     probe = StepSchedule(cfg.optim, _MomentumProbe(cfg), optimizer, epoch=0, steps_per_epoch=STEPS_PER_EPOCH)
 

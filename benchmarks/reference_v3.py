@@ -9,7 +9,8 @@ facebookresearch/moco-v3 (``main_moco.py`` and ``moco/builder.py``, at c349e6e) 
 - ``loss.item()`` for its meters (a device-to-host sync every step);
 - ``scaler.scale(loss).backward()``, ``scaler.step(optimizer)``, ``scaler.update()`` (a ``GradScaler``), with
   ``torch.optim.AdamW`` (torch's default implementation) for a ViT and its own LARS for a ResNet (a Python loop
-  over the parameters, ``OfficialLARS`` here); nothing compiled, NCHW.
+  over the parameters: the one ``moco_core.model.optimizers.LARS`` is, kernel for kernel, so the timing uses
+  that); nothing compiled, NCHW.
 Its ViTs are timm 0.4.9's ``VisionTransformer`` (the version its README names), whose attention is written out:
 ``softmax(q k^T * scale) v`` as three kernels with the (heads, tokens, tokens) matrix in memory.
 
@@ -66,38 +67,6 @@ class ReferenceMoCoV3(nn.Module):
             k1 = self.momentum_encoder(x1)
             k2 = self.momentum_encoder(x2)
         return self.ctr(q1, k2) + self.ctr(q2, k1)
-
-
-class OfficialLARS(torch.optim.Optimizer):
-    """The official moco-v3 ResNet optimizer as its ``optimizer.py`` describes LARS (arXiv 1708.03888): per
-    parameter, in a Python loop; a weight of 2 or more dimensions gets ``d = g + wd w`` scaled by
-    ``eta ||w|| / ||d||`` (kept as is where a norm is 0, chosen on the device with ``torch.where``), a bias or BN
-    weight ``d = g``; then ``mu = momentum mu + d`` and ``w -= lr mu``."""
-
-    def __init__(self, params, lr: float, weight_decay: float, momentum: float = 0.9,  # noqa: ANN001 - torch's
-                 trust_coefficient: float = 0.001) -> None:
-        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
-                                  "trust_coefficient": trust_coefficient})
-
-    @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d = p.grad
-                if p.ndim > 1:
-                    d = d.add(p, alpha=group["weight_decay"])
-                    w_norm, d_norm = torch.norm(p), torch.norm(d)
-                    one = torch.ones_like(w_norm)
-                    q = torch.where(w_norm > 0, torch.where(d_norm > 0,
-                                                            group["trust_coefficient"] * w_norm / d_norm, one), one)
-                    d = d.mul(q)
-                state = self.state[p]
-                if "mu" not in state:
-                    state["mu"] = torch.zeros_like(p)
-                state["mu"].mul_(group["momentum"]).add_(d)
-                p.add_(state["mu"], alpha=-group["lr"])
 
 
 def reference_step(model: ReferenceMoCoV3, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,

@@ -13,6 +13,7 @@ import torch
 
 from moco_core.config import PretrainConfig, load_config
 from moco_core.model.methods import build_method
+from moco_core.model.optimizers import LARS
 from moco_core.run.engine import train_step
 from moco_core.run.train import build_optimizer
 
@@ -77,7 +78,8 @@ def test_the_official_recipe_computes_our_step(reference_v3) -> None:
 
 def test_the_official_resnet_recipe_computes_our_step(reference_v3) -> None:
     """The ResNet setup (mocov3_r50_100ep's, on a ResNet-18): the same loss, momentum encoder and weights after one
-    step of our LARS and of the official one's loop (weight decay raised so that it shows)."""
+    LARS step (the official optimizer's loop is ours: tests/moco_core/model/test_optimizers.py works it by hand;
+    weight decay raised so that it shows)."""
     cfg = load_config(PretrainConfig, "mocov3_r50_100ep", [
         "model.arch=resnet18", "augment.crop_size=16", "optim.batch_size=8", "v3.mlp_dim=32", "v3.dim=16",
         "data.path=x", "model.shuffle_bn=none", "optim.weight_decay=0.01"])
@@ -96,7 +98,7 @@ def test_the_official_resnet_recipe_computes_our_step(reference_v3) -> None:
     ours_opt = build_optimizer(method.module, cfg.optim, torch.device("cpu"), method="mocov3", vit=False)
     for group in ours_opt.param_groups:
         group["lr"] = lr
-    ref_opt = reference_v3.OfficialLARS(ref.parameters(), lr, weight_decay=0.01, momentum=0.9)
+    ref_opt = LARS(ref.parameters(), lr, weight_decay=0.01, momentum=0.9)
     method.module.momentum = m
     before = [p.detach().clone() for p in method.module.encoder.parameters()]
     stats, _ = train_step(method.module, method, ((x1, x2), torch.zeros(8), torch.zeros(8)), ours_opt,
@@ -110,20 +112,6 @@ def test_the_official_resnet_recipe_computes_our_step(reference_v3) -> None:
                          (method.module.momentum_encoder, ref.momentum_encoder)]:
         for (key, a), b in zip(mine.state_dict().items(), theirs.state_dict().values(), strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=key)
-
-
-def test_the_official_lars_by_hand(reference_v3) -> None:
-    """w = (3, 4) (norm 5), g = (0, 1), wd 0.5: d = (1.5, 3), |d| = 3.354; d * 0.001 * 5 / 3.354; a bias (1-d)
-    takes g alone; momentum 0.9 on the second step."""
-    w, b = torch.nn.Parameter(torch.tensor([[3.0, 4.0]])), torch.nn.Parameter(torch.tensor([2.0]))
-    opt = reference_v3.OfficialLARS([w, b], lr=1.0, weight_decay=0.5, momentum=0.9)
-    w.grad, b.grad = torch.tensor([[0.0, 1.0]]), torch.tensor([1.0])
-    opt.step()
-    d = torch.tensor([[1.5, 3.0]]) * (0.001 * 5 / (1.5**2 + 3**2) ** 0.5)
-    torch.testing.assert_close(w.detach(), torch.tensor([[3.0, 4.0]]) - d)
-    assert b.item() == pytest.approx(1.0)
-    opt.step()  # the same gradient: mu = 0.9 * 1 + 1 for the bias
-    assert b.item() == pytest.approx(1.0 - 1.9)
 
 
 def test_the_reference_momentum_update_is_the_official_rule(reference_v3) -> None:
