@@ -335,11 +335,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         synthetic = data == "synthetic"
         source = (synthetic_batches(args.batch, args.image_size, device) if synthetic
                   else image_batches(args, device, data, pipeline, speed.channels_last))
-        timed = measure(lambda n, source=source: run_steps(method, source, optimizer, n, device, amp,
-                                                           speed.channels_last), args, device)
+        def steps(n: int, source: Iterator[Batch] = source) -> float:
+            return run_steps(method, source, optimizer, n, device, amp, speed.channels_last)
+
+        timed = measure(steps, args, device)
         if args.profile:
-            timed["profile"] = profile_steps(lambda n, source=source: run_steps(
-                method, source, optimizer, n, device, amp, speed.channels_last), args.profile, device)
+            timed["profile"] = profile_steps(steps, args.profile, device)
         runs.append({"data": data, "workers": None if synthetic else args.workers,
                      "pipeline": None if synthetic else pipeline, **timed})
     step_ms = runs[0]["step_ms"]
