@@ -154,10 +154,11 @@ def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None, **pl
     _clutter(rng, draw, grey, size)
     objects, label = _objects(rng, size, kinds, **placement)
     for class_id, points in objects:  # in placement order: each on top of the earlier ones, as the label map has
-        colour = shapes.object_colour(rng, grey)
-        if kinds is not None:  # the class's channel order: the blue, or the same colour turned green or red
-            colour = tuple(colour[c] for c in kinds.channels[class_id])
-        draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
+        draw.polygon([float(v) for v in points.reshape(-1)], fill=shapes.object_colour(rng, grey))
+        if kinds is not None and kinds.windows[class_id] > 0:  # the window: the outline shrunk about its centre
+            centre = points.mean(axis=0)
+            window = centre + kinds.windows[class_id] * (points - centre)
+            draw.polygon([float(v) for v in window.reshape(-1)], fill=tuple(int(round(v)) for v in grey))
     noisy = np.asarray(image, dtype=np.float64) + rng.normal(0.0, _NOISE_STD, (size, size, 3))
     records = []
     for k, (class_id, points) in enumerate(objects):
@@ -171,11 +172,13 @@ def _scene(rng: np.random.Generator, size: int, kinds: Kinds | None = None, **pl
 
 @dataclass(frozen=True)
 class Kinds:
-    """Object classes other than the 8 shapes (the LVIS-like set): class k is ``shapes[k]`` drawn in the colour
-    channels ``channels[k]`` (a permutation of RGB), with probability ``weights[k]``."""
+    """Object classes other than the 8 shapes (the LVIS-like set): class k is ``shapes[k]``, solid in the blue every
+    object takes, or with a window (``windows[k]`` > 0): the outline shrunk by that factor about its centre, painted
+    in the scene's background grey, inside it; drawn with probability ``weights[k]``. The object's mask is its
+    whole outline, window included."""
 
     shapes: tuple[str, ...]
-    channels: tuple[tuple[int, int, int], ...]
+    windows: tuple[float, ...]
     weights: tuple[float, ...]
 
 

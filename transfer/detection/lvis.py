@@ -17,8 +17,9 @@ as absent from it is not scored; in a not-exhaustive category, unmatched detecti
 official evaluator (:func:`lvis_evaluate`, the ``lvis`` package) applies them; training ignores them, as
 detectron2 does. Up to 300 detections per image are scored (LVIS's rule, ``TEST.DETECTIONS_PER_IMAGE``).
 
-Embedded: :func:`ensure_lvis` writes the scenes of :mod:`transfer.embedded` with 24 long-tailed classes (the 8
-shapes in 3 colours, class k drawn with probability proportional to (k+1)^-1.6) in the real layout above.
+Embedded: :func:`ensure_lvis` writes the scenes of :mod:`transfer.embedded` with 16 long-tailed classes (the 8
+shapes, solid or with a ring's grey window; class k drawn with probability proportional to (k+1)^-1.6) in the real
+layout above.
 """
 
 from __future__ import annotations
@@ -197,21 +198,25 @@ def _quiet(name: str) -> Any:
 
 # ---- the embedded LVIS-like set ----
 
-LVIS_EMBEDDED_VERSION = 1  # bump whenever the files written here change
+LVIS_EMBEDDED_VERSION = 2  # bump whenever the files written here change (1: 24 classes, 8 shapes x 3 colours)
 _STREAM = 35  # the LVIS-like scenes' own random streams
 _TAIL = 1.6  # class k (0-based) is drawn with probability proportional to (k + 1) ** -_TAIL
-_CHANNELS = ((0, 1, 2), (1, 2, 0), (2, 0, 1))  # the shapes' blue, and the same colour turned green and red
+_STYLES = (("solid", 0.0), ("ring", 0.5))  # a class's name suffix and its window (embedded.Kinds.windows)
 _NEG_FRACTION = 0.5  # each category absent from an image is listed in its neg_category_ids with this probability
 
 
 def embedded_kinds() -> tuple[list[str], embedded.Kinds]:
-    """The 24 classes (names "<shape>_<colour>") in frequency order, and how the scenes draw them."""
-    pairs = [(s, c) for c in range(len(_CHANNELS)) for s in shapes.CLASSES]
-    order = np.random.default_rng(_STREAM).permutation(len(pairs))  # frequency is not tied to shape or colour
+    """The 16 classes (names "<shape>_solid", "<shape>_ring") in frequency order, and how the scenes draw them.
+
+    Classes differ by shape and by the grey window a ring has, never by colour: the pretraining's colour
+    augmentation teaches a backbone to ignore colour (lvis scenes v1 had 3 colours of each shape, and MoCo's
+    backbone scored below random init on it)."""
+    pairs = [(s, style) for style in range(len(_STYLES)) for s in shapes.CLASSES]
+    order = np.random.default_rng(_STREAM).permutation(len(pairs))  # frequency is not tied to shape or style
     pairs = [pairs[k] for k in order]
     weights = np.arange(1, len(pairs) + 1, dtype=np.float64) ** -_TAIL
-    names = [f"{s}_{('blue', 'green', 'red')[c]}" for s, c in pairs]
-    kinds = embedded.Kinds(tuple(s for s, _ in pairs), tuple(_CHANNELS[c] for _, c in pairs),
+    names = [f"{s}_{_STYLES[style][0]}" for s, style in pairs]
+    kinds = embedded.Kinds(tuple(s for s, _ in pairs), tuple(_STYLES[style][1] for _, style in pairs),
                            tuple(float(w) for w in weights / weights.sum()))
     return names, kinds
 

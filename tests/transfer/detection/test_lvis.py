@@ -204,9 +204,9 @@ def test_embedded_set_is_long_tailed_in_the_real_layout(tmp_path: Path) -> None:
     train = json.loads((root / "lvis" / "lvis_v0.5_train.json").read_text())
     assert (root / "coco" / "train2017" / train["images"][0]["coco_url"].split("/")[-1]).is_file()
     counts = Counter(a["category_id"] for a in train["annotations"])
-    assert len(train["categories"]) == 24
-    head, tail = sum(counts[c] for c in (1, 2, 3)), sum(counts[c] for c in range(13, 25))
-    assert head > 2 * tail  # the 3 most likely classes hold more objects than the 12 least likely, twice over
+    assert len(train["categories"]) == 16
+    head, tail = sum(counts[c] for c in (1, 2, 3)), sum(counts[c] for c in range(9, 17))
+    assert head > 2 * tail  # the 3 most likely classes hold more objects than the 8 least likely, twice over
     images_with = Counter(c for _, c in {(a["image_id"], a["category_id"]) for a in train["annotations"]})
     for cat in train["categories"]:
         n = images_with.get(cat["id"], 0)
@@ -225,9 +225,36 @@ def test_the_real_layout_fixture_loads_through_the_configured_names(tmp_path: Pa
     root = detection_layout(tmp_path / "datasets", train=6, test=3)
     cfg = load_transfer_config("lvis", None, [], {"data": {"path": str(root)}})  # the paper's preset, real names
     data = load_data(cfg)
-    assert data.name == "LVIS v0.5_train" and len(data.test) == 3 and len(data.class_names) == 24
+    assert data.name == "LVIS v0.5_train" and len(data.test) == 3 and len(data.class_names) == 16
     assert all(Path(d["file_name"]).parent == root / "coco" / "val2017" for d in data.test)
     assert data.coco_gt == root / "lvis" / "lvis_v0.5_val.json"
     (root / "lvis" / "lvis_v0.5_train.json").rename(root / "lvis_v0.5_train.json")
     with pytest.raises(DatasetError, match="lvis_v0.5_train.json not found .expected detectron2's layout"):
         load_data(cfg)
+
+
+def test_embedded_classes_differ_by_shape_and_window_never_by_colour() -> None:
+    """Each of the 8 shapes comes solid and as a ring; every object is blue, and a ring's centre shows the scene's
+    grey where a solid object's shows its blue (lvis scenes v1 told classes apart by colour, which MoCo's
+    augmentation teaches a backbone to ignore)."""
+    from moco_core.data import shapes
+    from transfer import embedded
+    from transfer.detection.lvis import embedded_kinds
+
+    names, kinds = embedded_kinds()
+    assert sorted(names) == sorted(f"{s}_{style}" for s in shapes.CLASSES for style in ("solid", "ring"))
+    assert all(name.endswith("_ring") == (window > 0) for name, window in zip(names, kinds.windows, strict=True))
+    seen = {False: 0, True: 0}
+    for image, objects in embedded.scenes("train", 40, size=128, kinds=kinds, stream=35):
+        pixels = np.asarray(image, dtype=np.float64)
+        for obj in objects:
+            window = kinds.windows[obj["category_id"]]
+            x, y = np.round(obj["outline"].mean(axis=0)).astype(int)
+            extent = np.ptp(obj["outline"], axis=0).max()
+            centre = obj["label"][y - 1:y + 2, x - 1:x + 2]
+            if extent < 24 or not (centre == obj["index"]).all():  # too small to hold a window, or covered
+                continue
+            r, g, b = pixels[y - 1:y + 2, x - 1:x + 2].reshape(-1, 3).mean(axis=0)
+            assert (b - max(r, g) > 40) != (window > 0), (names[obj["category_id"]], (r, g, b))
+            seen[window > 0] += 1
+    assert min(seen.values()) >= 5, seen
