@@ -2,15 +2,19 @@
 
 ``write_keypoints`` writes ``coco/annotations/person_keypoints_{train,val}2017.json`` and ``coco/{train,val}2017/``,
 so that ``moco eval keypoints --data embedded`` reads them with the real reader. Half the objects of a scene are
-stars and the rest the other shapes classes (distractors, unannotated, as COCO's non-person objects are in its
+pentagons and the rest the other shapes classes (distractors, unannotated, as COCO's non-person objects are in its
 keypoint files); objects are larger than in the detection scenes (their larger side 25-60% of the image) so that
-a star's points span more than a few pixels. The one category, ``star`` (id 1), has K = 5 keypoints, the tips of
-its 5 outer points as drawn (stars are upright within 15 degrees, so each tip keeps its identity):
+a pentagon's corners lie more than a few pixels apart. The one category, ``pentagon`` (id 1), has K = 5
+keypoints, its 5 corners as drawn (shapes are upright within 15 degrees, so each corner keeps its identity):
 ``top``, ``left_upper``, ``left_lower``, ``right_lower``, ``right_upper``; a horizontal flip exchanges the left
-and right ones, as COCO's person keypoints. The skeleton joins neighbouring tips.
+and right ones, as COCO's person keypoints. The skeleton joins neighbouring corners.
 
-A tip is visible (v = 2) when a pixel of the star's visible mask lies within 1 pixel of it, else labelled but
-hidden (v = 1): an earlier star partly covered by a later object keeps its hidden tips, as COCO annotates
+The keypointed class is the pentagon, not the star of keypoint scenes v1: among its distractors are the hexagon
+and the circle, so finding it takes the shape recognition a pretraining gives, where a star is told from
+everything else by its spikes alone (on v1, random init matched both pretrained backbones, docs/keypoints.md).
+
+A corner is visible (v = 2) when a pixel of the object's visible mask lies within 1 pixel of it, else labelled
+but hidden (v = 1): an earlier pentagon partly covered by a later object keeps its hidden corners, as COCO annotates
 occluded joints. Coordinates are written as COCO's (the pixel grid of the polygon drawing); ``area`` is the
 visible mask's, as COCO's is the segmentation's. Scenes are drawn from their own random stream.
 """
@@ -26,11 +30,11 @@ import numpy as np
 from moco_core.data import shapes
 from transfer.embedded import DEFAULT_SIZE, DEFAULT_TEST, DEFAULT_TRAIN, JPEG_QUALITY, ensure, scenes
 
-KEYPOINTS_VERSION = 1  # bump whenever the files written here change
+KEYPOINTS_VERSION = 2  # bump whenever the files written here change (v1: stars, their 5 outer tips)
 KEYPOINT_NAMES = ("top", "left_upper", "left_lower", "right_lower", "right_upper")
 SKELETON = ((1, 2), (2, 3), (3, 4), (4, 5), (5, 1))  # 1-based, as COCO's
-_CLASS = shapes.CLASSES.index("star")
-_TIPS = (0, 2, 4, 6, 8)  # the outer vertices of the star's outline, in KEYPOINT_NAMES' order
+_CLASS = shapes.CLASSES.index("pentagon")
+_TIPS = (0, 1, 2, 3, 4)  # the pentagon's vertices, in KEYPOINT_NAMES' order (top, then anticlockwise as seen)
 _EXTENT = (0.25, 0.6)
 _STREAM = 35  # apart from the detection scenes' stream
 
@@ -57,7 +61,7 @@ def write_keypoints(target: Path, counts: dict[str, int], size: int, seed: int) 
     """``target/coco/`` with ``counts["train2017"]`` and ``counts["val2017"]`` keypoint scenes."""
     coco = target / "coco"
     (coco / "annotations").mkdir(parents=True, exist_ok=True)
-    category = {"id": 1, "name": "star", "supercategory": "shape", "keypoints": list(KEYPOINT_NAMES),
+    category = {"id": 1, "name": shapes.CLASSES[_CLASS], "supercategory": "shape", "keypoints": list(KEYPOINT_NAMES),
                 "skeleton": [list(p) for p in SKELETON]}
     for split, scene_split in (("train2017", "train"), ("val2017", "test")):
         (coco / split).mkdir()

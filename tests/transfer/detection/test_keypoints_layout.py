@@ -55,28 +55,28 @@ def test_the_fixture_is_cocos_layout_down_to_the_file_names(coco_root: Path) -> 
 def test_standard_names_read_the_keypoint_files(coco_root: Path) -> None:
     cfg = load_transfer_config("keypoints", "keypoints_embedded", [], {"data": {"path": str(coco_root)}})
     data = load_data(cfg)
-    assert data.name == "COCO train2017" and data.class_names == ["star"]
+    assert data.name == "COCO train2017" and data.class_names == ["pentagon"]
     assert data.keypoints.names == KEYPOINT_NAMES and data.keypoints.flip_indices == (0, 4, 3, 2, 1)
     assert np.allclose(data.oks_sigmas, DEFAULT_SIGMA)  # not COCO's person keypoints: the documented default
     assert all(len(a["keypoints"]) == 15 for d in data.train for a in d["annotations"])
     assert data.coco_gt.getCatIds() == [1]
 
 
-def test_embedded_keypoints_are_the_star_tips(tmp_path: Path) -> None:
+def test_embedded_keypoints_are_the_pentagon_corners(tmp_path: Path) -> None:
     root = ensure_keypoints(tmp_path, train=6, val=2, size=96)
-    assert json.loads((root / "coco" / "DONE").read_text())["version"] == "keypoints v1"
+    assert json.loads((root / "coco" / "DONE").read_text())["version"] == "keypoints v2"
     dicts, names, _, points = load_keypoints(root / "coco/annotations/person_keypoints_train2017.json",
                                              root / "coco/train2017")
-    stars = [a for d in dicts for a in d["annotations"]]
-    assert names == ["star"] and points.names == KEYPOINT_NAMES and len(stars) >= 6
-    for star in stars:
-        xy = np.asarray(star["keypoints"]).reshape(5, 3)
+    pentagons = [a for d in dicts for a in d["annotations"]]
+    assert names == ["pentagon"] and points.names == KEYPOINT_NAMES and len(pentagons) >= 6
+    for pentagon in pentagons:
+        xy = np.asarray(pentagon["keypoints"]).reshape(5, 3)
         top, left_upper, left_lower, right_lower, right_upper = xy
-        assert top[1] == xy[:, 1].min()  # upright within 15 degrees: the top tip is the highest
+        assert top[1] == xy[:, 1].min()  # upright within 15 degrees: the top corner is the highest
         assert left_upper[0] < right_upper[0] and left_lower[0] < right_lower[0]
-        assert set(xy[:, 2]) <= {1, 2} and star["num_keypoints"] == 5
-        x0, y0, x1, y1 = star["bbox"]
-        visible = xy[xy[:, 2] == 2]  # a visible tip lies on the visible pixels' box, within a pixel
+        assert set(xy[:, 2]) <= {1, 2} and pentagon["num_keypoints"] == 5
+        x0, y0, x1, y1 = pentagon["bbox"]
+        visible = xy[xy[:, 2] == 2]  # a visible corner lies on the visible pixels' box, within a pixel
         assert ((visible[:, 0] >= x0 - 1.5) & (visible[:, 0] <= x1 + 1.5)).all()
         assert ((visible[:, 1] >= y0 - 1.5) & (visible[:, 1] <= y1 + 1.5)).all()
 
