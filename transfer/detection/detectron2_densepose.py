@@ -34,19 +34,16 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.utils.file_io import PathManager
 
+from moco_core import distributed
 from moco_core.data.data import DatasetError
 from transfer.config import TransferConfig
 from transfer.detection.datasets import DetectionData, parse_dataset
 from transfer.detection.detectron2_config import dataset_name
+from transfer.detection.detectron2_engine import TaskHooks
 
 TRANSFORMS = "UV_symmetry_transforms.mat"
 # DensePoseCOCOEvaluator's results: AP^dp under each point similarity, and the masks' IoU
 EVALUATIONS = {"densepose_gps": "dp_gps", "densepose_gpsm": "dp_gpsm", "densepose_segm": "dp_segm"}
-
-
-def add_config(d2cfg: CfgNode) -> None:
-    """DensePose's config keys on ``get_cfg()``'s (before our options are written)."""
-    add_densepose_config(d2cfg)
 
 
 def transforms_source(root: Path) -> str:
@@ -78,51 +75,6 @@ def require_metadata(cfg: TransferConfig, root: Path) -> None:
         raise DatasetError(f"dense pose needs DensePose's {', '.join(missing)} in {folder} (DensePose fetches them "
                            f"from {DENSEPOSE_METADATA_URL_PREFIX} on first use; this tool downloads nothing): copy "
                            f"them there, or set FVCORE_CACHE to a folder holding densepose/data/")
-
-
-def register_datasets(cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
-    """Register the training sets and the test set as ``moco_<name>`` with DensePose's loader; the training names.
-
-    The dicts are DensePose's (``load_coco_json``: original category ids; its loaders set ``thing_classes`` and
-    ``thing_dataset_id_to_contiguous_id`` from the files' categories, sorted by id as our reader orders them); our
-    reader has checked the same files (present, images of their sizes).
-    """
-    require_metadata(cfg, data.root)
-    metadata: dict[str, Any] = {"class_to_mesh_name": {}, "densepose_transform_src": transforms_source(data.root),
-                                "evaluator_type": "coco"}
-    for name in (*cfg.data.train, cfg.data.test):
-        spec = parse_dataset(name, cfg.task)
-        json_file = str((data.root / str(spec.annotations)).absolute())
-        images = str((data.root / spec.folder).absolute())
-        registered = dataset_name(name)
-        if registered in DatasetCatalog:  # an earlier run in this process: its files may differ
-            DatasetCatalog.remove(registered)
-            MetadataCatalog.remove(registered)
-        DatasetCatalog.register(registered, lambda j=json_file, i=images, n=registered: load_coco_json(j, i, n))
-        MetadataCatalog.get(registered).set(json_file=json_file, image_root=images, **metadata)
-    return tuple(dataset_name(n) for n in cfg.data.train)
-
-
-def train_loader(d2cfg: CfgNode, augmentations: list[Any]) -> Any:
-    """DensePose's training loader (its instance filters, its mapper's dense pose targets) with our augmentations."""
-    mapper = DensePoseMapper(d2cfg, True)
-    mapper.augmentation = augmentations
-    return build_detection_train_loader(d2cfg, mapper=mapper)
-
-
-def test_loader(d2cfg: CfgNode, name: str, augmentations: list[Any]) -> Any:
-    """DensePose's test loader over ``name`` (one image a batch, sharded over the processes)."""
-    mapper = DensePoseMapper(d2cfg, False)
-    mapper.augmentation = augmentations
-    return build_detection_test_loader(d2cfg, name, mapper=mapper)
-
-
-def evaluator(d2cfg: CfgNode, name: str, distributed: bool, output_dir: Path) -> DensePoseCOCOEvaluator:
-    """DensePose's evaluator as its trainer builds it (DENSEPOSE_EVALUATION.TYPE, MIN_IOU_THRESHOLD)."""
-    e = DensePoseCOCOEvaluator(name, distributed, str(output_dir), evaluator_type=d2cfg.DENSEPOSE_EVALUATION.TYPE,
-                               min_iou_threshold=d2cfg.DENSEPOSE_EVALUATION.MIN_IOU_THRESHOLD)
-    e.reset()
-    return e
 
 
 def evaluate(dense: DensePoseCOCOEvaluator, cfg: TransferConfig,
@@ -165,6 +117,61 @@ def _forget_fetched() -> None:
         if isinstance(cached, dict):
             for url in [u for u in cached if u.startswith(DENSEPOSE_METADATA_URL_PREFIX)]:
                 del cached[url]
+
+
+class DensePoseHooks(TaskHooks):
+    """Dense pose in :mod:`transfer.detection.detectron2_engine`: DensePose's config keys, its dataset dicts and
+    metadata (its mapper needs the dp_* fields), its loaders (its instance filters, its mapper's dense pose
+    targets) with our augmentations, and its evaluator."""
+
+    def add_config(self, d2cfg: CfgNode) -> None:
+        add_densepose_config(d2cfg)
+
+    def register(self, cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
+        """Register the training sets and the test set as ``moco_<name>`` with DensePose's loader; the training
+        names.
+
+        The dicts are DensePose's (``load_coco_json``: original category ids; its loaders set ``thing_classes``
+        and ``thing_dataset_id_to_contiguous_id`` from the files' categories, sorted by id as our reader orders
+        them); our reader has checked the same files (present, images of their sizes).
+        """
+        require_metadata(cfg, data.root)
+        metadata: dict[str, Any] = {"class_to_mesh_name": {}, "evaluator_type": "coco",
+                                    "densepose_transform_src": transforms_source(data.root)}
+        for name in (*cfg.data.train, cfg.data.test):
+            spec = parse_dataset(name, cfg.task)
+            json_file = str((data.root / str(spec.annotations)).absolute())
+            images = str((data.root / spec.folder).absolute())
+            registered = dataset_name(name)
+            if registered in DatasetCatalog:  # an earlier run in this process: its files may differ
+                DatasetCatalog.remove(registered)
+                MetadataCatalog.remove(registered)
+            DatasetCatalog.register(registered, lambda j=json_file, i=images, n=registered: load_coco_json(j, i, n))
+            MetadataCatalog.get(registered).set(json_file=json_file, image_root=images, **metadata)
+        return tuple(dataset_name(n) for n in cfg.data.train)
+
+    def train_loader(self, d2cfg: CfgNode, augmentations: list[Any]) -> Any:
+        mapper = DensePoseMapper(d2cfg, True)
+        mapper.augmentation = augmentations
+        return build_detection_train_loader(d2cfg, mapper=mapper)
+
+    def test_loader(self, cfg: TransferConfig, d2cfg: CfgNode, name: str, augmentations: list[Any]) -> Any:
+        """DensePose's test loader over ``name`` (one image a batch, sharded over the processes)."""
+        mapper = DensePoseMapper(d2cfg, False)
+        mapper.augmentation = augmentations
+        return build_detection_test_loader(d2cfg, name, mapper=mapper)
+
+    def evaluator(self, d2cfg: CfgNode, name: str) -> DensePoseCOCOEvaluator:
+        """DensePose's evaluator as its trainer builds it (DENSEPOSE_EVALUATION.TYPE, MIN_IOU_THRESHOLD)."""
+        e = DensePoseCOCOEvaluator(name, distributed.is_distributed(), str(Path(d2cfg.OUTPUT_DIR) / "inference"),
+                                   evaluator_type=d2cfg.DENSEPOSE_EVALUATION.TYPE,
+                                   min_iou_threshold=d2cfg.DENSEPOSE_EVALUATION.MIN_IOU_THRESHOLD)
+        e.reset()
+        return e
+
+    def results(self, evaluator: DensePoseCOCOEvaluator, cfg: TransferConfig, data: DetectionData
+                ) -> dict[str, float]:
+        return flatten(evaluate(evaluator, cfg, data.root))
 
 
 def flatten(results: dict[str, dict[str, float]] | None) -> dict[str, float]:

@@ -105,6 +105,44 @@ def register_roi_heads() -> None:
             ROI_HEADS_REGISTRY.register(heads)
 
 
+class TaskHooks:
+    """What a task changes in this engine's run; the detection tasks change nothing. One object per run
+    (:func:`task_hooks`): dense pose's (:class:`transfer.detection.detectron2_densepose.DensePoseHooks`) brings
+    DensePose's config keys, datasets, loaders and evaluator."""
+
+    def add_config(self, d2cfg: CfgNode) -> None:
+        """Extra config keys on ``get_cfg()``'s, before our options are written."""
+
+    def register(self, cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
+        """Register the datasets; the training names."""
+        return register_datasets(cfg, data)
+
+    def train_loader(self, d2cfg: CfgNode, augmentations: list[Any]) -> Any:
+        return train_loader(d2cfg, mapper=DatasetMapper(d2cfg, is_train=True, augmentations=augmentations))
+
+    def test_loader(self, cfg: TransferConfig, d2cfg: CfgNode, name: str, augmentations: list[Any]) -> Any:
+        mapper = DatasetMapper(d2cfg, is_train=False, augmentations=augmentations)
+        return test_loader(DatasetCatalog.get(name), mapper=mapper, batch_size=cfg.run.test_batch_size,
+                           num_workers=cfg.data.workers)
+
+    def evaluator(self, d2cfg: CfgNode, name: str) -> Any | None:
+        """An evaluator of the task's own, fed every test batch (``process(inputs, outputs)``), or None."""
+        return None
+
+    def results(self, evaluator: Any, cfg: TransferConfig, data: DetectionData) -> dict[str, float]:
+        """The evaluator's metrics, beside the box (and mask) AP every task gets; every process calls it."""
+        return {}
+
+
+def task_hooks(cfg: TransferConfig) -> TaskHooks:
+    """The run's :class:`TaskHooks`: dense pose's for ``cfg.task == "densepose"`` (imports DensePose), else none."""
+    if cfg.task == "densepose":
+        from transfer.detection.detectron2_densepose import DensePoseHooks
+
+        return DensePoseHooks()
+    return TaskHooks()
+
+
 def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: str, device: torch.device,
                  output_dir: Path, mask_format: str = "polygon", num_keypoints: int = 0,
                  oks_sigmas: tuple[float, ...] = ()) -> CfgNode:
@@ -118,10 +156,7 @@ def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: s
         # same statistics with detectron2's naiveSyncBN (gloo all-reduce).
         options = {k: "naiveSyncBN" if v == "SyncBN" else v for k, v in options.items()}
     d2cfg = get_cfg()
-    if cfg.task == "densepose":  # DensePose's keys (MODEL.ROI_DENSEPOSE_HEAD...) before ours are written
-        from transfer.detection import detectron2_densepose
-
-        detectron2_densepose.add_config(d2cfg)
+    task_hooks(cfg).add_config(d2cfg)  # dense pose: DensePose's keys (MODEL.ROI_DENSEPOSE_HEAD...)
     for key, value in options.items():
         *path, leaf = key.split(".")
         node = d2cfg
@@ -312,12 +347,7 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
                          num_keypoints=len(data.keypoints.names) if data.keypoints else 0,
                          oks_sigmas=tuple(data.oks_sigmas) if data.keypoints else ())
     d2cfg.defrost()
-    if cfg.task == "densepose":  # DensePose's own dicts and metadata (its mapper needs the dp_* fields)
-        from transfer.detection import detectron2_densepose
-
-        d2cfg.DATASETS.TRAIN = detectron2_densepose.register_datasets(cfg, data)
-    else:
-        d2cfg.DATASETS.TRAIN = register_datasets(cfg, data)
+    d2cfg.DATASETS.TRAIN = task_hooks(cfg).register(cfg, data)
     d2cfg.freeze()
     if main:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
@@ -334,12 +364,7 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
     optimizer = build_optimizer(d2cfg, model)  # SGD; norm weights without weight decay (WEIGHT_DECAY_NORM)
 
     def loader() -> Any:
-        if cfg.task == "densepose":
-            from transfer.detection import detectron2_densepose
-
-            return detectron2_densepose.train_loader(d2cfg, _augmentations(cfg, train=True))
-        mapper = DatasetMapper(d2cfg, is_train=True, augmentations=_augmentations(cfg, train=True))
-        return train_loader(d2cfg, mapper=mapper)
+        return task_hooks(cfg).train_loader(d2cfg, _augmentations(cfg, train=True))
 
     with distributed.unsynced_buffers_accepted():
         trained = create_ddp_model(model, broadcast_buffers=False,
@@ -370,39 +395,26 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
           show_progress: bool | str) -> dict[str, Any]:
     """Predict the test split (each process a shard) and score it on the main process with our metrics (dense
     pose: AP^dp by DensePose's evaluator, box AP by ours)."""
-    test_name, dense = dataset_name(cfg.data.test), None
-    if cfg.task == "densepose":
-        from transfer.detection import detectron2_densepose as densepose
-
-        loader = densepose.test_loader(d2cfg, test_name, _augmentations(cfg, train=False))
-        dense = densepose.evaluator(d2cfg, test_name, distributed.is_distributed(),
-                                               Path(d2cfg.OUTPUT_DIR) / "inference")
-    else:
-        mapper = DatasetMapper(d2cfg, is_train=False, augmentations=_augmentations(cfg, train=False))
-        loader = test_loader(DatasetCatalog.get(test_name), mapper=mapper, batch_size=cfg.run.test_batch_size,
-                             num_workers=cfg.data.workers)
+    test_name, task = dataset_name(cfg.data.test), task_hooks(cfg)
+    loader = task.test_loader(cfg, d2cfg, test_name, _augmentations(cfg, train=False))
+    own = task.evaluator(d2cfg, test_name)
     progress = Progress(len(loader), every=cfg.run.log_every * 5, enabled=show_progress)
     model.eval()
     records: list[Any] = []
     for step, inputs in enumerate(loader, 1):
         outputs = model(inputs)
-        if dense is not None:
-            dense.process(inputs, outputs)
+        if own is not None:
+            own.process(inputs, outputs)
         for sample, output in zip(inputs, outputs, strict=True):
             records += _convert(cfg, data, sample["image_id"], output["instances"].to("cpu"))
         progress.update(step, 0, 1, images=step * len(inputs))
-    dense_results = None
-    if dense is not None:  # it gathers: every process calls it
-        dense_results = densepose.evaluate(dense, cfg, data.root)
+    own_results = task.results(own, cfg, data) if own is not None else {}  # it may gather: every process calls it
     records = [r for part in comm.gather(records) for r in part]
     if not distributed.is_main():
         return {}
     from transfer.detection.metrics import score
 
-    results = score(cfg.task, records, data, masks=cfg.detector.mask)
-    if dense is not None:
-        results = {**densepose.flatten(dense_results), **results}
-    return results
+    return {**own_results, **score(cfg.task, records, data, masks=cfg.detector.mask)}
 
 
 def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances: Any) -> list[Any]:
