@@ -39,7 +39,6 @@ from moco_core.data.data import DatasetError
 from transfer.config import TransferConfig
 from transfer.detection.datasets import DetectionData, parse_dataset
 from transfer.detection.detectron2_config import dataset_name
-from transfer.detection.detectron2_engine import TaskHooks
 
 TRANSFORMS = "UV_symmetry_transforms.mat"
 # DensePoseCOCOEvaluator's results: AP^dp under each point similarity, and the masks' IoU
@@ -119,10 +118,10 @@ def _forget_fetched() -> None:
                 del cached[url]
 
 
-class DensePoseHooks(TaskHooks):
-    """Dense pose in :mod:`transfer.detection.detectron2_engine`: DensePose's config keys, its dataset dicts and
-    metadata (its mapper needs the dp_* fields), its loaders (its instance filters, its mapper's dense pose
-    targets) with our augmentations, and its evaluator."""
+class DensePoseHooks:
+    """Dense pose's :class:`transfer.detection.detectron2_engine.TaskHooks`: DensePose's config keys, its dataset
+    dicts and metadata (its mapper needs the dp_* fields), its loaders (its instance filters, its mapper's dense
+    pose targets) with our augmentations, and its evaluator."""
 
     def add_config(self, d2cfg: CfgNode) -> None:
         add_densepose_config(d2cfg)

@@ -25,7 +25,7 @@ import os
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import detectron2
 import numpy as np
@@ -105,16 +105,34 @@ def register_roi_heads() -> None:
             ROI_HEADS_REGISTRY.register(heads)
 
 
-class TaskHooks:
-    """What a task changes in this engine's run; the detection tasks change nothing. One object per run
-    (:func:`task_hooks`): dense pose's (:class:`transfer.detection.detectron2_densepose.DensePoseHooks`) brings
-    DensePose's config keys, datasets, loaders and evaluator."""
+class TaskHooks(Protocol):
+    """What a task changes in this engine's run, one object per run (:func:`task_hooks`)."""
 
     def add_config(self, d2cfg: CfgNode) -> None:
         """Extra config keys on ``get_cfg()``'s, before our options are written."""
 
     def register(self, cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
         """Register the datasets; the training names."""
+
+    def train_loader(self, d2cfg: CfgNode, augmentations: list[Any]) -> Any: ...
+
+    def test_loader(self, cfg: TransferConfig, d2cfg: CfgNode, name: str, augmentations: list[Any]) -> Any: ...
+
+    def evaluator(self, d2cfg: CfgNode, name: str) -> Any | None:
+        """An evaluator of the task's own, fed every test batch (``process(inputs, outputs)``), or None."""
+
+    def results(self, evaluator: Any, cfg: TransferConfig, data: DetectionData) -> dict[str, float]:
+        """The evaluator's metrics, beside the box (and mask) AP every task gets; every process calls it."""
+
+
+class DetectionHooks:
+    """The detection tasks change nothing: our readers' dicts, detectron2's mapper and loaders, no evaluator of
+    their own."""
+
+    def add_config(self, d2cfg: CfgNode) -> None:
+        pass
+
+    def register(self, cfg: TransferConfig, data: DetectionData) -> tuple[str, ...]:
         return register_datasets(cfg, data)
 
     def train_loader(self, d2cfg: CfgNode, augmentations: list[Any]) -> Any:
@@ -125,22 +143,22 @@ class TaskHooks:
         return test_loader(DatasetCatalog.get(name), mapper=mapper, batch_size=cfg.run.test_batch_size,
                            num_workers=cfg.data.workers)
 
-    def evaluator(self, d2cfg: CfgNode, name: str) -> Any | None:
-        """An evaluator of the task's own, fed every test batch (``process(inputs, outputs)``), or None."""
+    def evaluator(self, d2cfg: CfgNode, name: str) -> None:
         return None
 
     def results(self, evaluator: Any, cfg: TransferConfig, data: DetectionData) -> dict[str, float]:
-        """The evaluator's metrics, beside the box (and mask) AP every task gets; every process calls it."""
         return {}
 
 
 def task_hooks(cfg: TransferConfig) -> TaskHooks:
-    """The run's :class:`TaskHooks`: dense pose's for ``cfg.task == "densepose"`` (imports DensePose), else none."""
+    """Dense pose's hooks (:class:`transfer.detection.detectron2_densepose.DensePoseHooks`: DensePose's config
+    keys, datasets, loaders and evaluator; imports DensePose) for ``cfg.task == "densepose"``, else
+    :class:`DetectionHooks`."""
     if cfg.task == "densepose":
         from transfer.detection.detectron2_densepose import DensePoseHooks
 
         return DensePoseHooks()
-    return TaskHooks()
+    return DetectionHooks()
 
 
 def build_config(cfg: TransferConfig, *, num_classes: int, arch: str, weights: str, device: torch.device,
