@@ -3,18 +3,15 @@
 ``write_keypoints`` writes ``coco/annotations/person_keypoints_{train,val}2017.json`` and ``coco/{train,val}2017/``,
 so that ``moco eval keypoints --data embedded`` reads them with the real reader. Half the objects of a scene are
 pentagons and the rest the other shapes classes (distractors, unannotated, as COCO's non-person objects are in its
-keypoint files); objects have the detection scenes' sizes (their larger side 10-55% of the image, log-uniform). The
-one category, ``pentagon`` (id 1), has K = 5
+keypoint files); objects are larger than in the detection scenes (their larger side 25-60% of the image) so that
+a pentagon's corners lie more than a few pixels apart. The one category, ``pentagon`` (id 1), has K = 5
 keypoints, its 5 corners as drawn (shapes are upright within 15 degrees, so each corner keeps its identity):
 ``top``, ``left_upper``, ``left_lower``, ``right_lower``, ``right_upper``; a horizontal flip exchanges the left
 and right ones, as COCO's person keypoints. The skeleton joins neighbouring corners.
 
-Two changes made the set one where a pretrained backbone matters, as it does on the detection scenes (on v1 and
-v2, random init matched both pretrained backbones, docs/keypoints.md):
-- the keypointed class is the pentagon (v2), not the star of v1: among its distractors are the hexagon and the
-  circle, so finding it takes shape recognition, where a star is told from everything else by its spikes alone;
-- objects have the detection scenes' sizes (v3), not 25-60% of the image as in v1 and v2: most are then at the
-  scale the embedded pretraining sees (objects of about 15-35 px in its 32-px crops).
+The keypointed class is the pentagon, not the star of keypoint scenes v1: among its distractors are the hexagon
+and the circle, so finding it takes the shape recognition a pretraining gives, where a star is told from
+everything else by its spikes alone (on v1, random init matched both pretrained backbones, docs/keypoints.md).
 
 A corner is visible (v = 2) when a pixel of the object's visible mask lies within 1 pixel of it, else labelled
 but hidden (v = 1): an earlier pentagon partly covered by a later object keeps its hidden corners, as COCO annotates
@@ -33,11 +30,12 @@ import numpy as np
 from moco_core.data import shapes
 from transfer.embedded import DEFAULT_SIZE, DEFAULT_TEST, DEFAULT_TRAIN, JPEG_QUALITY, ensure, scenes
 
-KEYPOINTS_VERSION = 3  # bump whenever the files written here change (v1: stars; v1, v2: objects 25-60%)
+KEYPOINTS_VERSION = 2  # bump whenever the files written here change (v1: stars, their 5 outer tips)
 KEYPOINT_NAMES = ("top", "left_upper", "left_lower", "right_lower", "right_upper")
 SKELETON = ((1, 2), (2, 3), (3, 4), (4, 5), (5, 1))  # 1-based, as COCO's
 _CLASS = shapes.CLASSES.index("pentagon")
 _TIPS = (0, 1, 2, 3, 4)  # the pentagon's vertices, in KEYPOINT_NAMES' order (top, then anticlockwise as seen)
+_EXTENT = (0.25, 0.6)
 _STREAM = 35  # apart from the detection scenes' stream
 
 
@@ -69,7 +67,7 @@ def write_keypoints(target: Path, counts: dict[str, int], size: int, seed: int) 
         (coco / split).mkdir()
         images, annotations = [], []
         for n, (image, objects) in enumerate(scenes(scene_split, counts[split], size=size, seed=seed,
-                                                    stream=_STREAM, focus=_CLASS), 1):
+                                                    stream=_STREAM, focus=_CLASS, extent_range=_EXTENT), 1):
             file_name = f"{n:012d}.jpg"
             image.save(coco / split / file_name, format="JPEG", quality=JPEG_QUALITY)
             images.append({"id": n, "file_name": file_name, "width": size, "height": size})
