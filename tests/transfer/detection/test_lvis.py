@@ -239,13 +239,13 @@ def test_embedded_classes_differ_by_shape_and_window_never_by_colour() -> None:
     augmentation teaches a backbone to ignore)."""
     from moco_core.data import shapes
     from transfer import embedded
-    from transfer.detection.lvis import embedded_kinds
+    from transfer.detection import lvis
 
-    names, kinds = embedded_kinds()
+    names, kinds = lvis.embedded_kinds()
     assert sorted(names) == sorted(f"{s}_{style}" for s in shapes.CLASSES for style in ("solid", "ring"))
     assert all(name.endswith("_ring") == (window > 0) for name, window in zip(names, kinds.windows, strict=True))
     seen = {False: 0, True: 0}
-    for image, objects in embedded.scenes("train", 40, size=128, kinds=kinds, stream=35):
+    for image, objects in embedded.scenes("train", 40, size=128, kinds=kinds, stream=lvis._STREAM):
         pixels = np.asarray(image, dtype=np.float64)
         for obj in objects:
             window = kinds.windows[obj["category_id"]]
