@@ -12,11 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from moco_core.data import shapes
 from moco_core.data.data import DatasetError
 from tests.layouts import KEYPOINT_IMAGE_IDS, add_coco_keypoints
 from transfer.config import load_transfer_config
 from transfer.detection.datasets import load_data, parse_dataset
-from transfer.detection.embedded_keypoints import KEYPOINT_NAMES, ensure_keypoints
+from transfer.detection.embedded_keypoints import KEYPOINT_NAMES, ensure_keypoints, extreme_points
 from transfer.detection.keypoints import DEFAULT_SIGMA, load_keypoints
 
 runner = CliRunner()
@@ -46,8 +47,8 @@ def test_the_fixture_is_cocos_layout_down_to_the_file_names(coco_root: Path) -> 
     assert sorted(p.name for p in (coco / "val2017").iterdir()) == [f"{KEYPOINT_IMAGE_IDS + n:012d}.jpg"
                                                                     for n in (1, 2, 3)]
     assert [i["file_name"] for i in doc["images"]] == [f"{i['id']:012d}.jpg" for i in doc["images"]]
-    (category,) = doc["categories"]
-    assert category["keypoints"] == list(KEYPOINT_NAMES) and len(category["skeleton"]) == 5
+    assert [c["name"] for c in doc["categories"]] == list(shapes.CLASSES)
+    assert all(c["keypoints"] == list(KEYPOINT_NAMES) and len(c["skeleton"]) == 4 for c in doc["categories"])
     assert parse_dataset("keypoints_coco_2017_train", "keypoints").annotations == Path(
         "coco/annotations/person_keypoints_train2017.json")
 
@@ -55,30 +56,43 @@ def test_the_fixture_is_cocos_layout_down_to_the_file_names(coco_root: Path) -> 
 def test_standard_names_read_the_keypoint_files(coco_root: Path) -> None:
     cfg = load_transfer_config("keypoints", "keypoints_embedded", [], {"data": {"path": str(coco_root)}})
     data = load_data(cfg)
-    assert data.name == "COCO train2017" and data.class_names == ["pentagon"]
-    assert data.keypoints.names == KEYPOINT_NAMES and data.keypoints.flip_indices == (0, 4, 3, 2, 1)
+    assert data.name == "COCO train2017" and data.class_names == list(shapes.CLASSES)
+    assert data.keypoints.names == KEYPOINT_NAMES and data.keypoints.flip_indices == (0, 3, 2, 1)
     assert np.allclose(data.oks_sigmas, DEFAULT_SIGMA)  # not COCO's person keypoints: the documented default
-    assert all(len(a["keypoints"]) == 15 for d in data.train for a in d["annotations"])
-    assert data.coco_gt.getCatIds() == [1]
+    assert all(len(a["keypoints"]) == 12 for d in data.train for a in d["annotations"])
+    assert data.coco_gt.getCatIds() == list(range(1, 9))
 
 
-def test_embedded_keypoints_are_the_pentagon_corners(tmp_path: Path) -> None:
+def test_extreme_points_of_hand_worked_outlines() -> None:
+    # a triangle with its apex up (y down): one vertex at each extreme but the level base, whose ends share bottom
+    triangle = np.array([[10.0, 2.0], [2.0, 12.0], [18.0, 12.0]])
+    assert extreme_points(triangle).tolist() == [[10.0, 2.0], [2.0, 12.0], [10.0, 12.0], [18.0, 12.0]]
+    # a quadrilateral whose top side rises 0.5 px over its length (within 1 px of level: top is the side's middle);
+    # left, bottom and right are single vertices
+    quad = np.array([[5.0, 0.0], [0.0, 5.0], [5.0, 10.0], [10.0, 0.5]])
+    top, left, bottom, right = extreme_points(quad).tolist()
+    assert top == [7.5, 0.25] and left == [0.0, 5.0] and bottom == [5.0, 10.0] and right == [10.0, 0.5]
+
+
+def test_embedded_keypoints_are_every_objects_extreme_points(tmp_path: Path) -> None:
     root = ensure_keypoints(tmp_path, train=6, val=2, size=96)
-    assert json.loads((root / "coco" / "DONE").read_text())["version"] == "keypoints v2"
+    assert json.loads((root / "coco" / "DONE").read_text())["version"] == "keypoints v4"
     dicts, names, _, points = load_keypoints(root / "coco/annotations/person_keypoints_train2017.json",
                                              root / "coco/train2017")
-    pentagons = [a for d in dicts for a in d["annotations"]]
-    assert names == ["pentagon"] and points.names == KEYPOINT_NAMES and len(pentagons) >= 6
-    for pentagon in pentagons:
-        xy = np.asarray(pentagon["keypoints"]).reshape(5, 3)
-        top, left_upper, left_lower, right_lower, right_upper = xy
-        assert top[1] == xy[:, 1].min()  # upright within 15 degrees: the top corner is the highest
-        assert left_upper[0] < right_upper[0] and left_lower[0] < right_lower[0]
-        assert set(xy[:, 2]) <= {1, 2} and pentagon["num_keypoints"] == 5
-        x0, y0, x1, y1 = pentagon["bbox"]
-        visible = xy[xy[:, 2] == 2]  # a visible corner lies on the visible pixels' box, within a pixel
-        assert ((visible[:, 0] >= x0 - 1.5) & (visible[:, 0] <= x1 + 1.5)).all()
-        assert ((visible[:, 1] >= y0 - 1.5) & (visible[:, 1] <= y1 + 1.5)).all()
+    objects = [a for d in dicts for a in d["annotations"]]
+    assert names == list(shapes.CLASSES) and points.names == KEYPOINT_NAMES and len(objects) >= 12
+    assert points.flip_indices == (0, 3, 2, 1)  # a flip exchanges left and right
+    assert len({a["category_id"] for a in objects}) >= 4  # every class is annotated, not one among distractors
+    for obj in objects:
+        xy = np.asarray(obj["keypoints"]).reshape(4, 3)
+        top, left, bottom, right = xy
+        assert top[1] == xy[:, 1].min() and bottom[1] == xy[:, 1].max()
+        assert left[0] == xy[:, 0].min() and right[0] == xy[:, 0].max()
+        assert set(xy[:, 2]) <= {1, 2} and obj["num_keypoints"] == 4
+        x0, y0, w, h = obj["bbox"]
+        visible = xy[xy[:, 2] == 2]  # a visible point lies on the visible pixels' box, within a pixel
+        assert ((visible[:, 0] >= x0 - 1.5) & (visible[:, 0] <= x0 + w + 1.5)).all()
+        assert ((visible[:, 1] >= y0 - 1.5) & (visible[:, 1] <= y0 + h + 1.5)).all()
 
 
 def test_run_through_the_cli_into_the_report(coco_root: Path, tmp_path: Path) -> None:
@@ -103,7 +117,7 @@ def test_run_through_the_cli_into_the_report(coco_root: Path, tmp_path: Path) ->
     (["--train", "coco_2017_train"], "'coco_2017_train' is a coco dataset, not a keypoints one"),
     (["--set", "detector.head=C4", "--set", "detector.pooler_resolution=14"],
      "detector.head: Keypoint R-CNN is built on FPN"),
-    (["--set", "detector.keypoint_oks_sigmas=[0.1,0.1]"], "2 sigmas for a set of 5 keypoints"),
+    (["--set", "detector.keypoint_oks_sigmas=[0.1,0.1]"], "2 sigmas for a set of 4 keypoints"),
 ])
 def test_bad_input_is_one_line(coco_root: Path, tmp_path: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["eval", "keypoints", "random", "-c", "keypoints_embedded", "--data", str(coco_root),
