@@ -31,7 +31,7 @@ import numpy as np
 from moco_core.data import shapes
 from transfer.embedded import DEFAULT_SIZE, DEFAULT_TEST, DEFAULT_TRAIN, JPEG_QUALITY, ensure, scenes
 
-KEYPOINTS_VERSION = 4  # bump whenever the files written here change (v1: star tips; v2: pentagon corners; v3 unused)
+KEYPOINTS_VERSION = 4  # bump whenever the files written here change (v1: star tips; v2, v3: pentagon corners)
 KEYPOINT_NAMES = ("top", "left", "bottom", "right")
 SKELETON = ((1, 2), (2, 3), (3, 4), (4, 1))  # 1-based, as COCO's
 _LEVEL = 1.0  # px: outline vertices this close to a side's extreme share its point
