@@ -106,14 +106,11 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, grey: np.ndarr
             draw.polygon([float(v) for v in points.reshape(-1)], fill=colour)
 
 
-def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None, *, focus: int | None = None,
+def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None, *,
              extent_range: tuple[float, float] = _EXTENT) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """(class id, polygon) of each object, in drawing order, every one at least half visible at the end; and the
     label map: 1 + the index of the object seen at each pixel, 0 where none is. Classes are the shapes, drawn
-    uniformly, unless ``kinds`` gives others; ``focus``: a shape class drawn for half the objects (the others from
-    the remaining classes; not with ``kinds``); ``extent_range``: as ``_EXTENT``."""
-    if kinds is not None and focus is not None:
-        raise ValueError("focus is a shape class: it cannot be combined with kinds")
+    uniformly, unless ``kinds`` gives others; ``extent_range``: as ``_EXTENT``."""
     placed: list[tuple[int, np.ndarray]] = []
     areas: list[int] = []  # each placed object's whole area, in pixels
     label = np.zeros((size, size), dtype=np.int16)
@@ -122,12 +119,8 @@ def _objects(rng: np.random.Generator, size: int, kinds: Kinds | None = None, *,
             if kinds is not None:
                 class_id = int(rng.choice(len(kinds.weights), p=kinds.weights))
                 shape = kinds.shapes[class_id]
-            elif focus is None:
-                class_id = int(rng.integers(len(shapes.CLASSES)))
-                shape = shapes.CLASSES[class_id]
             else:
-                others = [c for c in range(len(shapes.CLASSES)) if c != focus]
-                class_id = focus if rng.random() < 0.5 else others[int(rng.integers(len(others)))]
+                class_id = int(rng.integers(len(shapes.CLASSES)))
                 shape = shapes.CLASSES[class_id]
             extent = size * float(np.exp(rng.uniform(np.log(extent_range[0]), np.log(extent_range[1]))))
             points = shapes.outline(rng, shape, extent)
