@@ -19,8 +19,8 @@ N=${N:-25600}
 BUDGET=${BUDGET:-560}
 PY=${PYTHON:-python3}
 WORKERS=${WORKERS:-$(( $(nproc) - 1 ))}
-STAGES=${STAGES:-jpegs tests step_compiled data data_switch real mocov3_vit mocov3_r50 demo step_plain_compiled \
-step_eager step_eager_nchw}
+STAGES=${STAGES:-jpegs tests decoders step_compiled data data_switch real mocov3_vit mocov3_r50 demo \
+step_plain_compiled step_eager step_eager_nchw}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -56,6 +56,9 @@ STEP=(benchmarks/pretrain_step.py "${step_args[@]}" --json)
 cat "$OUT/env.log"
 [ -d "$DATA/train" ] || stage jpegs 60 "$PY" benchmarks/make_jpegs.py "$DATA" "$N"
 stage tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/moco_core
+# The JPEG decoders side by side (issue 50's lever: Hopper's hardware decoders through nvImageCodec, where the
+# optional nvidia-nvimgcodec-cu13 and nvidia-nvjpeg wheels are installed), alone and beside a matrix product loop.
+stage decoders 60 "$PY" benchmarks/jpeg_decoders.py --data "$DATA" ${DECODER_ARGS:-} --json
 # One compiled model (split BN, 8 groups: the single-process shuffled BN) timed on synthetic data, then end to
 # end from the JPEGs through both pipelines; after each, $PROFILE steps under torch.profiler (where the GPU's time
 # goes: the step's stream against the pipeline's).
@@ -86,8 +89,16 @@ stage mocov3_r50 200 "$PY" benchmarks/mocov3_gpu_step.py "${v3_r50_args[@]}" --j
 DEMO=${DEMO:-/tmp/moco_demo_cuda}
 read -r -a demo_args <<<"${DEMO_ARGS:---trials 3 --tasks linear --device cuda}"
 read -r -a demo_env <<<"${DEMO_ENV:-}"  # MOCO_SMOKE=1 for the CPU dry run (tests/benchmarks/test_gpu_report.py)
-stage demo 240 env "${demo_env[@]}" "$PY" -m cli demo --output-dir "$DEMO" "${demo_args[@]}"
-for f in report/report.csv demo.json; do [ -f "$DEMO/$f" ] && cp "$DEMO/$f" "$OUT/demo_$(basename "$f")"; done
+# DEMO_PARALLEL=N: the N trials run as N processes at once (benchmarks/demo_parallel.sh), then one --trials N
+# run writes the report; $DEMO_ARGS then leaves out --trials.
+if [ -n "${DEMO_PARALLEL:-}" ]; then
+  stage demo 240 env "${demo_env[@]}" PYTHON="$PY" bash benchmarks/demo_parallel.sh "$DEMO_PARALLEL" "$DEMO" \
+    "${demo_args[@]}"
+  cp "$DEMO"/seed_*.log "$OUT/" 2>/dev/null
+else
+  stage demo 240 env "${demo_env[@]}" "$PY" -m cli demo --output-dir "$DEMO" "${demo_args[@]}"
+fi
+for f in report/report.csv report/report.md demo.json; do [ -f "$DEMO/$f" ] && cp "$DEMO/$f" "$OUT/demo_$(basename "$f")"; done
 # Each evaluation's result.json, so that the trials a stopped demo finished still count.
 [ -d "$DEMO" ] && (cd "$DEMO" && find . -name result.json | tar czf "$OUT/demo_results.tgz" -T -)
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference

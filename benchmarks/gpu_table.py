@@ -68,6 +68,26 @@ def demo_rows(out: Path) -> list[tuple[str, str, str]]:
     return shown
 
 
+def decoder_rows(decoders: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """benchmarks/jpeg_decoders.py: each decoder's images/s alone and beside a matrix product loop, with that loop's
+    rate beside it (a decoder that leaves the multiprocessors free leaves the loop's rate as it is alone)."""
+    rows = decoders.get("jpeg_decoders", {})
+    alone = rows.get("matmul alone", {}).get("matmul_per_s")
+    shown = []
+    for name, row in rows.items():
+        if not isinstance(row, dict) or name == "matmul alone":
+            continue
+        if "error" in row:
+            shown.append((f"JPEG decode alone: {name}", "-", row["error"][:120]))
+            continue
+        beside = row.get("matmul_per_s_beside")
+        load = (f"; beside a matmul loop {rate(row.get('images_per_s_loaded'))}, the loop at "
+                f"{beside / alone:.0%} of its rate alone" if beside and alone else "")
+        shown.append((f"JPEG decode alone: {name} (mean abs diff to libjpeg-turbo {row['mean_abs_diff']:.2f})", "-",
+                       rate(row.get("images_per_s")) + load))
+    return shown
+
+
 def tail(out: Path, name: str) -> str:
     path = out / f"{name}.log"
     lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
@@ -152,6 +172,7 @@ def main() -> None:
         ("nvJPEG hazard: corrupt trials, unsafe decode / our decoder", "NaN every run",
          "{unsafe_corrupt} / {safe_corrupt} of {trials}".format(**data["hazard"]) if "hazard" in data else "-"),
         ("`pytest -m gpu tests/moco_core`", "1 failure", tail(out, "tests")),
+        *decoder_rows(load(out, "decoders")),
         *v3_rows(v3, "vit_base"),
         *v3_rows(v3_r50, "resnet50"),
         *demo_rows(out),
@@ -166,7 +187,8 @@ def main() -> None:
         print(f"| {name} | {before} | {now} |")
     report = {"device": device, "env": env, "rows": [{"what": n, "before": b, "now": v} for n, b, v in rows],
               "step_compiled": compiled, "step_eager": eager, "step_plain_compiled": plain, "step_eager_nchw": nchw,
-              "data": data, "real": real, "real_after_compile": settled, "mocov3_vit": v3, "mocov3_r50": v3_r50}
+              "data": data, "decoders": load(out, "decoders"), "real": real,
+              "real_after_compile": settled, "mocov3_vit": v3, "mocov3_r50": v3_r50}
     (out / "report.json").write_text(json.dumps(report, indent=1))
 
 

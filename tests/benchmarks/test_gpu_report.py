@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["jpegs", "tests", "step_compiled", "real", "mocov3_vit", "mocov3_r50", "demo", "step_eager",
+STAGES = ["jpegs", "tests", "decoders", "step_compiled", "real", "mocov3_vit", "mocov3_r50", "demo", "step_eager",
           "step_plain_compiled", "step_eager_nchw"]
 
 
@@ -36,7 +36,9 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
                      "--set model.queue_size=32 --set augment.crop_size=32 --set run.log_every=1",
         "V3_ARGS": "--arch vit_nano_p4 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
         "V3_R50_ARGS": "--arch resnet18 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
-        "DEMO_ARGS": "--trials 2 --tasks linear --device cpu", "DEMO_ENV": "MOCO_SMOKE=1",
+        "DECODER_ARGS": "--device cpu --batch 8 --batches 2",
+        # the trials as processes at once (benchmarks/demo_parallel.sh), as on the GPU
+        "DEMO_PARALLEL": "2", "DEMO_ARGS": "--tasks linear --device cpu", "DEMO_ENV": "MOCO_SMOKE=1",
         "DEMO": str(tmp_path / "demo"), "PROFILE": "2",
         "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
     }
@@ -71,6 +73,9 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
     for line in (line for line in table.splitlines() if line.startswith("| profile,")):
         assert re.search(r"\| [\d.]+ / [\d.]+ \(\d+%\) / no kernels \|$", line), line  # the CPU: no CUDA streams
     # The demo's trials came back as the report's rows: each backbone's linear top-1 over 2 (smoke) trials.
+    # The decoders, on the CPU: torchvision's libjpeg-turbo (and nvImageCodec's, where it is installed).
+    decoders = [line for line in table.splitlines() if line.startswith("| JPEG decode alone: torchvision")]
+    assert len(decoders) == 1 and re.search(r"\| [\d,]+ \|$", decoders[0]), decoders
     demo = [line for line in table.splitlines() if line.startswith("| CUDA demo: linear top1")]
     assert len(demo) == 3 and all(line.endswith("(n 2) |") for line in demo), demo
     with tarfile.open(out / "logs.tgz") as logs:
