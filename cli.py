@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from classification import cli as lincls_cli
 from cluster import cli as cluster_cli
-from lincls import cli as lincls_cli
 from moco_core import cli as core_cli
 from moco_core.config import did_you_mean
 from moco_core.errors import UserError, print_error

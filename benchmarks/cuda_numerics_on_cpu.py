@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-import lincls.finetune
-import lincls.linear
+import classification.finetune
+import classification.linear
 import moco_core.data.device_data
 import moco_core.run.engine
 import moco_core.run.runtime
@@ -40,7 +40,8 @@ import transfer.engine
 from moco_core.config import replace
 
 # Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.run.runtime).
-AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, lincls.linear, lincls.finetune, transfer.engine)
+AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, classification.linear, classification.finetune,
+                  transfer.engine)
 
 
 def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:

@@ -147,14 +147,14 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
 
     overrides = [*changes, f"run.output_dir={out}", f"run.device={device}"]
     if task == "linear":
-        from lincls.linear import LINEAR_LAST, linear_eval, load_linear_config
+        from classification.linear import LINEAR_LAST, linear_eval, load_linear_config
 
         cfg = load_linear_config("lincls_embedded", overrides)
         cfg = replace(cfg, arch=RANDOM_ARCH) if weights == "random" else cfg
         part_way = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted demo left part-way
         return lambda: linear_eval(cfg, weights, show_progress=show_progress, resume=part_way)
     if task == "finetune":
-        from lincls.finetune import FINETUNE_LAST, finetune, load_finetune_config
+        from classification.finetune import FINETUNE_LAST, finetune, load_finetune_config
 
         fcfg = load_finetune_config("finetune_embedded", overrides)
         fcfg = replace(fcfg, arch=RANDOM_ARCH) if weights == "random" else fcfg

@@ -169,7 +169,8 @@ EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr
                       "detector.fpn_channels": 256, "detector.keypoint_pooler_resolution": 14,
                       "detector.keypoint_conv_dims": [512] * 8, "detector.min_keypoints_per_image": 1,
                       "detector.keypoint_oks_sigmas": []}
-# ... and the subset fields of issue 36 (lincls/subsets.py) at "every train label": a run on all labels keeps its digest
+# ... and the subset fields of issue 36 (classification/subsets.py) at "every train label": a run on all labels
+# keeps its digest
 EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
 # ... and the LVIS task's repeat-factor sampling (transfer/detection/sampling.py) at "off", as every VOC or COCO run
 EVAL_ADDED_NEUTRAL.update({"data.repeat_threshold": 0.0})

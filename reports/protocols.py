@@ -2,7 +2,7 @@
 
 A table says "the paper's protocol" or "the embedded schedule" only where the records' config trained for that
 preset's length: a linear run shortened to 5 epochs is "5 of the paper's 100 epochs", a VOC run of 60 iterations
-is not the embedded schedule of 200. The lengths below are those of the presets (lincls/linear.py's defaults,
+is not the embedded schedule of 200. The lengths below are those of the presets (classification/linear.py's defaults,
 configs/voc_*.yaml, coco_*.yaml and semseg_*.yaml); tests/reports/test_protocols.py checks them against the
 presets themselves, since ``reports`` imports no other package of ours.
 """
@@ -30,7 +30,7 @@ PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lin
 V3_LINEAR_EPOCHS = 90
 V3_PROTOCOL = "linear-mocov3"
 LINEAR_EPOCHS = {"linear": PAPER_LINEAR_EPOCHS, V3_PROTOCOL: V3_LINEAR_EPOCHS}  # protocol -> its preset's epochs
-# The presets that run the MoCo v3 protocol (lincls/): (ImageNet, embedded data), by backbone family
+# The presets that run the MoCo v3 protocol (classification/): (ImageNet, embedded data), by backbone family
 V3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
               "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
 EPOCH_TASKS = ("linear", "finetune")  # lengths counted in epochs (optim.epochs)

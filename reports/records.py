@@ -104,7 +104,8 @@ class Record:
     eval_length: int | None = None  # epochs (linear) or iterations (detection) the evaluation trained
     classes: int | None = None  # of the evaluation data
     labels: str | None = None  # the subset of train labels it trained on ("10%", "1percent.txt 3f2a1b"); None: all
-    data_digest: str | None = None  # dataset.content_sha256: the evaluation folder's content (lincls/layouts.py)
+    # dataset.content_sha256: the evaluation folder's content (classification/layouts.py)
+    data_digest: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -74,8 +74,8 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
     """evaluate(checkpoint, out_dir, extra, seed) -> (record path, metrics) for the chosen evaluation."""
     import json
 
-    from lincls.knn import knn_eval
-    from lincls.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
+    from classification.knn import knn_eval
+    from classification.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
     from moco_core.config import replace
     from moco_core.data.augment import eval_resize
 

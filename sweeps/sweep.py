@@ -84,7 +84,7 @@ def linear_preset(cfg: PretrainConfig) -> str | None:
     and a ViT's more (its class token, another lr). Each protocol has a full-size preset and an embedded one: the
     embedded one where the pretraining's crops are the embedded presets' (a sweep of ``-c embedded`` evaluated at
     224-px crops for 100 epochs would be a silent trap), else the full-size one."""
-    from lincls.linear import MOCOV3_PRESETS, load_linear_config
+    from classification.linear import MOCOV3_PRESETS, load_linear_config
 
     if cfg.method != "mocov3":
         full, embedded = None, "lincls_embedded"

@@ -316,7 +316,7 @@ def test_eval_knn_refuses_nan_weights_and_an_unwritable_output_before_its_work(s
     import torchvision
     from typer.testing import CliRunner
 
-    import lincls.knn
+    import classification.knn
     from cli import app
 
     state = torchvision.models.resnet18().state_dict()
@@ -330,7 +330,7 @@ def test_eval_knn_refuses_nan_weights_and_an_unwritable_output_before_its_work(s
         raise AssertionError("the features were extracted before the output folder was checked")
 
     with monkeypatch.context() as patch:
-        patch.setattr(lincls.knn, "load_splits", no_work)
+        patch.setattr(classification.knn, "load_splits", no_work)
         res = CliRunner().invoke(app, ["eval", "knn", str(tmp_path / "ok.pth"), *small,
                                        "--output-dir", str(tmp_path / "a_file" / "knn")])
     assert res.exit_code == 2 and "--output-dir: cannot write in" in res.output, res.output

@@ -81,8 +81,8 @@ ARGUMENTS = {  # positional arguments per command
 
 def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """Replace the functions that start a job by stubs: the CLI's checks run, the job does not."""
-    import lincls.finetune
-    import lincls.linear
+    import classification.finetune
+    import classification.linear
     import moco_core.run.train
     import moco_demo.run
     import sweeps.sweep
@@ -95,8 +95,8 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
         return record
 
     monkeypatch.setattr(moco_core.run.train, "pretrain", stub("pretrain"))
-    monkeypatch.setattr(lincls.linear, "linear_eval", stub("linear"))
-    monkeypatch.setattr(lincls.finetune, "finetune", stub("finetune"))
+    monkeypatch.setattr(classification.linear, "linear_eval", stub("linear"))
+    monkeypatch.setattr(classification.finetune, "finetune", stub("finetune"))
     monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
     monkeypatch.setattr(moco_demo.run, "run_demo", stub("demo"))
@@ -605,17 +605,17 @@ class FakeRuns:
         return Job()
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import classification.knn
+        import classification.linear
         import cluster.cli
-        import lincls.knn
-        import lincls.linear
         import moco_core.run.train
         import reports.render
         import reports.report
 
         monkeypatch.setattr(moco_core.run.train, "pretrain", self.pretrain)
-        monkeypatch.setattr(lincls.linear, "linear_eval",
+        monkeypatch.setattr(classification.linear, "linear_eval",
                             lambda cfg, *a, **k: self.evaluate(Path(cfg.run.output_dir)))
-        monkeypatch.setattr(lincls.knn, "knn_eval", lambda w, d, out, **k: (self.evaluate(out), {"top1": 1.0}))
+        monkeypatch.setattr(classification.knn, "knn_eval", lambda w, d, out, **k: (self.evaluate(out), {"top1": 1.0}))
         monkeypatch.setattr(reports.report, "build_report", lambda dirs: None)
         monkeypatch.setattr(reports.render, "write_report",
                             lambda report, out, formats: out.mkdir(parents=True) or (out / "report.md").write_text(""))

@@ -1,5 +1,5 @@
 """The packages' layering, read from the source with ``ast`` (nothing is imported): shared services live in
-moco_core, lincls and transfer import only moco_core, no module imports itself back through others.
+moco_core, classification and transfer import only moco_core, no module imports itself back through others.
 
 ``python -m pytest tests/test_layers.py -s`` prints the package graph."""
 
@@ -10,11 +10,11 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("moco_core", "lincls", "transfer", "sweeps", "moco_demo", "reports", "cluster")
+PACKAGES = ("moco_core", "classification", "transfer", "sweeps", "moco_demo", "reports", "cluster")
 ALLOWED = {  # package -> the packages of ours it may import
-    "moco_core": set(), "lincls": {"moco_core"}, "transfer": {"moco_core"}, "reports": {"moco_core"},
-    "sweeps": {"moco_core", "lincls"}, "cluster": {"moco_core"},
-    "moco_demo": {"moco_core", "lincls", "transfer", "reports"},
+    "moco_core": set(), "classification": {"moco_core"}, "transfer": {"moco_core"}, "reports": {"moco_core"},
+    "sweeps": {"moco_core", "classification"}, "cluster": {"moco_core"},
+    "moco_demo": {"moco_core", "classification", "transfer", "reports"},
 }
 
 

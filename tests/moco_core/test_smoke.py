@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lincls.linear import LinearConfig
+from classification.linear import LinearConfig
 from moco_core import smoke
 from moco_core.config import PretrainConfig, load_config
 from transfer.config import TransferConfig

@@ -82,7 +82,7 @@ def test_the_shipped_file_loads() -> None:
 def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     """The recipes in expected.csv are those of the embedded presets today (pretraining and evaluation, as moco demo
     resolves them): a change to a preset must come with a new measurement (benchmarks/expected_ranges.py)."""
-    from lincls.linear import load_linear_config
+    from classification.linear import load_linear_config
     from moco_core.config import PretrainConfig, load_config, replace, to_dict
     from moco_core.data.shapes import shapes_version
     from moco_demo.run import RANDOM_ARCH
@@ -115,7 +115,7 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
         assert (row["pretrain_recipe"], row["eval_recipe"]) in (recipes[row["backbone"]], tenth[row["backbone"]]), \
             row["backbone"]
         assert int(row["n"]) >= 3 and row["dataset"] == "embedded"
-    from lincls.finetune import load_finetune_config
+    from classification.finetune import load_finetune_config
 
     finetune = load_finetune_config("finetune_embedded", [])  # as docs/finetune.md's moco trials run it
     finetune_recipes = {"moco": eval_recipe(to_dict(finetune), shapes), "supervised": eval_recipe(to_dict(finetune),

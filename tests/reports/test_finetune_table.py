@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lincls.finetune import load_finetune_config
+from classification.finetune import load_finetune_config
 from reports.protocols import FINETUNE_PRESETS
 from reports.published import load_published
 from reports.report import build_report
@@ -21,7 +21,7 @@ def finetune_record(path: str, epochs: int, arch: str = "resnet50", top1: float 
 
 
 def test_the_preset_lengths_are_the_presets() -> None:
-    """reports cannot import lincls; it restates the presets' lengths, and these must be theirs."""
+    """reports cannot import classification; it restates the presets' lengths, and these must be theirs."""
     for preset, epochs, _ in FINETUNE_PRESETS.values():
         assert load_finetune_config(preset, ["data.path=x"]).optim.epochs == epochs, preset
 

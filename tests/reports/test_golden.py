@@ -5,10 +5,10 @@ The fixtures cover several linear trials (mean ± std), supervised and random-in
 numbers, VOC and COCO with differences to supervised (one VOC record without its iterations, as records before
 they were written), K and m sweeps with trials of other seeds, a second K curve of another recipe and a failed
 m = 0 run, and malformed, unknown-version and incomplete records. MoCo v3 (written by hand in the shape
-lincls/linear.py writes): the v3 linear protocol on ImageNet at its 90 epochs (R50 and ViT-S/16, with the published
-v3 rows) and shortened to 30 on the embedded data (two seeds, random init), a ViT's kNN row, and an m sweep of v3
-in the setting of v1's. The v1/v2 fixtures of the embedded data and ImageNet carry their whole recipe (labelled
-MoCo v2, MoCo v1); the sweeps' partial configs name no version ("MoCo").
+classification/linear.py writes): the v3 linear protocol on ImageNet at its 90 epochs (R50 and ViT-S/16, with the
+published v3 rows) and shortened to 30 on the embedded data (two seeds, random init), a ViT's kNN row, and an m
+sweep of v3 in the setting of v1's. The v1/v2 fixtures of the embedded data and ImageNet carry their whole recipe
+(labelled MoCo v2, MoCo v1); the sweeps' partial configs name no version ("MoCo").
 
 After an intended change of the output, regenerate with
 

@@ -39,7 +39,8 @@ def random_backbone(arch: str) -> dict[str, Any]:
 
 def v3_linear(epochs: int | None, backbone: dict[str, Any], dataset: dict[str, Any] | None = None,
               **fields: Any) -> dict[str, Any]:
-    """A linear record of the MoCo v3 protocol as lincls writes it: cosine, lr scaled, no milestones."""
+    """A linear record of the MoCo v3 protocol as classification/linear.py writes it: cosine, lr scaled, no
+    milestones."""
     arch = backbone["arch"]
     optim = {"lr": 3.0 if arch.startswith("vit_") else 0.1, "momentum": 0.9, "weight_decay": 0.0,
              "batch_size": 1024, "milestones": [], "schedule": "cosine", "scale_lr": True}

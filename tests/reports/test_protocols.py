@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lincls.linear import LinearOptimConfig, load_linear_config
+from classification.linear import LinearOptimConfig, load_linear_config
 from reports.protocols import (
     LINEAR_EPOCHS,
     PAPER_LINEAR_EPOCHS,
@@ -48,9 +48,9 @@ def test_preset_lengths_are_the_presets() -> None:
 
 def test_the_v3_protocol_length_and_presets_are_lincls_own() -> None:
     """The v3 protocol's length (the official moco-v3 main_lincls.py's --epochs default, 90) and the presets the
-    hints name are those of lincls: each exists, runs protocol "linear-mocov3", and the embedded ones read the
-    embedded data."""
-    from lincls.linear import MOCOV3_PRESETS, MOCOV3_PROTOCOL, protocol_name
+    hints name are those of classification/linear.py: each exists, runs protocol "linear-mocov3", and the embedded
+    ones read the embedded data."""
+    from classification.linear import MOCOV3_PRESETS, MOCOV3_PROTOCOL, protocol_name
 
     assert V3_PRESETS == MOCOV3_PRESETS
     assert V3_LINEAR_EPOCHS == MOCOV3_PROTOCOL.epochs == 90

@@ -187,7 +187,7 @@ def test_labels_name_the_moco_version(write_record: WriteRecord, runs: Path) -> 
 def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
     """Reports run where only records are (no torch): the modules import nothing of ours; the command's module,
     reports.cli, shares the one error path (moco_core.errors, which escapes through moco_core.terminal)."""
-    ours = "('torch', 'torchvision', 'moco_core', 'lincls', 'transfer', 'sweeps', 'moco_demo')"
+    ours = "('torch', 'torchvision', 'moco_core', 'classification', 'transfer', 'sweeps', 'moco_demo')"
     code = ("import sys, reports.report, reports.render, reports.plots, reports.screenshot; "
             f"bad = [m for m in sys.modules if m.split('.')[0] in {ours}]; "
             "import reports.cli; "

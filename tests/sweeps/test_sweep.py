@@ -64,8 +64,8 @@ def test_training_failure_judges_the_last_epoch_against_chance(tiny_cfg, tmp_pat
 @pytest.mark.slow
 def test_sweep_runs_each_point_writes_records_and_resumes(tiny_cfg, shapes_root: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from lincls.knn import knn_eval
-    from lincls.linear import LinearDataConfig
+    from classification.knn import knn_eval
+    from classification.linear import LinearDataConfig
 
     data = LinearDataConfig(path=str(shapes_root), crop_size=32, resize=36, workers=0)
     calls = []
@@ -150,7 +150,7 @@ def test_trials_of_a_sweep_write_a_record_per_point_and_seed(shapes_root: Path, 
         raise AssertionError("a finished point was run again")
 
     monkeypatch.setattr("moco_core.run.train.pretrain", never)
-    monkeypatch.setattr("lincls.knn.knn_eval", never)
+    monkeypatch.setattr("classification.knn.knn_eval", never)
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert again.stdout == done.stdout  # the same table, from the records
@@ -241,7 +241,7 @@ def test_linear_preset_follows_the_method_backbone_and_crops(shapes_root: Path, 
 
 @pytest.mark.parametrize("preset", ["lincls_mocov3_embedded", "lincls_mocov3_vit_embedded"])
 def test_the_v3_linear_presets_a_sweep_picks_load(preset: str, shapes_root: Path) -> None:
-    from lincls.linear import load_linear_config, protocol_name
+    from classification.linear import load_linear_config, protocol_name
 
     cfg = load_linear_config(preset, [], flags={"data": {"path": str(shapes_root)}})
     assert cfg.data.path == str(shapes_root) and protocol_name(cfg) == "linear-mocov3"

@@ -14,7 +14,7 @@ from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
 
 if TYPE_CHECKING:
-    from lincls.knn import KnnConfig
+    from classification.knn import KnnConfig
 
 Pretrained = Annotated[str, typer.Argument(
     metavar="WEIGHTS", help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), a "
@@ -78,7 +78,7 @@ def linear_cli(
 ) -> None:
     """Linear classification on frozen features (v1/v2's protocol: lr 30, 100 epochs; MoCo v3's for v3 weights and
     ViTs), BN in eval mode, with the sanity check."""
-    from lincls.linear import load_linear_config, protocol_preset
+    from classification.linear import load_linear_config, protocol_preset
 
     try:
         if config is None and (preset := protocol_preset(pretrained, arch)) is not None:
@@ -96,7 +96,7 @@ def linear_cli(
 
 def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
     """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
-    from lincls.linear import linear_eval
+    from classification.linear import linear_eval
 
     report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
 
@@ -128,7 +128,7 @@ def finetune_cli(
 ) -> None:
     """Fine-tuning: the whole backbone and a new fc trained end to end, BN trained (SyncBN with several
     processes); the paper's SGD recipes, AdamW with layer-wise lr decay for ViTs."""
-    from lincls.finetune import finetune_preset, load_finetune_config
+    from classification.finetune import finetune_preset, load_finetune_config
 
     try:
         if config is None and (preset := finetune_preset(pretrained, arch)) is not None:
@@ -146,7 +146,7 @@ def finetune_cli(
 
 def run_finetune(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
     """One process of ``moco eval finetune``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
-    from lincls.finetune import finetune
+    from classification.finetune import finetune
 
     report_result(lambda: finetune(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
 
@@ -178,8 +178,8 @@ def snapshots_cli(
     With --follow it ends with status 0 once every snapshot the run announces is evaluated, and with 1 and the
     reason when they will not come: the pretraining has finished or is not running (--grace), or --timeout.
     """
-    from lincls.linear import linear_eval, load_linear_config, protocol_preset
-    from lincls.snapshots import evaluate_snapshots
+    from classification.linear import linear_eval, load_linear_config, protocol_preset
+    from classification.snapshots import evaluate_snapshots
 
     flags = {"data": {"path": data, "workers": workers}, "run": {"device": device}}
 
@@ -233,7 +233,7 @@ def knn_cli(
                                                help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
     """Weighted kNN accuracy (InstDisc) of frozen features: a quality signal in minutes, no training."""
-    from lincls.knn import load_knn_config
+    from classification.knn import load_knn_config
 
     flags = {"arch": arch, "k": k, "temperature": temperature, "batch_size": batch_size,
              "data": {"path": data, "crop_size": crop_size, "resize": resize, "workers": workers, "labels": labels,
@@ -249,7 +249,7 @@ def knn_cli(
 
 def run_knn(cfg: KnnConfig, pretrained: str) -> None:
     """One ``moco eval knn``: prints ``result: PATH``; a user error is one line, exit code 2."""
-    from lincls.knn import knn_eval
+    from classification.knn import knn_eval
 
     report_result(lambda: knn_eval(pretrained, cfg.data, Path(str(cfg.run.output_dir)), k=cfg.k,
                                    temperature=cfg.temperature, batch_size=cfg.batch_size, arch=cfg.arch,

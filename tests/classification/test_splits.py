@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lincls.linear import LinearConfig, LinearDataConfig, LinearOptimConfig, LinearRunConfig, linear_eval
-from lincls.splits import dataset_record, load_splits
+from classification.linear import LinearConfig, LinearDataConfig, LinearOptimConfig, LinearRunConfig, linear_eval
+from classification.splits import dataset_record, load_splits
 from moco_core.config import ConfigError
 from tests.layouts import (
     CIFAR10_CLASSES,
@@ -109,7 +109,7 @@ def test_the_content_digest_names_the_data_not_the_place(tmp_path: Path) -> None
 
 
 def test_knn_bank_is_the_subset_and_val_stays_whole(tmp_path: Path) -> None:
-    from lincls.knn import knn_eval
+    from classification.knn import knn_eval
 
     root = imagenet_layout(tmp_path / "imagenet")
     names = [f"{WNIDS[0]}_1.JPEG", f"{WNIDS[1]}_4.JPEG", f"{WNIDS[3]}_0.JPEG"]

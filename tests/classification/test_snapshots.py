@@ -16,8 +16,14 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from classification.snapshots import (
+    FollowEnded,
+    evaluate_snapshots,
+    expected_snapshots,
+    pretraining_running,
+    snapshot_name,
+)
 from cli import app
-from lincls.snapshots import FollowEnded, evaluate_snapshots, expected_snapshots, pretraining_running, snapshot_name
 from moco_core import checkpoint
 from moco_core.config import ConfigError
 from moco_core.run.rundir import LOCK

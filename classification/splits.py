@@ -1,9 +1,10 @@
 """The labelled train and val splits every classification evaluation reads (linear, kNN, fine-tuning), and the
 ``dataset`` section of their records.
 
-:func:`load_splits` takes any layout :mod:`lincls.layouts` knows (ImageFolder with ``val/`` or ``test/``, Flowers-102,
-Pets), keeps the train images the data config's subset names (:mod:`lincls.subsets`; val is always whole), and
-:func:`dataset_record` names what ran: the path, the layout, the folder's content digest, the subset.
+:func:`load_splits` takes any layout :mod:`classification.layouts` knows (ImageFolder with ``val/`` or
+``test/``, Flowers-102, Pets), keeps the train images the data config's subset names
+(:mod:`classification.subsets`; val is always whole), and :func:`dataset_record` names what ran: the path,
+the layout, the folder's content digest, the subset.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lincls.layouts import content_digest, find_listed, val_split
-from lincls.subsets import select
+from classification.layouts import content_digest, find_listed, val_split
+from classification.subsets import select
 from moco_core import distributed
 from moco_core.config import ConfigError
 from moco_core.data.augment import build_eval_transform
@@ -38,7 +39,7 @@ class LinearDataConfig:
     crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
     resize: int = 256
     workers: int = 8
-    # Semi-supervised subsets of the train split (lincls/subsets.py); val stays whole. None: every train image.
+    # Semi-supervised subsets of the train split (classification/subsets.py); val stays whole. None: every train image.
     labels: str | None = None  # "1%", "10%": a class-balanced draw, round(f n_c) (at least 1) of each class
     subset: str | None = None  # a file of image names, SimCLR's format (imagenet_subsets/1percent.txt)
     subset_seed: int = 0  # draws data.labels; not run.seed, so trials of other run seeds share the subset
@@ -53,7 +54,7 @@ class Splits:
     layout: str = "imagefolder"  # "imagefolder", "imagefolder (test/ as val)", "flowers-102", "oxford-iiit-pet"
     files: list[str] = field(default_factory=list)  # every train and val image found (the content digest's)
     annotations: list[Path] = field(default_factory=list)
-    subset: dict[str, Any] | None = None  # what lincls.subsets.Subset.record says; None: the whole train split
+    subset: dict[str, Any] | None = None  # what classification.subsets.Subset.record says; None: the whole train split
 
 
 def train_transform(crop: int) -> Any:
@@ -113,8 +114,8 @@ def _scan(root: Path, workers: int) -> tuple[ImageList, ImageList, str, list[Pat
 
 def dataset_record(path: str | None, splits: Splits) -> dict[str, Any]:
     """The record's ``dataset``: path, classes, image counts, layout; for a folder its name and content digest
-    (:func:`lincls.layouts.content_digest`; ``moco report`` groups runs by it), for the embedded data its version;
-    the subset trained on, where one was."""
+    (:func:`classification.layouts.content_digest`; ``moco report`` groups runs by it), for the embedded data its
+    version; the subset trained on, where one was."""
     record: dict[str, Any] = {"path": path, "classes": len(splits.classes), "train_images": len(splits.train),
                               "val_images": len(splits.val), **shapes_version(path or "")}
     if path != "embedded" and splits.root is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lincls.subsets import file_subset, fraction_subset, parse_labels, per_class_count, select
+from classification.subsets import file_subset, fraction_subset, parse_labels, per_class_count, select
 from moco_core.config import ConfigError
 from tests.layouts import WNIDS, imagenet_layout, simclr_subset_file
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from lincls.linear import subset_checks
-from lincls.splits import LinearDataConfig, dataset_record, load_splits
+from classification.linear import subset_checks
+from classification.splits import LinearDataConfig, dataset_record, load_splits
 from moco_core.config import load_config, require, run_checks
 from moco_core.model.backbone import load_backbone
 from moco_core.run.knn import KnnMonitor

@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from lincls.splits import LinearDataConfig, Splits, dataset_record, load_splits
-from lincls.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
-from lincls.subsets import parse_labels
+from classification.splits import LinearDataConfig, Splits, dataset_record, load_splits
+from classification.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
+from classification.subsets import parse_labels
 from moco_core import checkpoint, distributed
 from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from lincls.linear import LinearConfig, linear_eval, load_linear_config, sanity_check
+from classification.linear import LinearConfig, linear_eval, load_linear_config, sanity_check
 from moco_core import checkpoint
 from moco_core.config import ConfigError, replace
 from moco_core.model.backbone import load_backbone
@@ -117,7 +117,7 @@ def test_a_crash_between_the_last_epoch_and_the_record_resumes_to_the_record(
         shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """All epochs done and saved, killed before result.json: --resume writes the record (what moco launch and moco
     trials do after such a kill), the one a run never killed writes; with the record there, it refuses."""
-    from lincls.linear import LINEAR_LAST
+    from classification.linear import LINEAR_LAST
 
     straight = json.loads(linear_eval(tiny_linear(shapes_root, tmp_path / "straight"), "random",
                                       show_progress=False).read_text())
@@ -145,7 +145,7 @@ def test_resume_after_a_crash_is_bit_identical(shapes_root: Path, tmp_path: Path
                                                cached: bool) -> None:
     """Killed after epoch 2 of 3 (its checkpoint written), then --resume: the same fc, history and record as a run
     never interrupted (CPU, no loader workers: augmentation draws come from the restored RNG)."""
-    from lincls.linear import LINEAR_LAST
+    from classification.linear import LINEAR_LAST
 
     def config(out: str) -> Any:
         cfg = tiny_linear(shapes_root, tmp_path / out, cached_features=cached)
@@ -190,7 +190,7 @@ def test_splits_that_are_not_labelled_alike_are_named_in_one_line(tmp_path: Path
     linear protocol, kNN and the pretraining's kNN monitor; differing class folders are named by an example."""
     import shutil
 
-    from lincls.linear import LinearDataConfig, load_splits
+    from classification.linear import LinearDataConfig, load_splits
     from moco_core.run.knn import KnnMonitor
     from tests.layouts import WNIDS, imagenet_layout
 

@@ -1,7 +1,7 @@
 """Fine-tuning: the whole backbone and a new fc (a ViT's ``head``) trained end to end, BN trained (arXiv 1911.05722
 appendix A.6 iNaturalist, A.7 ImageNet).
 
-Unlike the linear protocol (``lincls/linear.py``, whose data config and splits this shares), every layer learns
+Unlike the linear protocol (``classification/linear.py``, whose data config and splits this shares), every layer learns
 and the model is in train mode, so BN statistics follow the new data; with several processes BN is synchronised
 across them (torch's SyncBatchNorm on CUDA, :class:`moco_core.model.batchnorm.CpuSyncBatchNorm` on CPU).
 Augmentation: RandomResizedCrop + flip for training, Resize + CenterCrop for validation. The optimiser is SGD with
@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from lincls.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
-from lincls.splits import dataset_record
+from classification.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
+from classification.splits import dataset_record
 from moco_core import checkpoint, distributed
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lincls.linear import (
+from classification.linear import (
     MOCOV3_PROTOCOL,
     LinearOptimConfig,
     classifier,

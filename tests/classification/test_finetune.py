@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lincls.finetune import (
+from classification.finetune import (
     FINETUNE_LAST,
     FinetuneConfig,
     build_optimizer,
