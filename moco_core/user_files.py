@@ -1,0 +1,141 @@
+"""Files a user names (lists, annotation files, records, split files, configs), read the one way that cannot hang,
+exhaust memory or leave the dataset.
+
+- :func:`regular_file`: the path must be a regular file (after links): a FIFO would wait for ever, ``/dev/zero``
+  would grow without end, a directory is a mistake. Checked before anything opens it.
+- :func:`read_bytes` / :func:`read_text`: at most ``limit`` bytes; a larger file is refused, never read whole.
+- :func:`parse_json` / :func:`read_json`: JSON whose numbers fit what Python, NumPy and torch hold (an integer of
+  at most 64 bits, a finite float where the text wrote a finite one): Python's own parser turns a 5,000-digit
+  integer into ``ValueError: Exceeds the limit (4300 digits)`` and a 400-digit one into an int that overflows at
+  the first ``float()``; nesting too deep for the parser is malformed too.
+- :func:`inside`: a file name read from a file (``file_name`` of an annotation, a line of a split list) joined to
+  its folder, refused when it is absolute or climbs out with ``..``.
+
+Each raises ``error`` (a :class:`moco_core.errors.UserError` subclass; UserError itself by default) with one line
+that names ``what`` was read, so every caller keeps the error class its command already reports. Nothing here
+imports torch: ``reports`` reads records through it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from moco_core.errors import UserError
+
+MiB = 1 << 20
+# Default limits by kind of file. Annotation files are large (COCO's instances_train2017.json is 448 MiB, LVIS
+# v1's train about 1 GiB); lists, records, split files and configs are small.
+ANNOTATION_LIMIT = 4096 * MiB
+LIST_LIMIT = 256 * MiB
+RECORD_LIMIT = 64 * MiB
+INT_BITS = 64  # an integer literal must fit a signed 64-bit integer (torch.long, numpy.int64)
+
+
+def regular_file(path: str | os.PathLike[str], *, what: str = "file", error: type[UserError] = UserError) -> Path:
+    """``path`` if it is a regular file (links followed); else ``error``: missing, a directory, a FIFO, a device."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except OSError as err:
+        raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise error(f"{what} {path} is {kind}, not a regular file")
+    return path
+
+
+def read_bytes(path: str | os.PathLike[str], *, limit: int, what: str = "file",
+               error: type[UserError] = UserError) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes (:func:`regular_file`); a larger one is refused
+    after reading ``limit + 1`` bytes, never more (its size on disk may lie: a file that grows as it is read)."""
+    path = regular_file(path, what=what, error=error)
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise error(f"{what} {path} is larger than {_size(limit)}: not read (is it the file you meant?)")
+    return data
+
+
+def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file",
+              error: type[UserError] = UserError) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a byte-order mark allowed); undecodable bytes are ``error``."""
+    data = read_bytes(path, limit=limit, what=what, error=error)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} {path} is not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r})") \
+            from None
+
+
+class _NumberError(ValueError):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    # Digits are counted before int() converts: Python's own limit (4300 digits) raises deep in the parser, and a
+    # long integer under it overflows later, at the first float() of it.
+    if len(text.lstrip("-")) > 20:
+        raise _NumberError(f"integer {text[:24]}... ({len(text)} characters) beyond {INT_BITS} bits")
+    value = int(text)
+    if not -(1 << (INT_BITS - 1)) <= value < 1 << (INT_BITS - 1):
+        raise _NumberError(f"integer {text} beyond {INT_BITS} bits")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # a finite literal too large for a double, not the NaN/Infinity constants
+        raise _NumberError(f"number {text[:24]}{'...' if len(text) > 24 else ''} beyond the range of a float")
+    return value
+
+
+def parse_json(text: str | bytes, *, what: str = "JSON", error: type[UserError] = UserError) -> Any:
+    """JSON ``text`` parsed, its numbers checked (see the module docstring); malformed text is ``error``."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except _NumberError as err:
+        raise error(f"{what}: malformed JSON ({err})") from None
+    except json.JSONDecodeError as err:
+        raise error(f"{what}: malformed JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{what}: malformed JSON (not UTF-8 at byte {err.start})") from None
+    except RecursionError:
+        raise error(f"{what}: malformed JSON (nested too deep)") from None
+    except ValueError as err:  # anything else the parser or int() refuses
+        raise error(f"{what}: malformed JSON ({err})") from None
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int = RECORD_LIMIT, what: str = "JSON file",
+              error: type[UserError] = UserError) -> Any:
+    """A JSON file (:func:`read_bytes`, then :func:`parse_json`), the error naming the path."""
+    data = read_bytes(path, limit=limit, what=what, error=error)
+    return parse_json(data, what=f"{path}", error=error)
+
+
+def inside(root: str | os.PathLike[str], name: str, *, what: str = "file name",
+           error: type[UserError] = UserError) -> Path:
+    """``root / name`` for a relative ``name`` that stays under ``root``; an absolute name, one that climbs out
+    with ``..``, or one holding a NUL byte is ``error``. Only the name is checked (links inside the folder are
+    the dataset's own business; what they point to is verified as an image where it is read)."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise error(f"{what} {name!r} is not a file name")
+    normal = os.path.normpath(name)
+    if os.path.isabs(name) or normal == ".." or normal.startswith(".." + os.sep):
+        raise error(f"{what} {name!r} leaves {root} (names are relative to it)")
+    return Path(root) / normal
+
+
+def _size(limit: int) -> str:
+    return f"{limit // MiB} MiB" if limit >= MiB else f"{limit} bytes"
