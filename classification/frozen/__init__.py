@@ -1,0 +1,5 @@
+"""Frozen-feature evaluation: a pretrained backbone read once, its features fed to many readers.
+
+Today: ``taps`` (which features a backbone is read at: a ResNet's pooled stages, a ViT's class tokens of its last
+blocks with or without the average of its patch tokens, all in one forward pass).
+"""

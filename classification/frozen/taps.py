@@ -1,0 +1,105 @@
+"""Where a frozen backbone is read: named features ("taps"), all computed in one forward pass.
+
+A ResNet (torchvision's, whatever its stem) is read after a stage, globally average-pooled: ``layer4`` is the
+paper's feature (the pooled last stage, 2,048-d on ResNet-50); ``layer1`` .. ``layer3`` are the earlier stages.
+
+A ViT (timm's ``VisionTransformer``: ours, and every ViT the weight readers build) is read as DINOv2's linear
+evaluation reads it (facebookresearch/dinov2 ``eval/linear.py``, arXiv 2304.07193): the class tokens of the last
+``n`` blocks, each through the final LayerNorm, concatenated, optionally followed by the mean of the last block's
+patch tokens (through the same norm; register tokens are neither). Names: ``cls`` (n = 1: the class token the
+model's own head reads), ``cls4`` (n = 4), and either with ``+avg``: ``cls+avg``, ``cls4+avg``.
+
+:class:`FeatureTaps` wraps a backbone and returns ``{tap: (N, D_tap)}`` for the taps asked for; the backbone's
+classifier (``fc`` / ``head``) is never run.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from moco_core.model.vit import is_vit
+
+RESNET_TAPS = ("layer4", "layer3", "layer2", "layer1")
+VIT_TAPS = ("cls", "cls+avg", "cls4", "cls4+avg")
+_VIT_TAP = re.compile(r"cls(\d*)(\+avg)?")
+
+
+def default_tap(backbone: nn.Module) -> str:
+    """The feature every protocol reads unless told otherwise: a ViT's class token, a ResNet's pooled last stage."""
+    return "cls" if is_vit(backbone) else "layer4"
+
+
+def available_taps(backbone: nn.Module) -> tuple[str, ...]:
+    return VIT_TAPS if is_vit(backbone) else RESNET_TAPS
+
+
+def _vit_tap(name: str, depth: int) -> tuple[int, bool]:
+    """(blocks, with the patch average) of a ViT tap name: ``cls`` (1), ``cls4+avg`` (4, True)."""
+    match = _VIT_TAP.fullmatch(name)
+    if not match:
+        raise ValueError(f"unknown ViT feature {name!r}; expected one of {', '.join(VIT_TAPS)} (clsN: the last N "
+                         f"blocks' class tokens)")
+    blocks = int(match[1] or 1)
+    if not 1 <= blocks <= depth:
+        raise ValueError(f"feature {name!r}: the ViT has {depth} blocks")
+    return blocks, bool(match[2])
+
+
+class FeatureTaps(nn.Module):
+    """``backbone`` read at ``taps`` in one pass: images (N, 3, H, W) -> {tap: (N, D_tap)} (float, the backbone's
+    dtype under autocast). The backbone is used as it is (its mode, its device); nothing is trained here."""
+
+    def __init__(self, backbone: nn.Module, taps: tuple[str, ...]) -> None:
+        super().__init__()
+        if not taps:
+            raise ValueError("no feature taps asked for")
+        self.backbone = backbone
+        self.taps = tuple(dict.fromkeys(taps))  # order kept, each once
+        self.vit = is_vit(backbone)
+        if self.vit:
+            depth = len(backbone.blocks)
+            self._vit = {tap: _vit_tap(tap, depth) for tap in self.taps}
+            self._blocks = max(blocks for blocks, _ in self._vit.values())
+        else:
+            unknown = [tap for tap in self.taps if tap not in RESNET_TAPS]
+            if unknown:
+                raise ValueError(f"unknown ResNet feature {unknown[0]!r}; expected some of {', '.join(RESNET_TAPS)}")
+            self._stages = max(int(tap[-1]) for tap in self.taps)
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self._vit_forward(images) if self.vit else self._resnet_forward(images)
+
+    def _resnet_forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        m = self.backbone
+        x = m.maxpool(m.relu(m.bn1(m.conv1(images))))
+        out = {}
+        for stage in range(1, self._stages + 1):
+            x = getattr(m, f"layer{stage}")(x)  # (N, C_stage, H_s, W_s)
+            if f"layer{stage}" in self.taps:
+                out[f"layer{stage}"] = torch.flatten(m.avgpool(x) if stage == 4 else x.mean((2, 3), keepdim=True), 1)
+        return {tap: out[tap] for tap in self.taps}
+
+    def _vit_forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        # timm's forward_intermediates: the last `blocks` blocks' outputs, each through the final norm, as pairs of
+        # patch tokens (N, L, D) and prefix tokens (N, 1 + registers, D); the last pair is the last block's.
+        pairs = self.backbone.forward_intermediates(
+            images, indices=self._blocks, norm=True, output_fmt="NLC", intermediates_only=True,
+            return_prefix_tokens=True)
+        patches, prefixes = [p for p, _ in pairs], [q for _, q in pairs]
+        out = {}
+        for tap, (blocks, with_avg) in self._vit.items():
+            parts = [prefix[:, 0] for prefix in prefixes[-blocks:]]  # class tokens, earliest block first
+            if with_avg:
+                parts.append(patches[-1].mean(1))  # (N, D): the last block's patch tokens, registers left out
+            out[tap] = torch.cat(parts, dim=1)
+        return out
+
+    def dims(self, image_size: int) -> dict[str, int]:
+        """Each tap's width, from one forward pass of a blank image batch of 1 (the backbone's own device)."""
+        param = next(self.backbone.parameters())
+        with torch.no_grad():
+            out = self(torch.zeros(1, 3, image_size, image_size, device=param.device, dtype=param.dtype))
+        return {tap: value.shape[1] for tap, value in out.items()}
