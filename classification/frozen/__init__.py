@@ -1,5 +1,6 @@
 """Frozen-feature evaluation: a pretrained backbone read once, its features fed to many readers.
 
 Today: ``taps`` (which features a backbone is read at: a ResNet's pooled stages, a ViT's class tokens of its last
-blocks with or without the average of its patch tokens, all in one forward pass).
+blocks with or without the average of its patch tokens, all in one forward pass) and ``features`` (the features of
+a dataset computed once, in that one pass, and cached on disk under a key that says what made them).
 """

@@ -1,0 +1,266 @@
+"""Features of a frozen backbone over a dataset, computed once and cached on disk, keyed by what made them.
+
+:func:`extract_features` runs the backbone once over a dataset (eval mode, no gradients, bf16 autocast on CUDA
+when asked) and reads every tap asked for in that one pass (:class:`classification.frozen.taps.FeatureTaps`):
+``{tap: (N, D_tap) float32 on the CPU}`` and the labels, in the dataset's order.
+
+:func:`cached_features` keeps them in a file named by the SHA-256 of their key, a plain dict saying what made
+them (CLIP_benchmark's ``features_{train,val}.pt`` idea, with the key made explicit): the weights (their file's
+SHA-256, or "random" with the arch and the seed that drew them), the transform (resize, crop, interpolation,
+normalisation: :class:`FeatureTransform`), the dataset (root, split, a digest of its file list and labels:
+:func:`samples_digest`), the taps and the precision. :func:`feature_key` builds that key. A changed key is another
+file, never a stale read. Files are written atomically (a temporary file renamed into place), hold their key and
+the SHA-256 of their payload, and are checked on every read: a truncated or altered file, or one whose key is not
+the one asked for, is recomputed with a one-line warning, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from classification.frozen.taps import FeatureTaps
+from moco_core.checkpoint import write_atomic
+from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from moco_core.errors import UserError
+from moco_core.model.backbone import BackboneInfo
+from moco_core.run.progress import Progress, format_duration
+from moco_core.run.runtime import autocast
+
+# Bump when what extract_features computes for the same key changes (it is part of every key).
+FEATURES_FORMAT = 1
+_MAGIC = b"moco-features 1\n"
+_HEADER_LIMIT = 1 << 20  # bytes of the JSON header line
+
+
+@dataclass(frozen=True)
+class FeatureTransform:
+    """The deterministic view features are computed from: shorter side resized to ``resize`` (``interpolation``),
+    centre crop ``crop_size``, tensor, normalised by ``mean`` / ``std``.
+
+    The transfer protocol's (Kornblith et al., arXiv 1805.08974; SimCLR appendix B.8) is the default: bicubic to
+    224, centre crop 224, ImageNet's statistics. The normalisation is set only by :func:`transform_for`, so that
+    weights that expect other inputs (converted SimCLR weights take [0, 1]) are wired in one place."""
+
+    resize: int = 224
+    crop_size: int = 224
+    interpolation: str = "bicubic"  # "bilinear" for ImageNet's evaluation views
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def build(self) -> Callable[[Any], torch.Tensor]:
+        """The torchvision transform (a PIL image in, a (3, crop, crop) tensor out)."""
+        from torchvision import transforms as T
+
+        mode = T.InterpolationMode(self.interpolation)
+        return T.Compose([T.Resize(self.resize, interpolation=mode), T.CenterCrop(self.crop_size), T.ToTensor(),
+                          T.Normalize(list(self.mean), list(self.std))])
+
+    def record(self) -> dict[str, Any]:
+        return {"resize": self.resize, "crop_size": self.crop_size, "interpolation": self.interpolation,
+                "mean": list(self.mean), "std": list(self.std)}
+
+
+def transform_for(info: BackboneInfo | None, *, resize: int = 224, crop_size: int = 224,
+                  interpolation: str = "bicubic") -> FeatureTransform:
+    """The view for ``info``'s weights: their input normalisation where the loader says it (a ``normalization``
+    entry ``{"mean": [...], "std": [...]}`` among its pretraining facts), else ImageNet's."""
+    norm = (info.pretrain or {}).get("normalization") if info is not None else None
+    if isinstance(norm, dict) and "mean" in norm and "std" in norm:
+        mean, std = tuple(float(v) for v in norm["mean"]), tuple(float(v) for v in norm["std"])
+        return FeatureTransform(resize, crop_size, interpolation, mean, std)  # type: ignore[arg-type]
+    return FeatureTransform(resize, crop_size, interpolation)
+
+
+@dataclass
+class FeatureSet:
+    """Features of one dataset split: ``features`` {tap: (N, D) float32, CPU}, ``labels`` (N,) int64 class
+    indices, or (N, C) for multi-label data (VOC07: 1 present, 0 absent, -1 difficult), in the dataset's order."""
+
+    features: dict[str, torch.Tensor]
+    labels: torch.Tensor
+    key: dict[str, Any] | None = None  # what made them (cached_features), None when not cached
+    seconds: float = 0.0  # extraction time (0 when read from the cache)
+    cached: bool = False  # read from the cache file
+    path: Path | None = None  # the cache file
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def subset(self, index: torch.Tensor | Sequence[int]) -> FeatureSet:
+        """The rows ``index`` (a few-shot draw, a held-out part of train), features and labels alike."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        return FeatureSet({t: f[index] for t, f in self.features.items()}, self.labels[index], self.key)
+
+
+def _labels(target: Any) -> torch.Tensor:
+    return target if isinstance(target, torch.Tensor) else torch.as_tensor(target)
+
+
+@torch.no_grad()
+def extract_features(backbone: nn.Module, dataset: Dataset, *, taps: Sequence[str], batch_size: int = 256,
+                     device: torch.device | str = "cpu", workers: int = 0, amp: bool = True,
+                     progress: bool | str = False, what: str = "features") -> FeatureSet:
+    """Every item of ``dataset`` (``(image (3, H, W), target, ...)``) through ``backbone`` once, read at ``taps``.
+
+    The backbone is moved to ``device`` and put in eval mode (BN statistics and dropout frozen: the features of a
+    frozen network), then given back in the mode it had; ``amp``: bf16 autocast on CUDA (fp32 on CPU). Features
+    that are not finite are an error (a NaN would score as chance, silently)."""
+    device = torch.device(device)
+    was_training = backbone.training
+    reader = FeatureTaps(backbone.to(device).eval(), tuple(taps))
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda")
+    shown = Progress(len(loader), every=max(1, len(loader) // 10), enabled=progress)
+    out: dict[str, list[torch.Tensor]] = {tap: [] for tap in reader.taps}
+    labels: list[torch.Tensor] = []
+    started = time.perf_counter()
+    try:
+        for step, (images, target, *_) in enumerate(loader, 1):
+            with autocast(device, amp):
+                feats = reader(images.to(device, non_blocking=True))
+            for tap, value in feats.items():
+                out[tap].append(value.float().cpu())
+            labels.append(_labels(target).cpu())
+            shown.update(step, 0, 1)
+    finally:
+        backbone.train(was_training)
+    seconds = time.perf_counter() - started
+    if not labels:
+        raise UserError(f"{what}: the dataset is empty; no features to compute")
+    features = {tap: torch.cat(parts) for tap, parts in out.items()}
+    broken = [tap for tap, value in features.items() if not torch.isfinite(value).all()]
+    if broken:
+        raise UserError(f"{what}: the backbone's features ({', '.join(broken)}) are not finite (NaN or inf): its "
+                        f"weights or BN statistics are broken; nothing can be evaluated from them")
+    n = len(dataset)  # type: ignore[arg-type]
+    shown.message(f"{what}: {n} images in {format_duration(seconds)} ({n / max(seconds, 1e-9):.0f} images/s)")
+    return FeatureSet(features, torch.cat(labels), seconds=seconds)
+
+
+def weights_identity(info: BackboneInfo, seed: int | None = None) -> dict[str, Any]:
+    """The key's ``weights``: the file's SHA-256, or for random init the arch and the seed that drew it."""
+    if info.sha256:
+        return {"sha256": info.sha256, "arch": info.arch}
+    return {"random": True, "arch": info.arch, "seed": seed}
+
+
+def samples_digest(root: str | os.PathLike[str], samples: Iterable[tuple[str, Any]]) -> str:
+    """SHA-256 of a split's file list in order: each file's path relative to ``root``, its size and its label
+    (a list for multi-label targets). It changes when a file is added, removed, reordered, relabelled or
+    rewritten at another size."""
+    digest = hashlib.sha256()
+    for path, label in samples:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = -1
+        label = label.tolist() if isinstance(label, torch.Tensor) else label
+        rel = os.path.relpath(path, root)
+        digest.update(json.dumps([rel, size, label]).encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
+def feature_key(*, weights: dict[str, Any], transform: FeatureTransform, dataset: dict[str, Any],
+                taps: Sequence[str], amp: bool, device: torch.device | str) -> dict[str, Any]:
+    """The cache key of a feature set (see the module docstring). ``dataset``: at least ``root``, ``split`` and
+    the ``files`` digest (:func:`samples_digest`). bf16 and fp32 features differ, so the precision is part of it."""
+    precision = "bf16" if amp and torch.device(device).type == "cuda" else "fp32"
+    return {"format": FEATURES_FORMAT, "weights": weights, "transform": transform.record(), "dataset": dataset,
+            "taps": list(taps), "precision": precision}
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """SHA-256 of the key's canonical JSON (sorted keys): the cache file's name."""
+    return hashlib.sha256(_canonical(key).encode()).hexdigest()
+
+
+def _canonical(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def cache_path(cache_dir: Path, key: dict[str, Any]) -> Path:
+    return Path(cache_dir) / f"features-{key_digest(key)[:32]}.pt"
+
+
+def cached_features(cache_dir: str | os.PathLike[str], key: dict[str, Any],
+                    compute: Callable[[], FeatureSet]) -> FeatureSet:
+    """The feature set of ``key`` from ``cache_dir``, or ``compute()``'d and written there (atomically)."""
+    path = cache_path(Path(cache_dir), key)
+    if path.exists():
+        try:
+            found = read_feature_file(path, key)
+            found.key, found.cached, found.path = key, True, path
+            return found
+        except _Unusable as err:
+            print(f"warning: feature cache {path}: {err}; recomputing it", file=sys.stderr)
+    made = compute()
+    write_feature_file(path, key, made)
+    made.key, made.path = key, path
+    return made
+
+
+class _Unusable(Exception):
+    """A cache file that must not be trusted (the message says why)."""
+
+
+def write_feature_file(path: Path, key: dict[str, Any], features: FeatureSet) -> None:
+    """``path``: the magic line, a JSON header line (the key, the payload's length and SHA-256), then the payload
+    (torch.save of the tensors), written through :func:`moco_core.checkpoint.write_atomic`."""
+    buffer = io.BytesIO()
+    torch.save({"features": features.features, "labels": features.labels}, buffer)
+    payload = buffer.getvalue()
+    header = json.dumps({"key": key, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()},
+                        sort_keys=True, allow_nan=False).encode() + b"\n"
+
+    def write(f: Any) -> None:
+        f.write(_MAGIC)
+        f.write(header)
+        f.write(payload)
+
+    write_atomic(path, write, what="feature cache")
+
+
+def read_feature_file(path: Path, key: dict[str, Any]) -> FeatureSet:
+    """The features in ``path``, checked: its key must be ``key`` and its payload whole (length and SHA-256);
+    raises :class:`_Unusable` otherwise."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(_MAGIC)) != _MAGIC:
+                raise _Unusable("not a feature cache file of this version")
+            line = f.readline(_HEADER_LIMIT)
+            try:
+                header = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise _Unusable("its header is damaged") from None
+            if not isinstance(header, dict) or not isinstance(header.get("bytes"), int):
+                raise _Unusable("its header is damaged")
+            if _canonical(header.get("key", {})) != _canonical(key):
+                raise _Unusable("it holds the features of another key")
+            payload = f.read(header["bytes"] + 1)
+    except OSError as err:
+        raise _Unusable(f"cannot be read ({err.strerror or err})") from None
+    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise _Unusable("its content does not match its checksum (truncated or altered)")
+    try:
+        data = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        features, labels = data["features"], data["labels"]
+    except Exception as err:  # the checksum matched, so only a file written by other code gets here
+        raise _Unusable(f"unreadable ({type(err).__name__})") from None
+    if not (isinstance(features, dict) and isinstance(labels, torch.Tensor)
+            and all(isinstance(v, torch.Tensor) and v.shape[0] == labels.shape[0] for v in features.values())
+            and list(features) == list(key.get("taps", features))):
+        raise _Unusable("its tensors are not the ones its key names")
+    return FeatureSet(features, labels)
