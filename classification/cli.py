@@ -1,4 +1,4 @@
-"""``moco eval linear``, ``moco eval finetune`` and ``moco eval knn``: options in, plain function calls out."""
+"""``moco eval linear``, ``finetune``, ``knn``, ``snapshots`` and ``transfer``: options in, plain function calls out."""
 
 from __future__ import annotations
 
@@ -254,3 +254,58 @@ def run_knn(cfg: KnnConfig, pretrained: str) -> None:
     report_result(lambda: knn_eval(pretrained, cfg.data, Path(str(cfg.run.output_dir)), k=cfg.k,
                                    temperature=cfg.temperature, batch_size=cfg.batch_size, arch=cfg.arch,
                                    device_name=cfg.run.device, seed=cfg.run.seed)[0])
+
+
+def transfer_cli(
+    pretrained: Pretrained,
+    data: Annotated[str | None, typer.Option(help="ROOT holding the datasets as torchvision's classes download them "
+                                             "(ROOT/food-101, ROOT/dtd/dtd, ROOT/VOCdevkit/VOC2007, ...), or "
+                                             "'embedded'.")] = None,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('transfer')}). Without it: the protocol (224-px "
+                                               "bicubic centre crops, 45 L2 values from 1e-6 to 1e5).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. solver.max_iter=500.")] = None,
+    datasets: Annotated[str | None, typer.Option(
+        help="Only these datasets, comma-separated (data.datasets), e.g. dtd,pets,flowers.")] = None,
+    solver: Annotated[str | None, typer.Option(
+        help="torch (L-BFGS in torch, on the GPU when there is one) or sklearn (scikit-learn's LogisticRegression)."
+    )] = None,
+    shots: Annotated[str | None, typer.Option(
+        help="Few-shot too: k labelled images a class, e.g. 1,5,10,25 (fewshot.shots).")] = None,
+    tries: Annotated[int | None, typer.Option(help="Few-shot draws for each k (fewshot.tries).")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where the splits, features and one record a dataset go (default: runs/<preset>/<weights>).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Carry on with the datasets a stopped suite has not done "
+                                         "(those with a record are kept).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
+) -> None:
+    """Linear transfer to 12 datasets (Kornblith et al.; SimCLR's Table 8): frozen features, L2 logistic regression
+    by L-BFGS with its strength swept over 45 values on val, refit on train + val, each dataset's metric once."""
+    from classification.suite.config import load_suite_config, parse_names, parse_shots
+
+    try:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("moco eval transfer runs in one process: features are computed once, on one device")
+        flags = {"arch": arch, "data": {"path": data, "datasets": parse_names(datasets), "workers": workers},
+                 "solver": {"name": solver}, "fewshot": {"shots": parse_shots(shots), "tries": tries},
+                 "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+        cfg = load_suite_config(config, set_ or [], flags=flags)
+        cfg = with_output_dir(cfg, config, "transfer", pretrained, cfg.arch, "--arch")
+    except UserError as err:
+        raise _fail(err) from None
+    print_or_launch(cfg, print_config, 1, run_transfer, cfg, pretrained, quiet, resume)
+
+
+def run_transfer(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
+    """One ``moco eval transfer``: prints ``result: RUN_DIR``; a user error is one line, exit code 2."""
+    from classification.suite.run import run_suite
+
+    report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]

@@ -11,7 +11,9 @@ What it changes, after the preset and the command's own ``--set`` and flags are 
 - sizes, where the command did not choose them itself: ResNet-18 at 32-pixel crops, batches of 8, a queue of 32,
   no DataLoader workers, detection at 48-64 pixels with few proposals, segmentation crops of 48 pixels;
 - the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or
-  segmentation) scenes, generated beside the full ones, never in their place.
+  segmentation) scenes, generated beside the full ones, never in their place; the embedded transfer suite with
+  3-4 images a class (:mod:`classification.suite.embedded`);
+- the transfer suite (``moco eval transfer``): 32-px views and at most 50 L-BFGS iterations a value.
 
 Runs stay real runs: their directories, checkpoints and records are written as usual, and each record and
 ``run.json`` says ``"smoke": true``. Numbers from them mean nothing. Torch-free: the CLI reads this first.
@@ -55,6 +57,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,
     "SemsegConfig": {"solver.batch_size": 2, "input.crop_size": 48, "data.workers": 0, "run.log_every": 1},
+    "TransferSuiteConfig": {"data.resize": 32, "data.crop_size": 32, "data.workers": 0, "features.batch_size": 8,
+                            "solver.max_iter": 50},
 }
 # The run's length by config class name: (key, the new length from the configured one).
 LENGTHS = {

@@ -36,7 +36,7 @@ from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
-from moco_core.run.progress import Progress, format_duration
+from moco_core.run.progress import LINE, Progress, format_duration
 from moco_core.run.runtime import autocast
 
 # Bump when what extract_features computes for the same key changes (it is part of every key).
@@ -123,7 +123,7 @@ def extract_features(backbone: nn.Module, dataset: Dataset, *, taps: Sequence[st
     was_training = backbone.training
     reader = FeatureTaps(backbone.to(device).eval(), tuple(taps))
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda")
-    shown = Progress(len(loader), every=max(1, len(loader) // 10), enabled=progress)
+    shown = Progress(len(loader), enabled=LINE if progress else False)  # the redrawn line, on a terminal only
     out: dict[str, list[torch.Tensor]] = {tap: [] for tap in reader.taps}
     labels: list[torch.Tensor] = []
     started = time.perf_counter()
@@ -146,7 +146,9 @@ def extract_features(backbone: nn.Module, dataset: Dataset, *, taps: Sequence[st
         raise UserError(f"{what}: the backbone's features ({', '.join(broken)}) are not finite (NaN or inf): its "
                         f"weights or BN statistics are broken; nothing can be evaluated from them")
     n = len(dataset)  # type: ignore[arg-type]
-    shown.message(f"{what}: {n} images in {format_duration(seconds)} ({n / max(seconds, 1e-9):.0f} images/s)")
+    if progress:
+        print(f"{what}: {n} images in {format_duration(seconds)} ({n / max(seconds, 1e-9):.0f} images/s)",
+              file=sys.stderr, flush=True)
     return FeatureSet(features, torch.cat(labels), seconds=seconds)
 
 

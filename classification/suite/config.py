@@ -1,0 +1,129 @@
+"""``moco eval transfer``'s config: the transfer protocol's values as defaults (Kornblith et al., arXiv 1805.08974;
+SimCLR appendix B.8), every one a ``--set`` away."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from classification.frozen.logreg import PRECISIONS, SOLVERS
+from moco_core.config import ConfigError, did_you_mean, load_config, require, run_checks
+
+
+@dataclass(frozen=True)
+class SuiteDataConfig:
+    path: str | None = None  # ROOT holding the datasets as torchvision downloads them, or "embedded"
+    datasets: tuple[str, ...] = ()  # () : every dataset (the catalog's 12, or the embedded suite's)
+    resize: int = 224  # shorter side, bicubic (the protocol: resize to 224, centre crop 224, no augmentation)
+    crop_size: int = 224
+    interpolation: str = "bicubic"
+    workers: int = 4
+    val_fraction: float = 0.2  # of train, where a dataset ships no val (ssl-transfer: 20%)
+    split_seed: int = 0  # draws the splits not shipped (ssl-transfer: seed 0)
+
+
+@dataclass(frozen=True)
+class SuiteFeaturesConfig:
+    tap: str | None = None  # None: the backbone's default (a ResNet's pooled layer4, a ViT's class token)
+    batch_size: int = 256
+    amp: bool = True  # bf16 autocast on CUDA
+    cache_dir: str | None = None  # None: <output_dir>/features
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    name: str = "torch"  # or "sklearn": scikit-learn's LogisticRegression(solver="lbfgs"), warm-started
+    precision: str = "float32"  # of the matrix products (float64 elsewhere); "float64": everything
+    max_iter: int = 1000  # L-BFGS iterations a value
+    tol: float = 1e-4  # largest gradient entry of the mean objective (scikit-learn's tol)
+    lambda_min: float = 1e-6  # the sweep: `lambdas` log-spaced L2 strengths (C = 1 / lambda), 1e-6 ... 1e5
+    lambda_max: float = 1e5
+    lambdas: int = 45
+
+
+@dataclass(frozen=True)
+class FewShotConfig:
+    shots: tuple[int, ...] = ()  # e.g. (1, 5, 10, 25): k labelled images a class; () : no few-shot
+    tries: int = 5
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SuiteRunConfig:
+    output_dir: str | None = None  # None: runs/<preset>/<weights>
+    device: str = "auto"
+    seed: int = 0  # draws the weights of "random"
+
+
+@dataclass(frozen=True)
+class TransferSuiteConfig:
+    """``moco eval transfer``: frozen features, the 45-value logistic-regression sweep, each dataset's metric."""
+
+    arch: str | None = None  # None: read from the weights ("random" needs it)
+    data: SuiteDataConfig = field(default_factory=SuiteDataConfig)
+    features: SuiteFeaturesConfig = field(default_factory=SuiteFeaturesConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
+    run: SuiteRunConfig = field(default_factory=SuiteRunConfig)
+
+    def lambda_values(self) -> tuple[float, ...]:
+        s = self.solver
+        if s.lambdas == 1:
+            return (s.lambda_min,)
+        step = (math.log10(s.lambda_max) - math.log10(s.lambda_min)) / (s.lambdas - 1)
+        return tuple(10 ** (math.log10(s.lambda_min) + i * step) for i in range(s.lambdas))
+
+
+def parse_names(text: str | None) -> tuple[str, ...] | None:
+    """``--datasets dtd,pets`` (or ``--shots 1,5``) as a tuple; None when not given."""
+    if text is None:
+        return None
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_shots(text: str | None) -> tuple[int, ...] | None:
+    names = parse_names(text)
+    if names is None:
+        return None
+    if not all(n.isdigit() and int(n) >= 1 for n in names):
+        raise ConfigError(f"--shots: expected numbers >= 1 separated by commas, e.g. 1,5,10,25; got {text!r}")
+    return tuple(int(n) for n in names)
+
+
+def check_datasets(names: tuple[str, ...], known: tuple[str, ...]) -> None:
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"data.datasets: unknown dataset {name!r}{did_you_mean(name, known)}; known: "
+                              f"{', '.join(known)}")
+
+
+def load_suite_config(config: str | None, overrides: list[str],
+                      flags: dict[str, Any] | None = None) -> TransferSuiteConfig:
+    """Defaults < YAML < ``--set`` < explicit flags, validated: one-line errors naming the key."""
+    cfg: TransferSuiteConfig = load_config(TransferSuiteConfig, config, overrides, flags=flags)
+    d, f, s, k = cfg.data, cfg.features, cfg.solver, cfg.fewshot
+    require([
+        (d.path is not None, "data.path", "not set: pass --data ROOT (the datasets as torchvision downloads them) "
+         "or --data embedded"),
+        (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "
+         f"{d.resize}"),
+        (d.interpolation in ("bicubic", "bilinear", "nearest"), "data.interpolation",
+         f"bicubic, bilinear or nearest, got {d.interpolation!r}"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        (0 < d.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {d.val_fraction}"),
+        (d.split_seed >= 0, "data.split_seed", f"must be >= 0, got {d.split_seed}"),
+        (f.batch_size >= 1, "features.batch_size", f"must be >= 1, got {f.batch_size}"),
+        (s.name in SOLVERS, "solver.name", f"{s.name!r}: expected one of {', '.join(SOLVERS)}"),
+        (s.precision in PRECISIONS, "solver.precision", f"{s.precision!r}: expected one of {', '.join(PRECISIONS)}"),
+        (s.max_iter >= 1, "solver.max_iter", f"must be >= 1, got {s.max_iter}"),
+        (0 < s.tol < math.inf, "solver.tol", f"must be finite and > 0, got {s.tol}"),
+        (0 < s.lambda_min <= s.lambda_max < math.inf, "solver.lambda_min",
+         f"need 0 < lambda_min <= lambda_max, got {s.lambda_min} and {s.lambda_max}"),
+        (s.lambdas >= 1, "solver.lambdas", f"must be >= 1, got {s.lambdas}"),
+        (all(n >= 1 for n in k.shots), "fewshot.shots", f"must be >= 1, got {list(k.shots)}"),
+        (k.tries >= 1, "fewshot.tries", f"must be >= 1, got {k.tries}"),
+        (k.seed >= 0, "fewshot.seed", f"must be >= 0, got {k.seed}"),
+        *run_checks(cfg.run.device, cfg.run.seed),
+    ])
+    return cfg
