@@ -4,7 +4,7 @@ read back, compared and reused: ``<run>/splits/<dataset>.json``, whose SHA-256 g
 Drawn, with ``numpy`` generators seeded by ``SeedSequence([seed, class index])``, so a draw does not depend on the
 order classes are listed in:
 - train / test from a pool (Caltech-101: 30 a class for train, the rest test; SUN397 without its Partitions
-  files: 50 and 50 a class, split 1's shape);
+  files: 50 and 50 a class, split 1's shape); a class too small for that keeps one image for test;
 - val from train where the dataset ships no val: ``val_fraction`` of each class (at least one image, and at
   least one left in train).
 
@@ -59,11 +59,11 @@ def draw_pool(pool: Split, train: int, test: int | None, seed: int) -> tuple[Spl
     chosen: dict[str, list[int]] = {"train": [], "test": []}
     for label, index in _by_class(pool).items():
         order = [index[i] for i in _rng(seed, label).permutation(len(index))]
-        if len(order) <= train:  # a class this small gives all to train and none to test (kept in train)
-            chosen["train"] += order
-            continue
-        chosen["train"] += order[:train]
-        chosen["test"] += order[train:] if test is None else order[train:train + test]
+        # A class of at most `train` images (none in the real datasets; the fixtures' and smoke runs' small ones)
+        # keeps one image for test.
+        n = min(train, len(order) - 1)
+        chosen["train"] += order[:n]
+        chosen["test"] += order[n:] if test is None else order[n:n + test]
     return pool.take(sorted(chosen["train"])), pool.take(sorted(chosen["test"]))
 
 
