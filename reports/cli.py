@@ -40,7 +40,7 @@ def report_cli(
     if not find_record_files(results):
         raise _fail(f"no result records (result.json or *.result.json) under {', '.join(results)}")
     report = build_report(results)
-    if not report.records:
+    if not report.records and not report.transfer:
         print(skipped_line(report.skipped), file=sys.stderr)
         raise _fail(f"none of the {len(report.skipped)} records under {', '.join(results)} could be used")
     try:

@@ -134,13 +134,21 @@ def find_record_files(roots: Iterable[str]) -> list[tuple[str, Path]]:
     return sorted(((shown, file) for file, shown in found.items()), key=lambda pair: pair[0])
 
 
+# Tasks whose records reports.transfer reads (moco eval transfer's), left alone here
+TRANSFER_TASKS = ("transfer", "transfer-fewshot")
+
+
 def load_records(roots: Iterable[str]) -> tuple[list[Record], list[Skipped]]:
-    """All usable records under ``roots``, and the skipped files with their reasons."""
+    """All usable records under ``roots``, and the skipped files with their reasons (the transfer suite's records
+    are :mod:`reports.transfer`'s)."""
     records: list[Record] = []
     skipped: list[Skipped] = []
     for shown, file in find_record_files(roots):
         try:
-            records.append(parse_record(read_json(file), shown))
+            data = read_json(file)
+            if isinstance(data, dict) and data.get("task") in TRANSFER_TASKS:
+                continue
+            records.append(parse_record(data, shown))
         except RecordError as err:
             skipped.append(Skipped(shown, str(err)))
     return records, skipped
@@ -294,6 +302,11 @@ def _detection_setting(data: dict[str, Any], task: str,
 def _pretrain_config(backbone: dict[str, Any]) -> dict[str, Any]:
     pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
     return pretrain.get("config") if isinstance(pretrain.get("config"), dict) else {}
+
+
+def pretraining_of(backbone: dict[str, Any]) -> Pretraining:
+    """A record's ``backbone`` as a :class:`Pretraining` (RecordError where it lacks its format or arch)."""
+    return _pretraining(backbone)
 
 
 def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretraining:

@@ -41,7 +41,8 @@ def one_line(text: str) -> str:
 
 def records_line(report: Report) -> str:
     skipped = f"{len(report.skipped)} skipped (listed at the end)" if report.skipped else "none skipped"
-    return f"{len(report.records)} records read from {', '.join(report.roots)}; {skipped}."
+    suites = f" and {len(report.transfer)} transfer suite runs" if report.transfer else ""
+    return f"{len(report.records)} records{suites} read from {', '.join(report.roots)}; {skipped}."
 
 
 def skipped_line(skipped: list[Skipped]) -> str:

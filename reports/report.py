@@ -17,6 +17,8 @@ from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
 from reports.summary import Entry, Stat, delta, group, supervised_reference
 from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, mechanism_label
+from reports.transfer import Trial, load_trials, transfer_tables
+from reports.transfer import tidy as transfer_tidy
 
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
@@ -48,17 +50,22 @@ class Report:
     tables: list[Table]
     tidy: list[dict[str, str]]
     curves: list[Curve] = field(default_factory=list)
+    transfer: list[Trial] = field(default_factory=list)  # moco eval transfer's suites (reports.transfer)
 
 
 def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
                  expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> Report:
     """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given."""
     records, skipped = load_records(roots)
+    trials, transfer_skipped = load_trials(roots)
     main, ablation = group(records)
     pub = load_published() if published is None else published
     tables, shown = all_tables(main, ablation, pub, expected)
-    tidy = tidy_rows(main, ablation, shown, skipped)
-    return Report(list(roots), records, skipped, tables, tidy, find_curves(main + ablation))
+    tables += transfer_tables(trials, pub)
+    skipped += transfer_skipped
+    tidy = tidy_rows(main, ablation, shown, skipped) + [{c: row.get(c, "") for c in CSV_COLUMNS}
+                                                       for row in transfer_tidy(trials)]
+    return Report(list(roots), records, skipped, tables, tidy, find_curves(main + ablation), trials)
 
 
 # ------------------------------------------------------------------------------------------------------------- CSV

@@ -185,7 +185,7 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
                            "refit_converged": final.converged},
                 "features": {p: {"cached": s.cached, "seconds": s.seconds, "file": str(s.path)}
                              for p, s in sets.items()},
-                "test_scores": _per_image(spec.metric, final.scores(x["test"]), y["test"])}
+                **_per_image(spec.metric, final.scores(x["test"]), y["test"])}
     record = write_record(out / spec.name / "result.json", task="transfer", protocol=PROTOCOL,
                           metrics={spec.metric: test, f"val_{spec.metric}": path.scores[path.chosen]},
                           backbone=backbone.info, dataset=dataset, config=to_dict(cfg), history=path.curve(),
@@ -197,11 +197,12 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
     return record
 
 
-def _per_image(name: str, scores: torch.Tensor, labels: torch.Tensor) -> list[int] | None:
-    """Each test image right (1) or wrong (0) for top-1 metrics: what the report's paired test permutes."""
+def _per_image(name: str, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, list[int]]:
+    """Each test image right (1) or wrong (0), and its class: what the report's paired test between two rows
+    permutes (single-label metrics; the 11-point mAP has no per-image form)."""
     if name == "map11":
-        return None
-    return (scores.argmax(1) == labels).int().tolist()
+        return {}
+    return {"test_correct": (scores.argmax(1) == labels).int().tolist(), "test_labels": labels.tolist()}
 
 
 def _fewshot(cfg: TransferSuiteConfig, spec: Spec, x: dict[str, torch.Tensor], y: dict[str, torch.Tensor], k: int,

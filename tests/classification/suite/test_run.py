@@ -105,7 +105,7 @@ def test_a_suite_on_the_real_layouts(root: Path, tmp_path: Path, capsys: pytest.
     assert (dtd["train_images"], dtd["val_images"], dtd["test_images"]) == (3, 3, 3)
     cifar = json.loads((out / "cifar10" / "result.json").read_text())
     assert cifar["dataset"]["splits"]["how"]["val"] == "drawn: 20% of each class of train"
-    assert len(cifar["transfer"]["test_scores"]) == 3  # each test image right or wrong, for the paired test
+    assert len(cifar["transfer"]["test_correct"]) == 3  # each test image right or wrong, for the paired test
     features = sorted((out / "features").glob("features-*.pt"))
     assert len(features) == 12  # train, val, test of 4 datasets
 

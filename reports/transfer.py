@@ -1,0 +1,252 @@
+"""The linear transfer suite's table, from ``moco eval transfer`` records (task ``transfer``): one column a dataset
+in SimCLR's Table 8 order (arXiv 2002.05709; CUB-200-2011 in Birdsnap's place, as DINOv2's Table 8), the mean
+over them, one row a pretraining (its trials: mean ± sample std), published rows beside ours (published.csv,
+task ``transfer_linear``), and significance notes between rows.
+
+Rows and trials: records are grouped by the suite run they belong to (a trial: one backbone through the suite),
+and trials by pretraining (:func:`reports.summary.pretraining_identity`: the same weights, or our runs of one
+recipe with other seeds; random init of one arch). A trial's mean is over the table's datasets it has all of.
+Tables are by setting: the real suite or the embedded one (and its version), the view size and the solver.
+
+Significance, between each row and the random-init row (the floor) and the supervised one (the reference):
+- rows with 2 or more trials: the difference of the trial means of the suite mean, in standard errors of that
+  difference (Welch: sqrt(s1^2/n1 + s2^2/n2)); the trials of a row differ in their seeds, so this is the SE that
+  covers pretraining noise, which a test over one trial's test images does not;
+- rows of one trial each: per dataset, a paired permutation test over the test images (SimCLR's choice): each
+  image's outcome under the two rows swapped at random. For top-1 its exact distribution is the binomial one of
+  McNemar's exact test (only the images one row gets right and the other wrong move), computed exactly; for mean
+  per-class accuracy, where images weigh 1/(classes x their class's size), 10,000 random swaps (seed 0). The
+  11-point mAP has no per-image form: no test.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reports.pretraining import Pretraining
+from reports.published import PublishedRow
+from reports.records import RecordError, Skipped, find_record_files, pretraining_of, read_json
+from reports.summary import pretraining_identity
+from reports.tables import MISSING, Cell, Column, Row, Table, fmt
+
+TASK = "transfer"
+PUBLISHED_TASK = "transfer_linear"
+REAL = ("food101", "cifar10", "cifar100", "cub200", "sun397", "cars", "aircraft", "voc2007", "dtd", "pets",
+        "caltech101", "flowers")
+EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
+HEADERS = {"food101": "Food", "cifar10": "CIFAR10", "cifar100": "CIFAR100", "cub200": "CUB", "sun397": "SUN397",
+           "cars": "Cars", "aircraft": "Aircraft", "voc2007": "VOC07", "dtd": "DTD", "pets": "Pets",
+           "caltech101": "Caltech", "flowers": "Flowers"}
+METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
+PERMUTATIONS = 10_000
+
+
+@dataclass
+class Result:
+    """One dataset of one trial."""
+
+    dataset: str
+    metric: str
+    value: float
+    correct: list[int] | None = None
+    labels: list[int] | None = None
+    split_sha: str | None = None
+
+
+@dataclass
+class Trial:
+    run: str  # the suite run's directory (the records' grandparent)
+    pretraining: Pretraining
+    setting: tuple[str, ...]
+    results: dict[str, Result] = field(default_factory=dict)
+
+
+def _setting(data: dict[str, Any]) -> tuple[str, ...]:
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    cfg_data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    solver = config.get("solver") if isinstance(config.get("solver"), dict) else {}
+    dataset = data["dataset"]
+    suite = str(dataset.get("version")) if dataset.get("path") == "embedded" else "real datasets"
+    view = f"{cfg_data.get('crop_size', '?')}-px {cfg_data.get('interpolation', 'bicubic')} crops"
+    low, high = solver.get("lambda_min", 1e-6), solver.get("lambda_max", 1e5)
+    sweep = f"{solver.get('lambdas', 45)} L2 values {low:g} to {high:g}"
+    return suite, view, sweep
+
+
+def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Result]:
+    """(run, pretraining, setting, result) of one transfer record; RecordError when it is not one."""
+    if not isinstance(data, dict) or data.get("task") != TASK:
+        raise RecordError("not a transfer record")
+    dataset, transfer = data.get("dataset"), data.get("transfer")
+    backbone = data.get("backbone")
+    if not (isinstance(dataset, dict) and isinstance(transfer, dict) and isinstance(backbone, dict)):
+        raise RecordError("a transfer record needs 'dataset', 'transfer' and 'backbone' objects")
+    name, metric, value = dataset.get("name"), transfer.get("metric"), transfer.get("test")
+    if not isinstance(name, str) or metric not in METRIC_NAMES or isinstance(value, bool) or \
+            not isinstance(value, int | float) or not math.isfinite(value):
+        raise RecordError("field 'dataset.name', 'transfer.metric' or 'transfer.test' is missing or not valid")
+    correct, labels = transfer.get("test_correct"), transfer.get("test_labels")
+    ok = isinstance(correct, list) and isinstance(labels, list) and len(correct) == len(labels)
+    splits = dataset.get("splits") if isinstance(dataset.get("splits"), dict) else {}
+    result = Result(name, metric, float(value), correct if ok else None, labels if ok else None,
+                    splits.get("sha256") if isinstance(splits.get("sha256"), str) else None)
+    return str(Path(shown).parent.parent), pretraining_of(backbone), _setting(data), result
+
+
+def load_trials(roots: Iterable[str]) -> tuple[list[Trial], list[Skipped]]:
+    trials: dict[str, Trial] = {}
+    skipped = []
+    for shown, file in find_record_files(roots):
+        try:
+            data = read_json(file)
+        except RecordError:  # listed by reports.records' loader, which reads every record file too
+            continue
+        if not isinstance(data, dict) or data.get("task") != TASK:
+            continue
+        try:
+            run, pretraining, setting, result = parse(data, shown)
+        except RecordError as err:
+            skipped.append(Skipped(shown, str(err)))
+            continue
+        trial = trials.setdefault(f"{run}\0{setting}", Trial(run, pretraining, setting))
+        trial.results[result.dataset] = result
+    return list(trials.values()), skipped
+
+
+def _mean(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def _cell(values: list[float]) -> Cell:
+    if not values:
+        return Cell(MISSING)
+    mean, std = _mean(values)
+    return Cell(fmt(mean), fmt(std) if std is not None else None)
+
+
+def transfer_tables(trials: list[Trial], published: list[PublishedRow]) -> list[Table]:
+    tables = []
+    for setting in sorted({t.setting for t in trials}):
+        mine = [t for t in trials if t.setting == setting]
+        order = REAL if setting[0] == "real datasets" else EMBEDDED
+        names = [n for n in order if any(n in t.results for t in mine)]
+        names += sorted({n for t in mine for n in t.results} - set(names))
+        rows_of: dict[tuple[Any, ...], list[Trial]] = {}
+        for trial in mine:
+            rows_of.setdefault(pretraining_identity(trial.pretraining), []).append(trial)
+        groups = sorted(rows_of.values(), key=lambda g: g[0].pretraining.sort_key())
+        columns = (Column("pretraining"), Column("n", True), *(Column(HEADERS.get(n, n), True) for n in names),
+                   Column("mean", True))
+        rows = []
+        for group in groups:
+            cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
+            means = [statistics.fmean(t.results[n].value for n in names) for t in group
+                     if all(n in t.results for n in names)]
+            rows.append(Row((Cell(group[0].pretraining.label), Cell(str(len(group))), *cells, _cell(means))))
+        pub = [p for p in published if p.task == PUBLISHED_TASK and setting[0] == "real datasets"
+               and setting[1].startswith("224-px")]
+        for p in pub:
+            values = [p.values.get(n) for n in names]
+            mean = statistics.fmean(values) if all(v is not None for v in values) else None  # type: ignore[arg-type]
+            rows.append(Row((Cell(p.label), Cell(MISSING), *(Cell(fmt(v)) if v is not None else Cell(MISSING)
+                                                            for v in values),
+                             Cell(fmt(mean)) if mean is not None else Cell(MISSING)), p.origin))
+        metrics = "; ".join(f"{HEADERS.get(n, n)}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
+        notes = [f"Metrics: {metrics}. Frozen features, L2 logistic regression by L-BFGS, its strength chosen on "
+                 f"val among the sweep's values, refit on train + val, tested once (moco eval transfer)."]
+        notes += significance(groups, names)
+        notes += [f"{p.label}: {p.source}" for p in pub]
+        tables.append(Table(f"transfer:{'|'.join(setting)}", f"Linear transfer ({setting[0]})", columns, rows,
+                            subtitle=", ".join(setting[1:]), notes=notes))
+    return tables
+
+
+def _metric(trials: list[Trial], name: str) -> str:
+    return next(t.results[name].metric for t in trials if name in t.results)
+
+
+def significance(groups: list[list[Trial]], names: list[str]) -> list[str]:
+    """Notes comparing each row with the random-init and supervised rows (see the module docstring)."""
+    refs = [g for g in groups if g[0].pretraining.kind == "random"][:1]
+    refs += [g for g in groups if g[0].pretraining.is_supervised][:1]
+    notes = []
+    for ref in refs:
+        for other in groups:
+            if other is ref or (other in refs and refs.index(other) < refs.index(ref)):
+                continue
+            line = _compare(other, ref, names)
+            if line:
+                notes.append(f"{other[0].pretraining.label} vs {ref[0].pretraining.label}: {line}")
+    return notes
+
+
+def _compare(a: list[Trial], b: list[Trial], names: list[str]) -> str | None:
+    means = [[statistics.fmean(t.results[n].value for n in names) for t in g if all(n in t.results for n in names)]
+             for g in (a, b)]
+    if len(means[0]) >= 2 and len(means[1]) >= 2:
+        diff = statistics.fmean(means[0]) - statistics.fmean(means[1])
+        se = math.sqrt(statistics.variance(means[0]) / len(means[0]) + statistics.variance(means[1]) / len(means[1]))
+        where = f"{diff / se:.1f} SE" if se > 0 else "SE 0"
+        return (f"mean {diff:+.1f} points over {len(means[0])} and {len(means[1])} trials, {where} of the difference "
+                f"(Welch)")
+    if len(a) == 1 and len(b) == 1:
+        tests = [f"{HEADERS.get(n, n)} p={p:.2g}" for n in names
+                 if (p := paired_p(a[0].results.get(n), b[0].results.get(n))) is not None]
+        return "paired permutation test over the test images: " + ", ".join(tests) if tests else None
+    return None
+
+
+def paired_p(a: Result | None, b: Result | None) -> float | None:
+    """Two-sided p of the paired permutation test of two rows' outcomes on the same test images; None where it
+    does not apply (no per-image outcomes, other test images, the mAP)."""
+    if a is None or b is None or a.correct is None or b.correct is None or a.labels != b.labels \
+            or a.split_sha != b.split_sha or a.metric == "map11":
+        return None
+    if a.metric == "top1":
+        plus = sum(1 for x, y in zip(a.correct, b.correct, strict=True) if x > y)
+        minus = sum(1 for x, y in zip(a.correct, b.correct, strict=True) if x < y)
+        return mcnemar_exact(plus, minus)
+    sizes: dict[int, int] = {}
+    for label in a.labels:  # type: ignore[union-attr]
+        sizes[label] = sizes.get(label, 0) + 1
+    weights = [(x - y) / (len(sizes) * sizes[label])
+               for x, y, label in zip(a.correct, b.correct, a.labels, strict=True) if x != y]  # type: ignore[arg-type]
+    return sign_flip_p(weights)
+
+
+def mcnemar_exact(plus: int, minus: int) -> float:
+    """Two-sided exact McNemar p: P(|X - n/2| >= |plus - n/2|), X ~ Binomial(n = plus + minus, 1/2)."""
+    n = plus + minus
+    if n == 0:
+        return 1.0
+    extreme = abs(plus - n / 2)
+    log_half = n * math.log(0.5)
+    p = sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + log_half)
+            for k in range(n + 1) if abs(k - n / 2) >= extreme - 1e-9)
+    return min(1.0, p)
+
+
+def sign_flip_p(differences: list[float], permutations: int = PERMUTATIONS, seed: int = 0) -> float:
+    """Two-sided Monte Carlo p of the sum of paired ``differences`` under random sign flips ((hits + 1) / (N + 1))."""
+    observed = abs(sum(differences))
+    rng = random.Random(seed)
+    hits = sum(1 for _ in range(permutations)
+               if abs(sum(d if rng.random() < 0.5 else -d for d in differences)) >= observed - 1e-12)
+    return (hits + 1) / (permutations + 1)
+
+
+def tidy(trials: list[Trial]) -> list[dict[str, str]]:
+    """The CSV's rows: one a trial and dataset."""
+    return [{"section": f"transfer:{'|'.join(t.setting)}", "origin": "ours", "status": "ok", "task": TASK,
+             "protocol": "linear-transfer", "dataset": r.dataset, "pretraining": t.pretraining.label,
+             "method": t.pretraining.method or "", "arch": t.pretraining.arch, "sha256": t.pretraining.sha256 or "",
+             "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run}
+            for t in trials for r in t.results.values()]
+
