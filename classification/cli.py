@@ -305,7 +305,7 @@ def transfer_cli(
 
 
 def run_transfer(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
-    """One ``moco eval transfer``: prints ``result: RUN_DIR``; a user error is one line, exit code 2."""
+    """One ``moco eval transfer``: prints ``result: RUN_DIR/suite.json``; a user error is one line, exit code 2."""
     from classification.suite.run import run_suite
 
     report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]

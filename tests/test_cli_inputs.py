@@ -76,6 +76,7 @@ FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progres
 ARGUMENTS = {  # positional arguments per command
     "pretrain": 0, "sweep": 2, "eval linear": 1, "eval finetune": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1,
     "eval lvis": 1, "eval cityscapes": 1, "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
+    "eval transfer": 1,
 }
 
 
@@ -83,6 +84,7 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """Replace the functions that start a job by stubs: the CLI's checks run, the job does not."""
     import classification.finetune
     import classification.linear
+    import classification.suite.run
     import moco_core.run.train
     import moco_demo.run
     import sweeps.sweep
@@ -97,6 +99,7 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     monkeypatch.setattr(moco_core.run.train, "pretrain", stub("pretrain"))
     monkeypatch.setattr(classification.linear, "linear_eval", stub("linear"))
     monkeypatch.setattr(classification.finetune, "finetune", stub("finetune"))
+    monkeypatch.setattr(classification.suite.run, "run_suite", stub("transfer suite"))
     monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
     monkeypatch.setattr(moco_demo.run, "run_demo", stub("demo"))

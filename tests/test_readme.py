@@ -42,6 +42,7 @@ from tests.layouts import (
     simclr_subset_file,
     torchvision_weights,
 )
+from tests.suite_layouts import transfer_suite_layout
 from tests.transfer.segmentation.layouts import (
     cityscapes_layout,
     custom_segmentation_layout,
@@ -110,7 +111,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "MYDATA": str(custom_detection_layout(base / "mine")), "CHECKPOINTS": str(base / "checkpoints"),
         "SUBSET": str(simclr_subset_file(base / "1percent.txt", [f"{w}_{i}.JPEG" for i, w in enumerate(WNIDS)])),
         "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
-        "PETS": str(pets_layout(base / "pets")),
+        "PETS": str(pets_layout(base / "pets")), "TRANSFER": str(transfer_suite_layout(base / "transfer")),
         "MYSEG": str(custom_segmentation_layout(base / "myseg")),
     }
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
@@ -146,7 +147,8 @@ def _option(command: str, name: str) -> str | None:
     return match.group(1) if match else None
 
 
-CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval voc",
+CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval transfer",
+          "moco eval voc",
           "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
           "moco eval semseg",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
@@ -191,6 +193,19 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         if "--nproc" in command:  # two processes, BN synchronised across them
             result = work / re.findall(r"^result: (.+)$", output, re.M)[-1].strip()
             assert json.loads((result.parent / "run.json").read_text())["starts"][-1]["world_size"] == 2
+    elif command.startswith("moco eval transfer"):  # one record a dataset present, each its metric and curve
+        suite = json.loads((work / re.findall(r"^result: (.+)$", output, re.M)[-1].strip()).read_text())
+        done = {name: path for name, path in suite["datasets"].items() if path.endswith("result.json")}
+        wanted = (_option(command, "--datasets") or "").split(",") if "--datasets" in command else None
+        expected = wanted or (["shapes", "textures", "variants", "scenes", "digits"] if "embedded" in command else
+                              ["food101", "cifar10", "cifar100", "cub200", "sun397", "cars", "aircraft", "voc2007",
+                               "dtd", "pets", "caltech101", "flowers"])
+        assert sorted(done) == sorted(expected), suite
+        for path in done.values():
+            record = json.loads((work / path).read_text())
+            assert record["smoke"] is True and len(record["history"]) == 45 and record["task"] == "transfer"
+        if "--shots" in command:
+            assert all((work / path).with_name("fewshot.result.json").is_file() for path in done.values())
     elif command.startswith(("moco eval linear", "moco eval knn")):
         record = _record(output, work)
         assert 0 <= record["metrics"]["top1"] <= 100

@@ -62,7 +62,7 @@ class _Backbone:
 
 
 def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool = True, resume: bool = False) -> Path:
-    """Evaluate ``pretrained`` on the suite; returns the run directory (its ``suite.json`` lists what ran)."""
+    """Evaluate ``pretrained`` on the suite; returns the run's ``suite.json`` (each dataset's record, or why not)."""
     device = resolve_device(cfg.run.device)
     out = Path(str(cfg.run.output_dir))
     root, specs, names = _datasets(cfg)
@@ -95,7 +95,7 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
     if failed or all(o == "missing" for o in outcome.values()):
         what = f"{', '.join(failed)} failed" if failed else f"none of {', '.join(names)} is under {root}"
         raise UserError(f"transfer suite: {what}; the other datasets' records are in {out}")
-    return out
+    return out / "suite.json"
 
 
 def _datasets(cfg: TransferSuiteConfig) -> tuple[Path, dict[str, Spec], tuple[str, ...]]:

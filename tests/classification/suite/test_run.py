@@ -152,7 +152,7 @@ def test_the_command(root: Path, tmp_path: Path) -> None:
     args = [*common, "--datasets", "dtd"]
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
-    assert f"result: {out}" in done.output and (out / "dtd" / "result.json").is_file()
+    assert f"result: {out / 'suite.json'}" in done.output and (out / "dtd" / "result.json").is_file()
     for bad, message in ((["--datasets", "dtdd"], "unknown dataset 'dtdd' (did you mean 'dtd'?)"),
                          (["--shots", "1,x"], "--shots: expected numbers >= 1"),
                          (["--solver", "cuml"], "solver.name: 'cuml': expected one of torch, sklearn")):
