@@ -12,6 +12,7 @@ ends with an error once the others are done.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -138,9 +139,11 @@ def _features(cfg: TransferSuiteConfig, spec: Spec, splits: Splits, folder: Path
     sets = {}
     for part in ("train", "val", "test"):
         split = getattr(splits, part)
-        key = feature_key(weights=backbone.weights, transform=backbone.transform,
-                          dataset={"name": spec.name, "root": str(folder), "split": part,
-                                   "files": samples_digest(folder, split.samples)},
+        identity = {"name": spec.name, "root": str(folder), "split": part,
+                    "files": samples_digest(folder, split.samples)}
+        if split.arrays is not None:  # CIFAR: the pixels are in the batch files, not in files of their own
+            identity["pixels"] = hashlib.sha256(split.arrays.tobytes()).hexdigest()
+        key = feature_key(weights=backbone.weights, transform=backbone.transform, dataset=identity,
                           taps=(backbone.tap,), amp=cfg.features.amp, device=device)
 
         def compute(split: Any = split, part: str = part) -> FeatureSet:
