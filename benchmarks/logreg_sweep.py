@@ -60,7 +60,7 @@ def make_problem(train: int, test: int, dim: int, classes: int, seed: int = 0) -
     out = {}
     for name, n in (("train", train), ("test", test)):
         y = rng.integers(0, classes, n)
-        z = centres[y] + 1.6 * rng.normal(size=(n, latent)).astype(np.float32)
+        z = centres[y] + 2.2 * rng.normal(size=(n, latent)).astype(np.float32)
         x = z @ lift + 0.5 * rng.normal(size=(n, dim)).astype(np.float32)
         out[f"x_{name}"], out[f"y_{name}"] = np.maximum(x, 0.0).astype(np.float32), y
     order = rng.permutation(train)
@@ -87,6 +87,7 @@ def ours(p: dict[str, np.ndarray], classes: int, device: str, every: int = 1) ->
             "refit_s": total - swept, "total_s_extrapolated": extrapolated + total - swept,
             "lambda": path.best_lambda, "val_top1": path.scores[path.chosen], "test_top1": test,
             "iterations": sum(path.iterations) + final.iterations,
+            "evaluations": sum(path.evaluations) + final.evaluations,
             "unconverged_values": sum(not c for c in path.converged)}
 
 

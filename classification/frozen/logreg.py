@@ -52,6 +52,7 @@ class Fit:
     iterations: int
     converged: bool
     seconds: float = 0.0
+    evaluations: int = 0  # of the objective and its gradient (each two matrix products over the features)
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
         """Decision values (N, K) of features ``x`` (N, D): logits, or each class's binary margin."""
@@ -121,21 +122,27 @@ def fit_torch(problem: _Problem, C: float, *, init: Fit | None = None, max_iter:
                             tolerance_change=64 * torch.finfo(torch.float64).eps, history_size=10,
                             line_search_fn="strong_wolfe")
 
+    last: dict[str, torch.Tensor] = {}  # the latest evaluation: where, and its gradient
+
     def closure() -> torch.Tensor:
         value, grad = problem.value_and_grad(theta.detach(), C)
         theta.grad = grad
+        last["theta"], last["grad"] = theta.detach().clone(), grad
+        last["evaluations"] = last.get("evaluations", 0) + 1
         return value
 
-    value, grad = problem.value_and_grad(theta.detach(), C)
-    done = float(grad.abs().max()) <= tol
-    if not done:
-        opt.step(closure)
-        grad = problem.value_and_grad(theta.detach(), C)[1]
+    # The step evaluates the start first and stops there when its gradient is within tol (a warm start at the
+    # solution: 0 iterations); the line search's last evaluation is usually where it stopped, so no evaluation
+    # is repeated only to test convergence.
+    opt.step(closure)
+    at_end = torch.equal(last["theta"], theta.detach())
+    grad = last["grad"] if at_end else problem.value_and_grad(theta.detach(), C)[1]
     iterations = int(opt.state[opt._params[0]].get("n_iter", 0))
     theta = theta.detach().cpu()
     k, d = problem.k, problem.dim
     return Fit(theta[: k * d].view(k, d).clone(), theta[k * d:].clone(), C, iterations,
-               float(grad.abs().max()) <= tol, time.perf_counter() - started)
+               float(grad.abs().max()) <= tol, time.perf_counter() - started,
+               int(last["evaluations"]) + (not at_end))
 
 
 class SklearnSolver:
@@ -186,6 +193,7 @@ class SweepResult:
     iterations: list[int]
     converged: list[bool]
     chosen: int
+    evaluations: list[int] = field(default_factory=list)
     fits: dict[int, Fit] = field(default_factory=dict)  # the chosen value's fit (a warm start for the refit)
     seconds: float = 0.0
 
@@ -225,18 +233,19 @@ def sweep(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val
     started = time.perf_counter()
     order = sorted(lambdas, reverse=True)
     fit = _fitter(solver, train_x, train_y, num_classes, device, precision, max_iter, tol)
-    scores, iterations, converged, fits, last = [], [], [], [], None
+    scores, iterations, converged, fits, evaluations, last = [], [], [], [], [], None
     for i, lam in enumerate(order):
         last = fit(1.0 / lam, last)
         scores.append(float(score(last.scores(val_x), val_y)))
         iterations.append(last.iterations)
         converged.append(last.converged)
+        evaluations.append(last.evaluations)
         fits.append(last)
         if progress is not None:
             progress(i + 1, len(order), lam)
     best = max(scores)
     chosen = next(i for i, s in enumerate(scores) if s == best)  # ties: the stronger regularisation (listed first)
-    return SweepResult(order, scores, iterations, converged, chosen, {chosen: fits[chosen]},
+    return SweepResult(order, scores, iterations, converged, chosen, evaluations, {chosen: fits[chosen]},
                        time.perf_counter() - started)
 
 
