@@ -12,13 +12,19 @@ import typer
 from moco_core.cli import preset_list, print_or_launch, report_result, with_output_dir
 from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
+from moco_core.model.weights.formats import WEIGHTS_FORMATS
 
 if TYPE_CHECKING:
     from classification.knn import KnnConfig
 
 Pretrained = Annotated[str, typer.Argument(
-    metavar="WEIGHTS", help="A checkpoint (ours, official main_moco.py's, or a torchvision ResNet state_dict), a "
-    "pretraining's run directory (its last checkpoint), or 'random' (with --arch).")]
+    metavar="WEIGHTS", help="A checkpoint (ours, the official MoCo ones, DINO's, DINOv2's, SwAV's, Barlow Twins', "
+    "SimCLR's converted, MAE's, solo-learn's, lightly's, a timm or transformers .safetensors, torchvision "
+    "weights), a pretraining's run directory (its last checkpoint), or 'random' (with --arch).")]
+WeightsFormat = Annotated[str | None, typer.Option(
+    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
+    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation; a file that says what "
+    f"it is needs none.")]
 
 
 Labels = Annotated[str | None, typer.Option(
@@ -75,19 +81,21 @@ def linear_cli(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
+    weights_format: WeightsFormat = None,
 ) -> None:
     """Linear classification on frozen features (v1/v2's protocol: lr 30, 100 epochs; MoCo v3's for v3 weights and
     ViTs), BN in eval mode, with the sanity check."""
     from classification.linear import load_linear_config, protocol_preset
 
     try:
-        if config is None and (preset := protocol_preset(pretrained, arch)) is not None:
+        if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "
                   f"another", file=sys.stderr)
             config = preset
         cfg = load_linear_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
-            "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None}})
+            "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None,
+                    "weights_format": weights_format}})
         cfg = _subset_output_dir(with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
@@ -125,19 +133,20 @@ def finetune_cli(
     subset: SubsetFile = None,
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
+    weights_format: WeightsFormat = None,
 ) -> None:
     """Fine-tuning: the whole backbone and a new fc trained end to end, BN trained (SyncBN with several
     processes); the paper's SGD recipes, AdamW with layer-wise lr decay for ViTs."""
     from classification.finetune import finetune_preset, load_finetune_config
 
     try:
-        if config is None and (preset := finetune_preset(pretrained, arch)) is not None:
+        if config is None and (preset := finetune_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is a ViT: fine-tuned with -c {preset} (AdamW, layer-wise lr decay); pass -c "
                   f"to choose another", file=sys.stderr)
             config = preset
         cfg = load_finetune_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
-            "run": {"output_dir": output_dir, "device": device}})
+            "run": {"output_dir": output_dir, "device": device, "weights_format": weights_format}})
         cfg = _subset_output_dir(with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
@@ -172,6 +181,7 @@ def snapshots_cli(
     timeout: Annotated[float | None, typer.Option(
         help="With --follow: stop (exit status 1) after this many seconds with no new snapshot.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    weights_format: WeightsFormat = None,
 ) -> None:
     """The linear protocol on every snapshot of a pretraining (checkpoint_NNNN.pth.tar), for the report's curve.
 
@@ -181,10 +191,10 @@ def snapshots_cli(
     from classification.linear import linear_eval, load_linear_config, protocol_preset
     from classification.snapshots import evaluate_snapshots
 
-    flags = {"data": {"path": data, "workers": workers}, "run": {"device": device}}
+    flags = {"data": {"path": data, "workers": workers}, "run": {"device": device, "weights_format": weights_format}}
 
     def evaluate(snapshot: Path, out: Path, extra: dict, resume: bool) -> Path:
-        chosen = config or protocol_preset(str(snapshot), None)  # MoCo v3's snapshots: its protocol
+        chosen = config or protocol_preset(str(snapshot), None, weights_format)  # MoCo v3's snapshots: its protocol
         cfg = load_linear_config(chosen, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
         record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra=extra, resume=resume)
         print(f"result: {record}", flush=True)
@@ -231,6 +241,7 @@ def knn_cli(
     = None,
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
+    weights_format: WeightsFormat = None,
 ) -> None:
     """Weighted kNN accuracy (InstDisc) of frozen features: a quality signal in minutes, no training."""
     from classification.knn import load_knn_config
@@ -238,7 +249,7 @@ def knn_cli(
     flags = {"arch": arch, "k": k, "temperature": temperature, "batch_size": batch_size,
              "data": {"path": data, "crop_size": crop_size, "resize": resize, "workers": workers, "labels": labels,
                       "subset": subset},
-             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+             "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}}
     try:
         cfg = load_knn_config(config, set_ or [], flags=flags)
         cfg = _subset_output_dir(with_output_dir(cfg, config, "knn", pretrained, cfg.arch, "--arch"), output_dir)
@@ -253,7 +264,8 @@ def run_knn(cfg: KnnConfig, pretrained: str) -> None:
 
     report_result(lambda: knn_eval(pretrained, cfg.data, Path(str(cfg.run.output_dir)), k=cfg.k,
                                    temperature=cfg.temperature, batch_size=cfg.batch_size, arch=cfg.arch,
-                                   device_name=cfg.run.device, seed=cfg.run.seed)[0])
+                                   device_name=cfg.run.device, seed=cfg.run.seed,
+                                   weights_format=cfg.run.weights_format)[0])
 
 
 def transfer_cli(
@@ -281,6 +293,7 @@ def transfer_cli(
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
+    weights_format: WeightsFormat = None,
     resume: Annotated[bool, typer.Option("--resume", help="Carry on with the datasets a stopped suite has not done "
                                          "(those with a record are kept).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
@@ -296,7 +309,8 @@ def transfer_cli(
             raise ConfigError("moco eval transfer runs in one process: features are computed once, on one device")
         flags = {"arch": arch, "data": {"path": data, "datasets": parse_names(datasets), "workers": workers},
                  "solver": {"name": solver}, "fewshot": {"shots": parse_shots(shots), "tries": tries},
-                 "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+                 "run": {"output_dir": output_dir, "device": device, "seed": seed,
+                         "weights_format": weights_format}}
         cfg = load_suite_config(config, set_ or [], flags=flags)
         cfg = with_output_dir(cfg, config, "transfer", pretrained, cfg.arch, "--arch")
     except UserError as err:

@@ -35,9 +35,11 @@ from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.data.inat import inat_splits, is_inat_layout
 from moco_core.errors import NonFiniteLossError
+from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.vit import is_vit
+from moco_core.model.weights.formats import IMAGENET, Normalisation, format_checks
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -78,6 +80,7 @@ class FinetuneRunConfig:
     amp: bool = True  # bf16 autocast on CUDA
     log_every: int = 10
     loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb"
+    weights_format: str | None = None  # the method of weights whose file does not say (--weights-format)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ def validate_finetune(cfg: FinetuneConfig) -> FinetuneConfig:
          f"{d.resize}"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
         *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
+        *format_checks(cfg.run.weights_format),
     ])
     return cfg
 
@@ -127,10 +131,10 @@ def load_finetune_config(config: str | None, overrides: list[str],
     return validate_finetune(load_config(FinetuneConfig, config, overrides, flags=flags))
 
 
-def finetune_preset(pretrained: str, arch: str | None) -> str | None:
+def finetune_preset(pretrained: str, arch: str | None, weights_format: str | None = None) -> str | None:
     """``finetune_vit`` for ViT weights (or 'random' with a ViT arch), where no preset was chosen; else None (the
     defaults: the paper's ResNet recipe)."""
-    chosen = protocol_preset(pretrained, arch)
+    chosen = protocol_preset(pretrained, arch, weights_format)
     return FINETUNE_VIT_PRESET if chosen is not None and "vit" in chosen else None
 
 
@@ -192,17 +196,19 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group["lr_scale"]
 
 
-def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = None) -> tuple[Splits, str]:
+def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = None,
+                    normalisation: Normalisation = IMAGENET) -> tuple[Splits, str]:
     """(the labelled splits, the layout): iNaturalist 2018's (``train2018.json``, ``val2018.json``,
     ``train_val2018/``) where the root has its files, else eval linear's (train/ and val/ class folders, or
-    "embedded"), with the training crops of the paper."""
+    "embedded"), with the training crops of the paper, normalised as the weights expect."""
     root = resolve_data(cfg.path or "")
     if not is_inat_layout(root):
-        splits = load_splits(cfg, augment=True, failures=failures)
+        splits = load_splits(cfg, augment=True, failures=failures, normalisation=normalisation)
         return splits, splits.layout
     train, val, classes = inat_splits(root)
-    evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize)
-    return Splits(ImageDataset(train, train_transform(cfg.crop_size), failures),
+    evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize, mean=normalisation.mean,
+                                         std=normalisation.std)
+    return Splits(ImageDataset(train, train_transform(cfg.crop_size, normalisation), failures),
                   ImageDataset(val, evaluate_view, failures), classes), "inat2018"
 
 
@@ -236,9 +242,10 @@ def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures
     world = distributed.world_size()
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
-    splits, layout = finetune_splits(cfg.data, failures)
+    weights = backbone.read(pretrained, cfg.run.weights_format)
+    splits, layout = finetune_splits(cfg.data, failures, backbone.input_normalisation(weights))
     torch.manual_seed(cfg.run.seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+    model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
     if world > 1:  # BN statistics over the whole batch, as the paper's fine-tuning (SyncBN)
         model = sync_batchnorm_for(nn.SyncBatchNorm.convert_sync_batchnorm(model), device)

@@ -13,7 +13,9 @@ import torch
 from classification.linear import subset_checks
 from classification.splits import LinearDataConfig, dataset_record, load_splits
 from moco_core.config import load_config, require, run_checks
+from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
+from moco_core.model.weights.formats import format_checks
 from moco_core.run.knn import KnnMonitor
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_writable
@@ -25,6 +27,7 @@ class KnnRunConfig:
     output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/run/naming.py)
     device: str = "auto"
     seed: int = 0  # draws the weights of "random" (as eval linear's run.seed)
+    weights_format: str | None = None  # the method of weights whose file does not say (--weights-format)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, A
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
         *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed),
+        *format_checks(cfg.run.weights_format),
     ])
     return cfg
 
@@ -61,19 +65,21 @@ def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, A
 def knn_eval(
     pretrained: str, data: LinearDataConfig, output_dir: Path, *, k: int = 200, temperature: float = 0.07,
     batch_size: int = 256, arch: str | None = None, device_name: str = "auto", extra: dict[str, Any] | None = None,
-    seed: int = 0,
+    seed: int = 0, weights_format: str | None = None,
 ) -> tuple[Path, dict[str, float]]:
     """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank (only the subset's images where
     ``data`` names one: data.labels, data.subset), val/ the queries.
 
     ``extra``: more top-level fields for the record (a sweep's point, for example). ``seed`` draws the "random"
-    backbone's weights (the same ones as ``moco eval linear random`` with that seed).
+    backbone's weights (the same ones as ``moco eval linear random`` with that seed). ``weights_format``: the method
+    of weights whose file does not say (--weights-format). The images are normalised as the weights expect.
     """
     require_writable(output_dir)  # before the features: the record is written at the end
     device = resolve_device(device_name)
-    splits = load_splits(data, augment=False)
+    weights = backbone.read(pretrained, weights_format)
+    splits = load_splits(data, augment=False, normalisation=backbone.input_normalisation(weights))
     torch.manual_seed(seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=arch, crop_size=data.crop_size)
+    model, info = load_backbone(weights, len(splits.classes), arch=arch, crop_size=data.crop_size)
     monitor = KnnMonitor(splits.train, splits.val, len(splits.classes), device=device, workers=data.workers,
                          batch_size=batch_size, k=k, temperature=temperature)
     metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc

@@ -30,8 +30,10 @@ from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.data import DecodeFailures
 from moco_core.errors import NonFiniteLossError
-from moco_core.model.backbone import BackboneInfo, infer_vit, load_backbone, read_backbone_state
+from moco_core.model import backbone
+from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
+from moco_core.model.weights.formats import format_checks
 from moco_core.run.knn import topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
@@ -64,6 +66,9 @@ class LinearRunConfig:
     # augmentation). Much faster; results are labelled "linear-cached".
     cached_features: bool = False
     loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb" (optional extras; README)
+    # The method that trained the weights, where their file does not say (moco_core/model/weights/formats.py;
+    # --weights-format). None: what the file states; a file that does not say is refused.
+    weights_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
         *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
+        *format_checks(cfg.run.weights_format),
     ]
     require(checks)
     return cfg
@@ -130,19 +136,19 @@ MOCOV3_PRESETS = {"resnet": ("lincls_mocov3", "lincls_mocov3_embedded"),
                   "vit": ("lincls_mocov3_vit", "lincls_mocov3_vit_embedded")}
 
 
-def protocol_preset(pretrained: str, arch: str | None) -> str | None:
+def protocol_preset(pretrained: str, arch: str | None, weights_format: str | None = None) -> str | None:
     """The preset of the protocol the weights' paper evaluates them with, where it is not v1/v2's (the defaults):
-    ``lincls_mocov3_vit`` for a ViT (MoCo v3's, the only one here that trains ViTs), ``lincls_mocov3`` for a MoCo
-    v3 ResNet; None otherwise."""
+    ``lincls_mocov3_vit`` for a ViT (MoCo v3's, the only protocol here for ViTs), ``lincls_mocov3`` for a MoCo
+    v3 ResNet; None otherwise. ``weights_format``: as --weights-format (a file that does not say what it is and is
+    not named stops here, with the one line that says so)."""
     if pretrained == "random":
         return MOCOV3_PRESETS["vit"][0] if arch in VIT_SHAPES else None
-    path = Path(pretrained)
-    if not path.exists():
+    if not Path(pretrained).exists():
         return None  # the evaluation says so, once the options are checked
-    state, _, facts = read_backbone_state(checkpoint.resolve(path) if path.is_dir() else path)
-    if infer_vit(state) is not None:
+    weights = backbone.read(pretrained, weights_format)
+    if weights is not None and weights.found.vit is not None:
         return MOCOV3_PRESETS["vit"][0]
-    return MOCOV3_PRESETS["resnet"][0] if facts.get("method") == "mocov3" else None
+    return MOCOV3_PRESETS["resnet"][0] if weights is not None and weights.method == "mocov3" else None
 
 
 def linear_lr(cfg: LinearOptimConfig, epoch: int) -> float:
@@ -187,7 +193,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bo
 def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.Tensor]) -> None:
     """Every tensor but the classifier's must equal the pretrained weights (re-read from the file) or the initial
     ones."""
-    reference = initial if info.source == "random" else read_backbone_state(Path(info.source))[0]
+    reference = initial if info.source == "random" else backbone.reread_state(info)
     head = classifier_name(model) + "."
     state = {k: v.cpu() for k, v in model.state_dict().items() if not k.startswith(head)}
     changed = [k for k in state if k in reference and not torch.equal(state[k], reference[k].cpu())]
@@ -281,9 +287,11 @@ def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: 
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     if cfg.run.cached_features and world > 1:
         raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
-    splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures)
+    weights = backbone.read(pretrained, cfg.run.weights_format)  # its normalisation is the data's
+    splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures,
+                         normalisation=backbone.input_normalisation(weights))
     torch.manual_seed(cfg.run.seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+    model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
     initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(classifier_name(model) + ".")}
     model = model.to(device)

@@ -30,6 +30,7 @@ from moco_core.data.data import (
     warn_skipped,
 )
 from moco_core.data.shapes import shapes_version
+from moco_core.model.weights.formats import IMAGENET, Normalisation
 from moco_core.run.runtime import resolve_data
 
 
@@ -57,18 +58,19 @@ class Splits:
     subset: dict[str, Any] | None = None  # what classification.subsets.Subset.record says; None: the whole train split
 
 
-def train_transform(crop: int) -> Any:
+def train_transform(crop: int, normalisation: Normalisation = IMAGENET) -> Any:
+    """The paper's training crops (RandomResizedCrop, flip), normalised as the backbone's weights expect."""
     from torchvision import transforms as T
 
-    from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
-
     return T.Compose([T.RandomResizedCrop(crop), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+                      T.Normalize(normalisation.mean, normalisation.std)])
 
 
-def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None) -> Splits:
+def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None,
+                normalisation: Normalisation = IMAGENET) -> Splits:
     """Labelled train and val splits with the same classes. ``augment``: the paper's train crops, else center crops.
-    ``failures``: where images that do not decode are noted (else logged once per process)."""
+    ``failures``: where images that do not decode are noted (else logged once per process). ``normalisation``:
+    the input statistics of the weights evaluated (moco_core.model.backbone.input_normalisation)."""
     root = resolve_data(cfg.path or "")
     train, val, layout, annotations, base = _scan(root, max(cfg.workers, 1))
     notes = [warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped), warn_skipped(val.skipped)]
@@ -79,10 +81,10 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
     for note in notes:
         if note and distributed.is_main():
             print(f"warning: {note}", file=sys.stderr)
-    evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize)
+    evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize, mean=normalisation.mean, std=normalisation.std)
     files = [p for lst in (train, val) for p in [s for s, _ in lst.samples] + [s for s, _ in lst.skipped]]
     return Splits(ImageDataset(subset.samples if subset else train.samples,
-                               train_transform(cfg.crop_size) if augment else evaluate, failures),
+                               train_transform(cfg.crop_size, normalisation) if augment else evaluate, failures),
                   ImageDataset(val.samples, evaluate, failures), train.classes, base, layout, files, annotations,
                   subset.record if subset else None)
 

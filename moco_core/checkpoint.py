@@ -282,11 +282,13 @@ def keep_copy(path: Path, name: str) -> Path:
     return target
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path, *, stand_ins: tuple[tuple[type, str], ...] = ()) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True``: nothing in the file can run code.
 
-    Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, and for pickles that
-    would need arbitrary objects to load.
+    ``stand_ins``: (class, "module.name") pairs: each named global of the pickle is read as that inert class
+    instead (moco_core/model/weights/files.py: the ``argparse.Namespace`` that DINO's and MAE's training
+    checkpoints pickle). Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, and for
+    pickles that would need any other object to load.
     """
     path = Path(path)
     if not path.is_file():
@@ -297,9 +299,11 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch's note on pickle protocols: the error says more
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            with torch.serialization.safe_globals(list(stand_ins)):
+                obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        needed = pickle_globals(path)
+        allowed = {name for _, name in stand_ins}
+        needed = [name for name in pickle_globals(path) if name not in allowed]
         shown = ", ".join(needed[:3]) + (", ..." if len(needed) > 3 else "") if needed else "objects it cannot name"
         hint = ""
         if needed and all(name.startswith("numpy") or name == "_codecs.encode" for name in needed):  # protocol 2

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # Pretraining kinds, in the order rows appear in a table (the paper's: random init, supervised, then ours).
-KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "unknown")
+# "released": weights another codebase released (DINO's, SwAV's, a timm file...), labelled by the method their
+# file states or the user named (--weights-format; moco_core/model/weights/), never by a guess.
+KIND_ORDER = ("random", "torchvision", "supervised", "official", "ours", "released", "unknown")
 METHOD_NAMES = {"moco": "MoCo", "mocov3": "MoCo v3", "end2end": "end-to-end", "memory-bank": "memory bank",
-                "supervised": "supervised"}
-METHOD_ORDER = ("moco", "mocov3", "end2end", "memory-bank")
+                "supervised": "supervised", "dino": "DINO", "dinov2": "DINOv2", "swav": "SwAV",
+                "deepcluster-v2": "DeepCluster-v2", "sela-v2": "SeLa-v2", "barlowtwins": "Barlow Twins",
+                "byol": "BYOL", "simclr-v1": "SimCLR v1", "simclr-v2": "SimCLR v2", "mae": "MAE"}
+# Rows are grouped by method, in this order (after random init and the supervised rows), then by backbone
+METHOD_ORDER = ("moco", "mocov3", "end2end", "memory-bank", "dino", "dinov2", "swav", "deepcluster-v2", "sela-v2",
+                "barlowtwins", "byol", "simclr-v1", "simclr-v2", "mae")
 ABSENT_METHODS = (None, "", "unknown")
+NAMED = "--weights-format"  # a record's backbone.pretrain.stated_by when the user named the method
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,10 @@ class Pretraining:
     partial_steps: int = 0  # steps trained into the unfinished epoch after ``epochs`` (a mid-epoch checkpoint)
     snapshot: bool = False  # a snapshot kept on the way (moco eval snapshots), not where the run stopped
     variant: str | None = None  # method "moco": "v1" or "v2" where its config is one of the two recipes
+    stated_by: str | None = None  # who named the method: "file", or NAMED (the user); None in older records
+    encoder: str | None = None  # the network read: query, teacher, online, encoder, backbone
+    normalisation: str | None = None  # the input statistics' name: "imagenet", "none" (SimCLR's [0, 1] pixels)...
+    registers: int = 0  # a ViT's register tokens (DINOv2's _reg4 backbones)
 
     @property
     def method_label(self) -> str:
@@ -53,7 +65,7 @@ class Pretraining:
 
     @property
     def is_supervised(self) -> bool:
-        return self.kind in ("supervised", "torchvision")
+        return self.kind in ("supervised", "torchvision") or (self.kind == "released" and self.method == "supervised")
 
     @property
     def unfinished(self) -> bool:
@@ -92,11 +104,35 @@ class Pretraining:
             return _with_hash(f"{name} (official checkpoint, {details})", self.short_hash)
         if self.kind == "unknown":
             return _with_hash(f"unknown pretraining ({self.format}, {details})", self.short_hash)
+        if self.kind == "released":
+            return _with_hash(f"{self.method_label} ({self.released_details})", self.short_hash)
         return _with_hash(f"{self.method_label} ({details})", self.short_hash)
 
+    @property
+    def released_details(self) -> str:
+        """"R50, dino-full, teacher": the arch, the file's layout, the encoder read, and where it applies that the
+        user named the method and that the input was not normalised."""
+        parts = [short_arch(self.arch), self.format, self.encoder or ""]
+        if self.stated_by == NAMED:
+            parts.append("method named by --weights-format")
+        if self.normalisation == "none":
+            parts.append("unnormalised input")
+        return ", ".join(p for p in parts if p)
+
     def sort_key(self) -> tuple[Any, ...]:
-        return (KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "", self.epochs or 0,
-                self.partial_steps, self.planned_epochs or 0, self.sha256 or "", self.source)
+        """Random init first, then the supervised rows (the floor and the reference), then the methods' rows
+        grouped by method and backbone, then rows whose method is unknown."""
+        if self.kind == "random":
+            group = 0
+        elif self.is_supervised:
+            group = 1
+        elif self.kind == "unknown":
+            group = 3
+        else:
+            group = 2
+        by_method = (method_rank(self.method), self.arch) if group == 2 else ((0, ""), "")
+        return (group, *by_method, KIND_ORDER.index(self.kind), method_rank(self.method), self.arch, self.data or "",
+                self.epochs or 0, self.partial_steps, self.planned_epochs or 0, self.sha256 or "", self.source)
 
 
 # MoCo v3's ViTs (moco_core/model/vit.py VIT_SHAPES) as papers write them: size, then the patch size. ViT-S and ViT-B as
@@ -104,10 +140,20 @@ class Pretraining:
 VIT_NAMES = {"vit_small": "ViT-S/16", "vit_base": "ViT-B/16", "vit_tiny_p4": "ViT-Ti/4", "vit_nano_p4": "ViT-nano/4"}
 
 
+VIT_SIZE_LETTERS = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H", "giant": "g"}
+_VIT_ARCH = re.compile(r"vit_(tiny|small|base|large|huge|giant)(?:_p(\d+))?")
+
+
 def short_arch(arch: str) -> str:
-    """resnet50 -> R50, wide_resnet50_2 -> R50w2, vit_small -> ViT-S/16; anything else unchanged."""
+    """resnet50 -> R50, wide_resnet50_2 -> R50w2, vit_small -> ViT-S/16, vit_small_p14 -> ViT-S/14 (DINOv2's),
+    resnet18_cifar -> R18 (CIFAR stem); anything else unchanged."""
     if arch in VIT_NAMES:
         return VIT_NAMES[arch]
+    if arch.endswith("_cifar"):
+        return f"{short_arch(arch.removesuffix('_cifar'))} (CIFAR stem)"
+    vit = _VIT_ARCH.fullmatch(arch)
+    if vit:
+        return f"ViT-{VIT_SIZE_LETTERS[vit.group(1)]}/{vit.group(2) or 16}"
     if arch.startswith("resnet") and arch[6:].isdigit():
         return f"R{arch[6:]}"
     if arch.startswith("wide_resnet") and "_" in arch[11:]:

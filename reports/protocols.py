@@ -165,6 +165,8 @@ def setting_title(s: Setting) -> str:
         head = f"Fine-tuning ({_finetune_length(s)})"
     elif s.task == "knn":
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
+        if s.k is not None and s.k != 200:  # moco eval knn's default (InstDisc's) goes unsaid
+            head = head.replace(")", f", k {s.k})", 1)
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
         head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"

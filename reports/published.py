@@ -28,6 +28,12 @@ Matching rule (a published row is shown in one of our tables only when the evalu
   ("R50 FCN-style os16", the name ``moco eval semseg`` records) and the schedule equals it (30k, 90k). The
   published numbers come from the authors' own code, which was not released: any engine of ours matches.
 
+Other methods' published numbers (the rows with a ``method``: DINO, DINOv2, SwAV, Barlow Twins, BYOL, SimCLR, MAE)
+are shown beside each of our rows of that method (the method its record states or the user named), in a
+"published" column, where the backbone is the published one (short name, and DINOv2's registers) and the setting
+matches: ImageNet linear classification at its preset's length (each method's number is from its own linear
+protocol: the note says so), or ImageNet kNN with the published k (DINO's: 20); never in the table-wide rows.
+
 Nothing matches the embedded toy data. Published rows are labelled "published" ("published (secondary)" where the
 CSV's ``checked`` is ``secondary``: read from a re-typed copy of the paper), keep their source, and never enter our
 means. Their differences are to the published supervised row of the same task, backbone and schedule.
@@ -70,6 +76,7 @@ class PublishedRow:
     pretrain: str
     source: str
     checked: str
+    method: str = ""  # the method (reports.pretraining.METHOD_NAMES) whose rows it is shown beside; "": MoCo's tables
     values: dict[str, float] = field(default_factory=dict)  # by our metric names
     deltas: dict[str, float] = field(default_factory=dict)
 
@@ -106,7 +113,7 @@ def load_published(path: Path = PUBLISHED_CSV) -> list[PublishedRow]:
     with path.open(newline="", encoding="utf-8") as f:
         for line in csv.DictReader(f):
             key = tuple(line[k] for k in ("task", "backbone", "schedule", "pretrain_data", "pretrain", "source",
-                                          "checked"))
+                                          "checked")) + (line.get("method") or "",)
             row = rows.setdefault(key, PublishedRow(*key))
             row.values[METRIC_NAMES.get(line["metric"], line["metric"])] = float(line["value"])
     result = list(rows.values())
@@ -139,7 +146,9 @@ def _named(setting: Setting, *words: str) -> bool:
 
 def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
     """The published rows to show in the main table of ``setting`` (whose rows have these archs): none beside a
-    protocol shortened or lengthened from the paper's."""
+    protocol shortened or lengthened from the paper's. Other methods' rows are shown beside their own rows only
+    (:func:`beside`)."""
+    rows = [r for r in rows if not r.method]
     if not runs_preset_length(setting):
         return []
     if setting.task == "linear":
@@ -176,3 +185,27 @@ def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow
     shorts = {short_arch(a) for a in archs}
     return [r for r in rows if r.task == TASKS["linear"] and r.momentum is not None and r.protocol == "linear"
             and r.backbone.split(" ")[0] in shorts and r.backbone.startswith(tuple(f"{s} (K=" for s in shorts))]
+
+
+KNN_TASK = "imagenet_knn"
+
+
+def published_backbone(arch: str, registers: int = 0) -> str:
+    """The published ``backbone`` of one of our archs: "R50", "ViT-S/14", "ViT-S/14 reg4" (DINOv2 with registers)."""
+    return short_arch(arch) + (f" reg{registers}" if registers else "")
+
+
+def beside(setting: Setting, method: str | None, backbone: str, rows: list[PublishedRow]) -> PublishedRow | None:
+    """The published number of ``method`` on ``backbone`` (:func:`published_backbone`) in ``setting``, where exactly
+    one row matches (see the module docstring); None otherwise."""
+    if not method or not _named(setting, "imagenet", "ilsvrc"):
+        return None
+    if setting.task == "linear" and setting.protocol in ("linear", V3_PROTOCOL) and runs_preset_length(setting):
+        task, schedule = TASKS["linear"], None
+    elif setting.task == "knn" and setting.protocol == "knn" and setting.k is not None:
+        task, schedule = KNN_TASK, f"k={setting.k}"
+    else:
+        return None
+    found = [r for r in rows if r.method == method and r.task == task and r.backbone == backbone
+             and (schedule is None or r.schedule == schedule)]
+    return found[0] if len(found) == 1 else None

@@ -57,6 +57,7 @@ TASK_ORDER = tuple(TASK_METRICS)
 SWEEP_PARAMS = ("queue_size", "momentum")
 ENGINES = ("detectron2", "torchvision")
 DEFAULT_VOC_MODEL = "R50-C4"
+DEFAULT_K = 200  # moco eval knn's neighbours (InstDisc's): a kNN table of another k says so
 
 class RecordError(ValueError):
     """Why one record cannot be used (becomes a :class:`Skipped`)."""
@@ -106,6 +107,7 @@ class Record:
     labels: str | None = None  # the subset of train labels it trained on ("10%", "1percent.txt 3f2a1b"); None: all
     # dataset.content_sha256: the evaluation folder's content (classification/layouts.py)
     data_digest: str | None = None
+    k: int | None = None  # kNN: config.k, the neighbours that vote
 
     @property
     def ok(self) -> bool:
@@ -201,6 +203,7 @@ def parse_record(data: Any, shown: str) -> Record:
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
         classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
         data_digest=digest if isinstance(digest, str) and digest else None,
+        k=_count(config.get("k")) if task == "knn" else None,
     )
 
 
@@ -325,23 +328,35 @@ def _pretraining(backbone: dict[str, Any], *, snapshot: bool = False) -> Pretrai
     partial = _count(pretrain.get("partial_epoch_steps")) or 0  # absent from records written before it was
     if fmt == "random" or source == "random" or method == "random init":
         kind, method, sha, data_path, epochs = "random", "random init", None, None, None
-    elif fmt in ("official-moco", "official-mocov3"):  # moco_core/model/backbone.py: the official v1/v2 and v3 files
+    elif fmt in ("official-moco", "official-mocov3"):  # moco_core/model/weights/moco.py: the official v1/v2, v3 files
         kind = "official"
-    elif fmt == "torchvision" and (method in ABSENT_METHODS or not config):
-        kind, method, data_path, epochs = "torchvision", "supervised", None, None  # a plain state_dict
-    elif method in ABSENT_METHODS:
+    elif method in ABSENT_METHODS:  # a method nobody stated is never guessed (a plain torchvision file included)
         kind = "unknown"
-    elif method == "supervised":
-        kind = "supervised"
+    elif fmt == "torchvision" and method == "supervised" and not config:
+        kind, data_path, epochs = "torchvision", None, None  # torchvision's supervised weights, named so
+    elif method == "supervised" and config:
+        kind = "supervised"  # our supervised baseline
+    elif fmt != "moco-suite" and not config:
+        kind, data_path = "released", None  # another codebase's weights: the method its file states or was named
     else:
         kind = "ours"
     recipe = recipe_digest(config) if kind in ("ours", "supervised") and config else None
     if epochs is None:
         planned, partial = None, 0
     variant = moco_variant(config) if method == "moco" else None
+    if kind == "released":
+        epochs = planned = None  # a released file's own training length is its paper's business, not a label
+    normalisation = backbone.get("normalisation") if isinstance(backbone.get("normalisation"), dict) else {}
+    model = backbone.get("model") if isinstance(backbone.get("model"), dict) else {}
     return Pretraining(kind=kind, method=method, arch=arch, data=data_name(data_path), data_path=data_path,
                        epochs=epochs, sha256=sha, source=source, format=fmt, recipe=recipe, planned_epochs=planned,
-                       partial_steps=partial, snapshot=snapshot, variant=variant)
+                       partial_steps=partial, snapshot=snapshot, variant=variant,
+                       stated_by=_text(pretrain.get("stated_by")), encoder=_text(backbone.get("encoder")),
+                       normalisation=_text(normalisation.get("name")), registers=_count(model.get("registers")) or 0)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def eval_recipe(config: dict[str, Any], data_version: Any = None) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from reports.pretraining import Pretraining, method_rank
 from reports.protocols import length_key, paper_length
-from reports.records import SWEEP_PARAMS, TASK_ORDER, Record, Sweep
+from reports.records import DEFAULT_K, SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
 PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "finetune", "knn", "voc", "coco", "keypoints", "lvis",
                   "cityscapes", "densepose")
@@ -61,17 +61,19 @@ class Setting:
     classes: int | None = None
     labels: str | None = None  # the subset of the train labels ("10%"); None: all of them
     data_digest: str | None = None  # the evaluation folder's content digest, where the records name it
+    k: int | None = None  # kNN: the neighbours voting (runs of other k are other tables)
 
     @classmethod
     def of(cls, record: Record) -> Setting:
         return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
-                   record.schedule, record.eval_length, record.classes, record.labels, record.data_digest)
+                   record.schedule, record.eval_length, record.classes, record.labels, record.data_digest, record.k)
 
     @property
     def key(self) -> str:
         """A short id of the setting, used as the CSV ``section`` column."""
         parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self),
-                 f"labels {self.labels}" if self.labels else None]
+                 f"labels {self.labels}" if self.labels else None,
+                 f"k {self.k}" if self.k not in (None, DEFAULT_K) else None]
         return ":".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:

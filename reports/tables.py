@@ -27,7 +27,7 @@ from typing import Any
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.pretraining import method_name, short_arch
 from reports.protocols import DETECTION_TASKS, chance_note, random_init_hint, setting_subtitle, setting_title
-from reports.published import PublishedRow, matching, matching_momentum
+from reports.published import PublishedRow, beside, matching, matching_momentum, published_backbone
 from reports.records import TASK_METRICS
 from reports.summary import (
     Entry,
@@ -195,7 +195,7 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
     for setting, group in groupby(entries, key=lambda e: e.setting):
         rows_of = list(group)
         pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
-        tables.append(_setting_table(setting, rows_of, pub, expected))
+        tables.append(_setting_table(setting, rows_of, pub, expected, published))
         if pub:
             shown.append(Shown(setting.key, setting, pub))
         if any(e.per_class for e in rows_of):
@@ -268,12 +268,17 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
 
 
 def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow],
-                   expected: dict[tuple[str, ...], dict[str, Expected]]) -> Table:
+                   expected: dict[tuple[str, ...], dict[str, Expected]],
+                   published: list[PublishedRow] | None = None) -> Table:
     metrics = TASK_METRICS[setting.task]
     reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
     rows: list[Row] = []
     notes: list[str] = []
     checked = False
+    own = {id(e): beside(setting, e.pretraining.method, published_backbone(e.pretraining.arch,
+                                                                            e.pretraining.registers), published or [])
+           for e in entries}
+    extra = any(own.values())  # a "published" column where a row of another method has its number
     for entry in entries:
         if entry.failed:
             values = tuple(Cell("failed") for _ in metrics)
@@ -281,12 +286,15 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
             values = tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m)) for m in metrics)
         outside, applied = flags(entry, expected)
         checked |= applied
-        note = "; ".join(n for n in (failure_note(entry), *outside) if n)
-        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, Cell(note)),
+        mine = own[id(entry)]
+        note = "; ".join(n for n in (failure_note(entry), *outside, _beside_note(mine)) if n)
+        shown = (value_cell(mine.values.get(metrics[0])) if mine else Cell(MISSING),) if extra else ()
+        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
                         "failed" if entry.failed else "ours"))
     for row in pub:
         values = tuple(value_cell(row.values.get(m), row.deltas.get(m)) for m in metrics)
-        rows.append(Row((Cell(row.label), Cell(MISSING), *values, Cell(source_note(row))),
+        shown = (Cell(MISSING),) if extra else ()
+        rows.append(Row((Cell(row.label), Cell(MISSING), *values, *shown, Cell(source_note(row))),
                         "secondary" if row.secondary else "published"))
     if setting.task in DELTA_TASKS:
         notes.append(ref_note)
@@ -306,10 +314,21 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
     if checked:
         notes.append(f"Expected ranges of these presets (reports/expected.csv, measured with several trials): a mean "
                      f"more than max({WIDTH:g} std, {FLOOR:g}) from the expected one is flagged in its note.")
+    if extra:
+        notes.append("The published column: each method's own number for that backbone (reports/published.csv; its "
+                     "source in the row's note), from the method's own evaluation protocol, beside the rows of that "
+                     "method; not part of our means.")
+    header = METRIC_HEADERS.get(metrics[0], metrics[0])
     columns = (Column("Pretraining"), Column("n", True), *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics),
-               Column("Note"))
+               *((Column(f"published {header}", True),) if extra else ()), Column("Note"))
     return _drop_empty_note(Table(setting.key, setting_title(setting), columns, rows, setting_subtitle(setting),
                                   notes))
+
+
+def _beside_note(row: PublishedRow | None) -> str:
+    if row is None:
+        return ""
+    return f"published: {row.pretrain} ({row.schedule}), {source_note(row)}"
 
 
 def _per_class_table(setting: Setting, entries: list[Entry]) -> Table:

@@ -138,8 +138,9 @@ def test_paper_presets_take_the_data_flag(preset: str | None) -> None:
 def test_linear_eval_takes_the_data_flag_over_a_preset_without_data(tmp_path: Path) -> None:
     """``moco eval linear CKPT --data DIR``: the paper protocol's config has no data.path; the flag supplies it
     (at 5671961 this stopped with "data.path: not set"), and the run goes on to check the folder itself."""
-    result = runner.invoke(app, ["eval", "linear", "absent.pth", "--data", str(tmp_path), "--output-dir",
-                                 str(tmp_path / "out")])
+    # weights that read (the weights are read before the data: their normalisation is the data's)
+    result = runner.invoke(app, ["eval", "linear", "random", "--arch", "resnet18", "--data", str(tmp_path),
+                                 "--output-dir", str(tmp_path / "out")])
     assert result.exit_code == 2
     expected = (f"error: data.path: {tmp_path} needs train/ and val/ (or test/) folders with one folder per class, or "
                 f"Flowers-102's or Oxford-IIIT Pets' files as torchvision downloads them")

@@ -10,13 +10,17 @@ from typing import Annotated, Any
 import typer
 
 from moco_core.cli import preset_list
+from moco_core.model.weights.formats import WEIGHTS_FORMATS
 from transfer.config import DEFAULT_PRESETS
 
 Weights = Annotated[str | None, typer.Argument(
     metavar="WEIGHTS", show_default=False,
-    help="Backbone weights: a checkpoint (ours, official main_moco.py's, a torchvision ResNet state_dict, our "
-    "supervised baseline), a pretraining's run directory (its last checkpoint), or 'random'. Not needed with "
-    "--print-config.")]
+    help="Backbone weights: a checkpoint (ours, the official MoCo ones, DINO's, SwAV's, Barlow Twins', SimCLR's "
+    "converted, solo-learn's, lightly's, a timm .safetensors, torchvision weights: any ResNet read here), a "
+    "pretraining's run directory (its last checkpoint), or 'random'. Not needed with --print-config.")]
+WeightsFormat = Annotated[str | None, typer.Option(
+    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
+    f"{', '.join(WEIGHTS_FORMATS)}. It sets the input normalisation (input.mean/std, when left null).")]
 OldWeights = Annotated[str | None, typer.Option("--weights", hidden=True, help="The old form of WEIGHTS.")]
 Arch = Annotated[str | None, typer.Option(help="The ResNet of 'random' (detector.arch; a file names its own).")]
 
@@ -107,21 +111,22 @@ def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
 
 
 def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,
-           device: str | None, seed: int | None, workers: int | None, arch: str | None,
+           device: str | None, seed: int | None, workers: int | None, arch: str | None, weights_format: str | None,
            classes: str | None = None) -> dict[str, Any]:
     names = None if classes is None else [c.strip() for c in classes.split(",")]
     return {"engine": engine, "detector": {"arch": arch},
             "data": {"path": data, "train": train or None, "test": test, "classes": names, "workers": workers},
-            "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+            "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}}
 
 
 def voc_cli(weights: Weights = None, config: VocConfig = None, set_: Sets = None, engine: Engine = None,
             data: Data = None, train: Train = None, test: Test = None, classes: Classes = None,
             output_dir: OutputDir = None, arch: Arch = None, device: Device = None, seed: Seed = None,
             workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
-            print_config: PrintConfig = False, old_weights: OldWeights = None) -> None:
+            print_config: PrintConfig = False, old_weights: OldWeights = None,
+            weights_format: WeightsFormat = None) -> None:
     """Faster R-CNN (R50-C4, the paper's VOC detector) fine-tuned from a backbone on VOC07+12, tested on VOC07."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, classes)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format, classes)
     _transfer("voc", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -129,9 +134,9 @@ def coco_cli(weights: Weights = None, config: CocoConfig = None, set_: Sets = No
              data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
              arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
              resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
-             old_weights: OldWeights = None) -> None:
+             old_weights: OldWeights = None, weights_format: WeightsFormat = None) -> None:
     """Mask R-CNN (R50-C4 or R50-FPN, 1x or 2x) fine-tuned from a backbone on COCO train2017, tested on val2017."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format)
     _transfer("coco", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -139,10 +144,10 @@ def keypoints_cli(weights: Weights = None, config: KeypointsConfig = None, set_:
                   data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
                   arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
                   resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
-                  old_weights: OldWeights = None) -> None:
+                  old_weights: OldWeights = None, weights_format: WeightsFormat = None) -> None:
     """Keypoint R-CNN (R50-FPN, 2x) fine-tuned from a backbone on COCO keypoints train2017, tested on val2017
     (AP^kp)."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format)
     _transfer("keypoints", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -150,11 +155,11 @@ def lvis_cli(weights: Weights = None, config: LvisConfig = None, set_: Sets = No
              data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
              arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
              resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
-             old_weights: OldWeights = None) -> None:
+             old_weights: OldWeights = None, weights_format: WeightsFormat = None) -> None:
     """Mask R-CNN R50-FPN (2x, repeat-factor sampling) fine-tuned from a backbone on LVIS v0.5 train, tested on its
     val by the LVIS API (arXiv 1911.05722 appendix A.4). --train/--test: lvis_v0.5_train, lvis_v0.5_val, or
     ANNOTATIONS.json:IMAGE_DIR in LVIS's format."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format)
     _transfer("lvis", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -162,10 +167,11 @@ def cityscapes_cli(weights: Weights = None, config: CityscapesConfig = None, set
                    engine: Engine = None, data: Data = None, train: Train = None, test: Test = None,
                    output_dir: OutputDir = None, arch: Arch = None, device: Device = None, seed: Seed = None,
                    workers: Workers = None, resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False,
-                   print_config: PrintConfig = False, old_weights: OldWeights = None) -> None:
+                   print_config: PrintConfig = False, old_weights: OldWeights = None,
+                   weights_format: WeightsFormat = None) -> None:
     """Mask R-CNN R50-FPN fine-tuned from a backbone on Cityscapes train_fine (8 instance classes), tested on val
     by cityscapesscripts (instance-level AP, AP50). --train/--test: cityscapes_fine_instance_seg_train or _val."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format)
     _transfer("cityscapes", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -173,12 +179,12 @@ def densepose_cli(weights: Weights = None, config: DenseposeConfig = None, set_:
                   data: Data = None, train: Train = None, test: Test = None, output_dir: OutputDir = None,
                   arch: Arch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
                   resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
-                  old_weights: OldWeights = None) -> None:
+                  old_weights: OldWeights = None, weights_format: WeightsFormat = None) -> None:
     """DensePose R-CNN (R50-FPN, s1x) fine-tuned from a backbone on DensePose-COCO train2014 + valminusminival2014,
     tested on minival2014 (AP^dp, GPS and GPSm, and box AP; arXiv 1911.05722 appendix A.3). detectron2 with its
     DensePose project only. --train/--test: densepose_coco_2014_train, densepose_coco_2014_minival..., or
     ANNOTATIONS.json:IMAGE_DIR in DensePose's format."""
-    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch)
+    flags = _flags(engine, data, train, test, output_dir, device, seed, workers, arch, weights_format)
     _transfer("densepose", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -205,14 +211,14 @@ def semseg_cli(weights: Weights = None, config: SemsegConfigOption = None, set_:
                classes: SemsegClasses = None, ignore_index: IgnoreIndex = None, output_dir: OutputDir = None,
                arch: SemsegArch = None, device: Device = None, seed: Seed = None, workers: Workers = None,
                resume: Resume = False, nproc: Nproc = 1, quiet: Quiet = False, print_config: PrintConfig = False,
-               old_weights: OldWeights = None) -> None:
+               old_weights: OldWeights = None, weights_format: WeightsFormat = None) -> None:
     """Semantic segmentation (the paper's A.5 network: conv5 dilated to stride 16, two 3x3 convs with dilation 6)
     fine-tuned from a ResNet on VOC12 train_aug or Cityscapes train_fine, mIoU on val at full resolution."""
     names = None if classes is None else [c.strip() for c in classes.split(",")]
     flags = {"head": {"arch": arch},
              "data": {"path": data, "train": train, "test": test, "classes": names, "ignore_index": ignore_index,
                       "workers": workers},
-             "run": {"output_dir": output_dir, "device": device, "seed": seed}}
+             "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}}
     _transfer("semseg", weights, old_weights, config, set_ or [], flags, resume, nproc, quiet, print_config)
 
 
@@ -226,6 +232,7 @@ def convert_cli(
                                     "(a MoCo v3 ViT's state_dict without head, for timm's ViTs and DeiT).")]
     = "detectron2",
     force: Annotated[bool, typer.Option("--force", help="Replace DST if it exists (never SRC itself).")] = False,
+    weights_format: WeightsFormat = None,
 ) -> None:
     """Convert a backbone to detectron2's format (the official convert-pretrain-to-detectron2.py mapping), to a
     plain torchvision ResNet state_dict, or (MoCo v3 ViTs) to a timm ViT state_dict."""
@@ -233,7 +240,7 @@ def convert_cli(
     from transfer.convert import convert_file
 
     try:
-        summary = convert_file(src, dst, overwrite=force, to=to)
+        summary = convert_file(src, dst, overwrite=force, to=to, weights_format=weights_format)
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
+from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, replace, require, run_checks
+from moco_core.model.weights.formats import format_checks
 
 TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
 MASK_TASKS = ("coco", "lvis", "cityscapes")  # Mask R-CNN: box and mask AP
@@ -80,9 +81,11 @@ class InputConfig:
     min_size_test: int = 800
     max_size: int = 1333  # longer-side cap, train and test
     flip_prob: float = 0.5  # horizontal flip in training (detectron2's default)
-    # RGB input normalised with torchvision's statistics, as the pretraining (the MoCo configs' PIXEL_MEAN/STD)
-    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
-    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    # RGB input (pixels in [0, 1]) normalised as the weights' method trained: null takes the weights'
+    # normalisation (moco_core/model/weights/formats.py: torchvision's ImageNet statistics, the MoCo configs'
+    # PIXEL_MEAN/STD, for most; none for SimCLR's converted weights), resolved when the run starts
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class TransferRunConfig:
     checkpoint_every: int = 5000  # iterations between checkpoint writes (detectron2's CHECKPOINT_PERIOD)
     test_batch_size: int = 1  # test images per forward pass and process (detectron2: 1)
     loggers: tuple[str, ...] = ()  # mirrors of metrics.jsonl: "tensorboard", "wandb" (optional extras; README)
+    weights_format: str | None = None  # the method of weights whose file does not say (--weights-format)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,31 @@ def per_process_batch(cfg: TransferConfig, world: int) -> int:
     if cfg.solver.batch_size % world:
         raise ConfigError(f"solver.batch_size: {cfg.solver.batch_size} is not divisible by the {world} processes")
     return cfg.solver.batch_size // world
+
+
+def with_normalisation(cfg: Any, normalisation: dict[str, Any]) -> Any:
+    """``cfg`` (a detection or segmentation config) with ``input.mean`` and ``input.std`` the weights'
+    normalisation (``BackboneInfo.normalisation``) where the config leaves them null; as given otherwise."""
+    i = cfg.input
+    mean = i.mean if i.mean is not None else tuple(float(v) for v in normalisation["mean"])
+    std = i.std if i.std is not None else tuple(float(v) for v in normalisation["std"])
+    return replace(cfg, input={"mean": mean, "std": std})
+
+
+def input_statistics(cfg: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) of ``cfg.input``, once :func:`with_normalisation` has filled in the weights' where they were
+    null: a network is never built on statistics nobody chose."""
+    i = cfg.input
+    if i.mean is None or i.std is None:
+        raise ConfigError("input.mean, input.std: null until the weights are read (transfer.config."
+                          "with_normalisation fills in theirs)")
+    return tuple(i.mean), tuple(i.std)
+
+
+def input_checks(mean: tuple[float, ...] | None, std: tuple[float, ...] | None) -> list[tuple[bool, str, str]]:
+    return [(mean is None or all(math.isfinite(v) for v in mean), "input.mean", "must be finite numbers or null"),
+            (std is None or all(math.isfinite(v) and v > 0 for v in std), "input.std",
+             "must be positive numbers or null")]
 
 
 def model_name(cfg: TransferConfig, arch: str) -> str:
@@ -218,6 +247,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (len(i.min_size_train) >= 1 and min(i.min_size_train) >= 16, "input.min_size_train", "need sizes >= 16"),
         (16 <= i.min_size_test <= i.max_size, "input.min_size_test", "need 16 <= min_size_test <= max_size"),
         (0 <= i.flip_prob <= 1, "input.flip_prob", f"must be in [0, 1], got {i.flip_prob}"),
+        *input_checks(i.mean, i.std),
         *solver_checks(s),
         (cfg.data.path is not None, "data.path", "not set: pass --data DIR (detectron2's datasets/ layout) or "
          "--data embedded"),
@@ -230,6 +260,7 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
         (0 <= cfg.data.repeat_threshold < 1, "data.repeat_threshold",
          f"must be in [0, 1) (0: off), got {cfg.data.repeat_threshold}"),
         *run_checks(r.device, r.seed, r.loggers),
+        *format_checks(r.weights_format),
         (min(r.log_every, r.checkpoint_every, r.test_batch_size) >= 1, "run.log_every",
          "log_every, checkpoint_every and test_batch_size must be >= 1"),
         (cfg.task != "keypoints" or d.head == "FPN", "detector.head", "Keypoint R-CNN is built on FPN (the "

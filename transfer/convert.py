@@ -13,6 +13,7 @@ numpy arrays, so a converted file can be checked without trusting it.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -22,8 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from moco_core.checkpoint import CheckpointError, resolve, write_atomic
-from moco_core.model.backbone import file_sha256, infer_arch, infer_vit, read_backbone_state
+from moco_core.checkpoint import CheckpointError, write_atomic
+from moco_core.model.weights import hub
+from moco_core.model.weights.detect import Weights, read_weights, resolve_path
+from moco_core.model.weights.resnet_names import CIFAR_SUFFIX
 
 AUTHOR = "moco"
 PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)
@@ -108,8 +111,9 @@ def write_detectron2_pkl(model: dict[str, np.ndarray], dst: Path) -> None:
 
 
 # --to, and the file suffix a folder destination gets. timm: a ViT backbone's state_dict less its head, which
-# timm's vit_small_patch16_224 / vit_base_patch16_224 (num_heads=12 for v3's ViT-S) load: the DeiT fine-tuning
-# path the official moco-v3 convert_to_deit.py serves.
+# timm's ViT of the same shape loads (num_heads=12 for v3's ViT-S): the DeiT fine-tuning path the official moco-v3
+# convert_to_deit.py serves. A destination ending in .safetensors is written as safetensors (torchvision or timm
+# names), with the method, encoder and normalisation in its metadata: read back, it says what it is.
 FORMATS = {"detectron2": ".pkl", "torchvision": ".pth", "timm": ".pth"}
 
 
@@ -128,44 +132,65 @@ def destination(src: Path, dst: str | Path, to: str) -> Path:
     return path
 
 
-def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str = "detectron2") -> dict[str, Any]:
-    """Convert any checkpoint ``read_backbone_state`` accepts into a backbone file at ``dst`` (see
+def convert_file(src: Path, dst: str | Path, *, overwrite: bool = False, to: str = "detectron2",
+                 weights_format: str | None = None) -> dict[str, Any]:
+    """Convert any weights file :mod:`moco_core.model.weights` reads into a backbone file at ``dst`` (see
     :func:`destination`): detectron2's ``.pkl`` (``to="detectron2"``, the official conversion's mapping) or a
     torchvision ResNet state_dict (``to="torchvision"``; ``torchvision.models.<arch>().load_state_dict(sd,
-    strict=False)`` loads it and reports exactly ``fc.weight`` and ``fc.bias`` missing), or for a ViT (MoCo v3) a
-    timm state_dict (``to="timm"``; timm's ViT of the same shape reports exactly ``head.weight`` and
-    ``head.bias`` missing).
+    strict=False)`` loads it and reports exactly ``fc.weight`` and ``fc.bias`` missing), or for a ViT a timm
+    state_dict (``to="timm"``; timm's ViT of the same shape reports exactly ``head.weight`` and ``head.bias``
+    missing). ``weights_format``: the method of a file that does not say (--weights-format).
 
     ``src`` may be a pretraining's run directory (its last checkpoint). Returns a summary: source, destination,
-    arch, source format, number of arrays written, sha256 of ``src``.
+    arch, source format, method, encoder, normalisation, number of arrays written, sha256 of ``src``.
     Every failure is a one-line ``CheckpointError``. ``dst`` is never ``src`` itself (the pretraining checkpoint
     would be replaced by the smaller backbone file), and an existing ``dst`` is replaced only with ``overwrite``.
     """
     if to not in FORMATS:
         raise CheckpointError(f"--to: expected one of {', '.join(FORMATS)}, got {to!r}")
-    src = resolve(src) if Path(src).is_dir() else Path(src)  # a pretraining's run directory: its last checkpoint
+    src = resolve_path(src)  # a pretraining's run directory: its last checkpoint
     dst = destination(src, dst, to)
     if dst.exists() and src.exists() and dst.samefile(src):
         raise CheckpointError(f"{dst}: is the checkpoint being converted; write the backbone somewhere else")
     if dst.exists() and not overwrite:
         raise CheckpointError(f"{dst}: already exists; pass --force to replace it, or choose another name")
-    state, fmt, _ = read_backbone_state(src)
-    vit = infer_vit(state)
+    weights = read_weights(src, weights_format)
+    vit = weights.found.vit
     if (vit is not None) != (to == "timm"):
-        what = f"a ViT ({vit[0]}): convert it --to timm" if vit else "a ResNet: convert it --to torchvision or " \
-            "--to detectron2"
+        what = f"a ViT ({weights.arch}): convert it --to timm" if vit else "a ResNet: convert it --to torchvision " \
+            "or --to detectron2"
         raise CheckpointError(f"{src}: holds {what}")
-    arch = vit[0] if vit else infer_arch(state)
+    if to == "detectron2" and weights.arch.endswith(CIFAR_SUFFIX):
+        raise CheckpointError(f"{src}: holds a CIFAR-stem ResNet ({weights.arch}), which no detectron2 backbone "
+                              f"takes; convert it --to torchvision")
+    summary = {"source": str(src), "destination": str(dst), "to": to, "arch": weights.arch,
+               "format": weights.found.layout, "method": weights.method, "encoder": weights.encoder,
+               "normalisation": weights.normalisation.name}
     if to in ("torchvision", "timm"):
-        plain = {key: value.contiguous().clone() for key, value in state.items()}  # no views into the checkpoint
-        write_atomic(dst, lambda f: torch.save(plain, f), what="state_dict")
+        plain = {key: value.contiguous().clone() for key, value in weights.state.items()}  # no views into the file
+        if dst.suffix == ".safetensors":
+            from safetensors.torch import save
+
+            data = save(plain, metadata=_metadata(weights))
+            write_atomic(dst, lambda f: f.write(data), what="safetensors file")
+        else:
+            write_atomic(dst, lambda f: torch.save(plain, f), what="state_dict")
         tensors = len(plain)
     else:
-        model = to_detectron2(state)
+        model = to_detectron2(weights.state)
         write_detectron2_pkl(model, dst)
         tensors = len(model)
-    return {"source": str(src), "destination": str(dst), "to": to, "arch": arch, "format": fmt, "tensors": tensors,
-            "sha256": file_sha256(src)}
+    return {**summary, "tensors": tensors, "sha256": weights.sha256}
+
+
+def _metadata(weights: Weights) -> dict[str, str]:
+    """What a converted .safetensors file says of itself (moco_core.model.weights.hub reads it back)."""
+    meta = {hub.METADATA_METHOD: weights.method, hub.METADATA_ENCODER: weights.encoder,
+            hub.METADATA_NORMALISATION: json.dumps(weights.normalisation.record()),
+            "moco.arch": weights.arch, "moco.source_sha256": weights.sha256, "format": "pt"}
+    if weights.found.vit is not None:
+        meta[hub.METADATA_HEADS] = str(weights.found.vit.num_heads)
+    return meta
 
 
 def _numpy_globals() -> dict[tuple[str, str], Any]:

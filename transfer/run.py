@@ -26,7 +26,13 @@ from moco_core.run.progress import Progress
 from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import resolve_device
 from transfer import engine
-from transfer.config import DENSEPOSE_NEEDED, TransferConfig, per_process_batch, transfer_run_dir
+from transfer.config import (
+    DENSEPOSE_NEEDED,
+    TransferConfig,
+    per_process_batch,
+    transfer_run_dir,
+    with_normalisation,
+)
 from transfer.detection import data as detection_data
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
@@ -117,7 +123,8 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
     torch.manual_seed(cfg.run.seed)
-    resnet, info = load_resnet(weights, cfg.detector.arch)  # before the data: a bad file fails at once
+    resnet, info = load_resnet(weights, cfg.detector.arch, cfg.run.weights_format)  # before the data
+    cfg = with_normalisation(cfg, info.normalisation)  # the detector normalises its input as the weights expect
     data = load_data(cfg)
     require_a_batch(cfg, data, per_process_batch(cfg, world))
     model = build_model(cfg, resnet, len(data.class_names), device,

@@ -118,3 +118,87 @@ def is_vit(module: nn.Module) -> bool:
 def classifier_name(module: nn.Module) -> str:
     """The attribute holding a backbone's last layer: ``head`` for a ViT, ``fc`` for a ResNet."""
     return "head" if is_vit(module) else "fc"
+
+
+# The number of heads is not in a ViT's weights. By width, the heads of the standard shapes (ViT-Ti/S/B/L/H of
+# arXiv 2010.11929 and DeiT, DINOv2's ViT-g of arXiv 2304.07193); MoCo v3's own ViTs are VIT_SHAPES' (ViT-S: 12).
+STANDARD_HEADS = {96: 3, 192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16, 1536: 24}
+# (width, depth) -> the size's name, for ViTs that are none of VIT_SHAPES (arch "vit_<size>" at 16-pixel patches,
+# "vit_<size>_p<patch>" at others: DINOv2's ViT-S/14 is vit_small_p14).
+VIT_SIZES = {(192, 12): "tiny", (384, 12): "small", (768, 12): "base", (1024, 24): "large", (1280, 32): "huge",
+             (1536, 40): "giant"}
+
+
+@dataclass(frozen=True)
+class VitSpec:
+    """A ViT as its weights and their format describe it: timm's ``VisionTransformer`` arguments.
+
+    ``no_embed_class``: the position embedding covers the patches only (timm's layout of DINOv2 with registers,
+    whose class token then holds its own position embedding). ``dynamic``: the position embedding is resampled to
+    the grid of every input (DINOv2's, trained at 518 px and evaluated at 224). ``fixed_position``: MoCo v3's
+    sin-cos embedding, not trained in fine-tuning."""
+
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    grid: int  # patches per side of the position embedding: the crop it was trained at is grid * patch_size
+    mlp_hidden: int
+    swiglu: bool = False  # DINOv2's ViT-g: SiLU(x W1) * (x W2), W1 and W2 packed in one fc1
+    qkv_bias: bool = True
+    layer_scale: bool = False  # ls1.gamma, ls2.gamma (DINOv2)
+    reg_tokens: int = 0
+    no_embed_class: bool = False
+    norm_eps: float = 1e-6
+    dynamic: bool = False
+    fixed_position: bool = False
+
+    @property
+    def img_size(self) -> int:
+        return self.grid * self.patch_size
+
+    @property
+    def arch(self) -> str:
+        """Our name of the shape: one of VIT_SHAPES, else ``vit_<size>[_p<patch>]``."""
+        for name, shape in VIT_SHAPES.items():
+            if (shape.patch_size, shape.embed_dim, shape.depth) == (self.patch_size, self.embed_dim, self.depth):
+                return name
+        size = VIT_SIZES.get((self.embed_dim, self.depth), f"w{self.embed_dim}_d{self.depth}")
+        return f"vit_{size}" + ("" if self.patch_size == 16 else f"_p{self.patch_size}")
+
+    def record(self) -> dict[str, Any]:
+        """The record's ``backbone.model``."""
+        return {"family": "vit", "patch_size": self.patch_size, "embed_dim": self.embed_dim, "depth": self.depth,
+                "num_heads": self.num_heads, "mlp": "swiglu" if self.swiglu else "gelu",
+                "mlp_hidden": self.mlp_hidden, "layer_scale": self.layer_scale, "registers": self.reg_tokens,
+                "trained_crop": self.img_size, "position": "resampled" if self.dynamic else "fixed grid"}
+
+
+def _mlp_layer(hidden: int, swiglu: bool) -> Any:
+    """timm's Block builds its MLP with ``hidden_features=int(dim * mlp_ratio)``: the width the weights hold is
+    passed here instead, exactly (a ratio such as ViT-g's 8192 / 1536 does not survive the float round trip)."""
+    from timm.layers import GluMlp, Mlp
+
+    def build(in_features: int, hidden_features: int, **kwargs: Any) -> nn.Module:
+        if swiglu:  # DINOv2's SwiGLUFFN: the first half of fc1's output is gated by SiLU, times the second half
+            kwargs["act_layer"] = nn.SiLU
+            return GluMlp(in_features, hidden, gate_last=False, **kwargs)
+        return Mlp(in_features, hidden, **kwargs)
+
+    return build
+
+
+def build_vit_spec(spec: VitSpec, *, num_classes: int = 0) -> nn.Module:
+    """timm's VisionTransformer of ``spec`` (class-token features after the last norm, a Linear ``head`` for
+    ``num_classes``), weights untouched: the caller loads them. Input crops: ``spec.img_size``, or any multiple of
+    the patch size where ``spec.dynamic``."""
+    timm_vit = _timm()
+    model = timm_vit.VisionTransformer(
+        img_size=spec.img_size, patch_size=spec.patch_size, embed_dim=spec.embed_dim, depth=spec.depth,
+        num_heads=spec.num_heads, qkv_bias=spec.qkv_bias, num_classes=num_classes, global_pool="token",
+        init_values=1e-5 if spec.layer_scale else None, reg_tokens=spec.reg_tokens,
+        no_embed_class=spec.no_embed_class, dynamic_img_size=spec.dynamic,
+        norm_layer=partial(nn.LayerNorm, eps=spec.norm_eps), mlp_layer=_mlp_layer(spec.mlp_hidden, spec.swiglu))
+    if spec.fixed_position:  # MoCo v3's sin-cos embedding (build_vit): loaded, never trained
+        model.pos_embed.requires_grad_(False)
+    return model

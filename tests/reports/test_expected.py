@@ -85,10 +85,11 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     from classification.linear import load_linear_config
     from moco_core.config import PretrainConfig, load_config, replace, to_dict
     from moco_core.data.shapes import shapes_version
+    from moco_core.model.weights.formats import IMAGENET
     from moco_demo.run import RANDOM_ARCH
     from reports.pretraining import recipe_digest
     from reports.records import eval_recipe
-    from transfer.config import load_transfer_config
+    from transfer.config import load_transfer_config, with_normalisation
     from transfer.records import embedded_version, record_config
 
     rows = list(csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")))
@@ -134,6 +135,7 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
         assert int(row["n"]) >= 2 and (row["dataset"], row["protocol"]) == ("embedded", "finetune")
     for task in ("voc", "coco"):  # as moco demo runs them where detectron2 is missing (auto: torchvision)
         detection = load_transfer_config(task, f"{task}_embedded", [], {"engine": "torchvision"})
+        detection = with_normalisation(detection, IMAGENET.record())  # as a run fills it in for these weights
         digest = eval_recipe(record_config(detection, RANDOM_ARCH), embedded_version(detection)["version"])
         task_rows = [r for r in rows if r["task"] == task]
         assert {r["backbone"] for r in task_rows} == set(recipes), task
@@ -156,14 +158,17 @@ def test_the_version_of_generated_data_is_part_of_the_evaluation_recipe() -> Non
 def test_the_semseg_rows_are_the_embedded_preset() -> None:
     """expected.csv's semantic segmentation rows were measured with semseg_embedded as it is today (its record's
     config and the version of the scenes' masks): a change to the preset must come with a new measurement."""
+    from moco_core.model.weights.formats import IMAGENET
     from moco_demo.run import RANDOM_ARCH
     from reports.records import eval_recipe
+    from transfer.config import with_normalisation
     from transfer.segmentation.config import load_semseg_config
     from transfer.segmentation.embedded import dataset_version
     from transfer.segmentation.run import record_config
 
     rows = [r for r in csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")) if r["task"] == "semseg"]
-    digest = eval_recipe(record_config(load_semseg_config("semseg_embedded", []), RANDOM_ARCH), dataset_version())
+    cfg = with_normalisation(load_semseg_config("semseg_embedded", []), IMAGENET.record())  # as a run fills it in
+    digest = eval_recipe(record_config(cfg, RANDOM_ARCH), dataset_version())
     assert rows and {r["eval_recipe"] for r in rows} == {digest}
     assert {(r["metric"], r["engine"], r["schedule"], r["model"]) for r in rows} >= {
         ("mIoU", "torchvision", "embedded", "R18 FCN-style os16")}

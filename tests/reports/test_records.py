@@ -80,9 +80,26 @@ def test_labels_of_baselines_and_ours(write_record: WriteRecord, runs: Path) -> 
                                               "pretrain": {"method": "end2end", "epochs": 3, "config": {}}})
     write_record("moco.result.json")
     labels = [e.pretraining.label for e in group(load_records([str(runs)])[0])[0]]
+    # the floor and the references first, then the rows grouped by method and backbone (issue 47)
     assert labels == ["random init (R18)", "supervised (torchvision weights, R50) 0f1e2d",
-                      "supervised (R18, 10 ep, e) 5e5e5e", "MoCo (official checkpoint, R50, 200 ep) cdcdcd",
-                      "MoCo (R18, 15 ep, embedded) a1b2c3", "end-to-end (R18, 3 ep) eeeeee"]
+                      "supervised (R18, 10 ep, e) 5e5e5e", "MoCo (R18, 15 ep, embedded) a1b2c3",
+                      "MoCo (official checkpoint, R50, 200 ep) cdcdcd", "end-to-end (R18, 3 ep) eeeeee"]
+
+
+def test_a_torchvision_record_that_names_no_method_is_not_supervised(write_record: WriteRecord, runs: Path) -> None:
+    """Issue 47: a record of a plain torchvision state dict whose method nobody stated was labelled "supervised
+    (torchvision weights)"; it is an unknown pretraining. One whose method was named is labelled by it."""
+    write_record("plain.result.json", backbone={"source": "/w/r50.pth", "format": "torchvision", "arch": "resnet50",
+                                                "sha256": "0f1e2d" + "0" * 58, "pretrain": {}})
+    write_record("dino.result.json", backbone={
+        "source": "/w/dino.pth", "format": "torchvision", "arch": "resnet50", "sha256": "d1" * 32, "encoder": "teacher",
+        "pretrain": {"method": "dino", "stated_by": "--weights-format"}})
+    entries = group(load_records([str(runs)])[0])[0]
+    assert [(e.pretraining.kind, e.pretraining.is_supervised) for e in entries] == [("released", False),
+                                                                                   ("unknown", False)]
+    assert [e.pretraining.label for e in entries] == [
+        "DINO (R50, torchvision, teacher, method named by --weights-format) d1d1d1",
+        "unknown pretraining (torchvision, R50) 0f1e2d"]
 
 
 def test_groups_by_checkpoint_hash_not_path(write_record: WriteRecord, runs: Path) -> None:
@@ -178,9 +195,10 @@ def test_labels_name_the_moco_version(write_record: WriteRecord, runs: Path) -> 
     write_record("rand.result.json", backbone={"source": "random", "format": "random", "arch": "vit_small",
                                                "sha256": None, "pretrain": {"method": "random init"}})
     labels = [e.pretraining.label for e in group(load_records([str(runs)])[0])[0]]
-    assert labels == ["random init (ViT-S/16)", "MoCo v3 (official checkpoint, ViT-B/16, 300 ep) 666666",
-                      "MoCo v1 (R50, 100 ep, imagenet) 111111", "MoCo v2 (R50, 100 ep, imagenet) 222222",
-                      "MoCo (R50, 100 ep, imagenet) 333333", "MoCo v3 (R50, 100 ep, imagenet) 555555",
+    assert labels == ["random init (ViT-S/16)", "MoCo v1 (R50, 100 ep, imagenet) 111111",
+                      "MoCo v2 (R50, 100 ep, imagenet) 222222", "MoCo (R50, 100 ep, imagenet) 333333",
+                      "MoCo v3 (R50, 100 ep, imagenet) 555555",
+                      "MoCo v3 (official checkpoint, ViT-B/16, 300 ep) 666666",
                       "MoCo v3 (ViT-S/16, 100 ep, imagenet) 444444"]
 
 

@@ -10,7 +10,8 @@ import torch
 import torchvision
 
 from moco_core import distributed
-from transfer.config import load_transfer_config
+from moco_core.model.weights.formats import IMAGENET
+from transfer.config import load_transfer_config, with_normalisation
 from transfer.run import build_model
 
 # Mask R-CNN R18-FPN with BN in the FPN and the mask head, small enough for seconds: 64-px images, 8 RoIs.
@@ -33,7 +34,8 @@ def _worker(out_dir: str) -> None:
     torch.distributed.init_process_group("gloo")
     try:
         rank = distributed.rank()
-        cfg = load_transfer_config("coco", "coco_embedded", _SMALL, {"engine": "torchvision"})
+        cfg = with_normalisation(load_transfer_config("coco", "coco_embedded", _SMALL, {"engine": "torchvision"}),
+                                 IMAGENET.record())  # as a run fills in the weights' normalisation
         torch.manual_seed(0)  # the same initial weights on both ranks, as DDP's broadcast makes them
         model = build_model(cfg, torchvision.models.resnet18(), 2, torch.device("cpu"))
         model.train()

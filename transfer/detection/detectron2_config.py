@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from transfer.config import TransferConfig
+from transfer.config import TransferConfig, input_statistics
 
 # Our C4 ROI heads (registered by transfer.detection.detectron2_engine): res5 built for the backbone's depth, with or
 # without the MoCo configs' extra norm after it. Names of our own: the official train_net.py registers
@@ -106,6 +106,8 @@ FIELDS: dict[str, tuple[str, ...] | str] = {
     "run.test_batch_size": "the batch of our test loader (a loader argument in detectron2, 1 by default)",
     "run.loggers": "mirrors of our metrics.jsonl (TensorBoard, W&B), written by our logging hook, not detectron2's "
     "writers",
+    "run.weights_format": "the method of weights whose file does not say: read before the conversion to "
+    "MODEL.WEIGHTS, and through input.mean/std (their normalisation) into MODEL.PIXEL_MEAN/STD",
 }
 
 
@@ -141,8 +143,8 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
         "MODEL.WEIGHTS": weights,
         "MODEL.DEVICE": device,
         # RGB in 0-255 normalised as torchvision's pretraining (the *_moco.yaml PIXEL_MEAN/STD, INPUT.FORMAT)
-        "MODEL.PIXEL_MEAN": [round(m * 255, 3) for m in i.mean],
-        "MODEL.PIXEL_STD": [round(v * 255, 3) for v in i.std],
+        "MODEL.PIXEL_MEAN": [round(m * 255, 3) for m in input_statistics(cfg)[0]],
+        "MODEL.PIXEL_STD": [round(v * 255, 3) for v in input_statistics(cfg)[1]],
         "INPUT.FORMAT": "RGB",
         "MODEL.BACKBONE.NAME": "build_resnet_backbone" if c4 else "build_resnet_fpn_backbone",
         "MODEL.BACKBONE.FREEZE_AT": 0,  # every stage is fine-tuned, the stem included

@@ -56,7 +56,7 @@ from moco_core.model.backbone import BackboneInfo
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import resolve_device
-from transfer.config import TransferConfig, per_process_batch, transfer_run_dir
+from transfer.config import TransferConfig, per_process_batch, transfer_run_dir, with_normalisation
 from transfer.convert import convert_file, load_detectron2_pkl
 from transfer.detection.datasets import DetectionData, load_data, parse_dataset, require_a_batch
 from transfer.detection.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
@@ -317,7 +317,7 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
     if not resume:
         require_fresh(run_dir, ("last_checkpoint",), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
-    info, data, d2cfg = _setup(cfg, weights, device, run_dir)
+    cfg, info, data, d2cfg = _setup(cfg, weights, device, run_dir)
     seed_all_rng(cfg.run.seed + distributed.rank())  # torch, numpy (the augmentations) and random
     register_roi_heads()
     model = build_model(d2cfg)
@@ -344,18 +344,22 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
 
 
 def _setup(cfg: TransferConfig, weights: str, device: torch.device,
-           run_dir: Path) -> tuple[BackboneInfo, DetectionData, CfgNode]:
-    """Check the weights and the data, convert the backbone, register the datasets, write the run files."""
+           run_dir: Path) -> tuple[TransferConfig, BackboneInfo, DetectionData, CfgNode]:
+    """Check the weights and the data, convert the backbone, register the datasets, write the run files; the config
+    comes back with the weights' normalisation in input.mean/std."""
     main, world = distributed.is_main(), distributed.world_size()
     batch = per_process_batch(cfg, world)
-    _, info = load_resnet(weights, cfg.detector.arch)  # the whole backbone is checked before the data is read
+    # the whole backbone is checked before the data is read; the detector normalises as the weights expect
+    _, info = load_resnet(weights, cfg.detector.arch, cfg.run.weights_format)
+    cfg = with_normalisation(cfg, info.normalisation)
     data = load_data(cfg)  # names what is missing from the datasets root before anything trains
     require_a_batch(cfg, data, batch)
     converted = run_dir / "backbone.pkl"
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if weights != "random":
-            convert_file(Path(weights), converted, overwrite=True)  # a resumed run converts again
+            convert_file(Path(weights), converted, overwrite=True,  # a resumed run converts again
+                         weights_format=cfg.run.weights_format)
     comm.synchronize()  # the others read the converted file
     rle = any(isinstance(a.get("segmentation"), dict) and not a.get("iscrowd") for d in data.train
               for a in d["annotations"])  # crowd objects are not trained on
@@ -371,7 +375,7 @@ def _setup(cfg: TransferConfig, weights: str, device: torch.device,
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
                                                  "detectron2", "world_size": world, "device": str(device)})
         write_text_atomic(run_dir / "detectron2_config.yaml", d2cfg.dump())
-    return info, data, d2cfg
+    return cfg, info, data, d2cfg
 
 
 def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torch.device, run_dir: Path,

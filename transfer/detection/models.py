@@ -33,14 +33,16 @@ from torchvision.ops import MultiScaleRoIAlign, roi_align
 
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo
-from transfer.config import TransferConfig
+from transfer.config import TransferConfig, input_statistics
 
 FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-pooled res5 level, P6)
 
 
-def load_resnet(weights: str, arch: str | None = None) -> tuple[torchvision.models.ResNet, BackboneInfo]:
-    """:func:`moco_core.model.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``."""
-    return backbone.load_resnet(weights, arch=arch, arch_option="detector.arch")
+def load_resnet(weights: str, arch: str | None = None,
+                weights_format: str | None = None) -> tuple[torchvision.models.ResNet, BackboneInfo]:
+    """:func:`moco_core.model.backbone.load_resnet` for a detector: ``arch`` is ``detector.arch``,
+    ``weights_format`` ``run.weights_format``."""
+    return backbone.load_resnet(weights, arch=arch, arch_option="detector.arch", weights_format=weights_format)
 
 
 def stage_channels(stage: nn.Sequential) -> int:
@@ -234,8 +236,9 @@ def build_detector(cfg: TransferConfig, resnet: torchvision.models.ResNet, num_c
         pre_nms_top_n={"training": d.rpn_pre_nms_topk_train, "testing": d.rpn_pre_nms_topk_test},
         post_nms_top_n={"training": d.rpn_post_nms_topk_train, "testing": d.rpn_post_nms_topk_test},
         nms_thresh=0.7)
+    mean, std = input_statistics(cfg)
     transform = DetectionTransform(min_size_train=i.min_size_train, min_size_test=i.min_size_test,
-                                   max_size=i.max_size, mean=i.mean, std=i.std)
+                                   max_size=i.max_size, mean=mean, std=std)
     return GeneralizedRCNN(backbone, rpn, heads, transform)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
-from transfer.config import SolverConfig, TransferRunConfig, solver_checks
+from moco_core.model.weights.formats import format_checks
+from transfer.config import SolverConfig, TransferRunConfig, input_checks, solver_checks
 
 TASK = "semseg"
 DEFAULT_PRESET = "semseg_voc"
@@ -40,9 +41,10 @@ class SemsegInputConfig:
     # Horizontal flip in training: not named in A.5; the DeepLab training pipelines the recipe follows flip (an
     # assumption, stated here; set 0 to leave it out).
     flip_prob: float = 0.5
-    # RGB input normalised with torchvision's statistics, as the pretraining and the detection protocol
-    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
-    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    # RGB input normalised as the weights' method trained (null: the weights' normalisation, as the detection
+    # protocol's input.mean/std: torchvision's ImageNet statistics for most, none for SimCLR's)
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ def validate_semseg(cfg: SemsegConfig) -> SemsegConfig:
         (i.crop_size >= 16, "input.crop_size", f"must be >= 16, got {i.crop_size}"),
         (0 < low <= high, "input.scale_range", f"need 0 < low <= high, got {list(i.scale_range)}"),
         (0 <= i.flip_prob <= 1, "input.flip_prob", f"must be in [0, 1], got {i.flip_prob}"),
-        (min(i.std) > 0, "input.std", "must be positive"),
+        *input_checks(i.mean, i.std),
+        *format_checks(r.weights_format),
         *solver_checks(cfg.solver),
         (d.path is not None, "data.path", "not set: pass --data DIR (VOC2012/ or cityscapes/ inside) or --data "
          "embedded"),

@@ -26,6 +26,7 @@ from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
 from transfer import engine
+from transfer.config import input_statistics, with_normalisation
 from transfer.finetune import fine_tune, sync_batchnorm
 from transfer.records import null_nan, recipe_fields
 from transfer.segmentation.config import SemsegConfig, model_name, semseg_run_dir
@@ -49,7 +50,7 @@ def build_network(cfg: SemsegConfig, resnet: torchvision.models.ResNet, num_clas
     h = cfg.head
     return SegmentationNetwork(resnet, num_classes, output_stride=h.output_stride, channels=h.channels,
                                convs=h.convs, dilation=h.dilation, ignore_index=cfg.data.ignore_index,
-                               mean=cfg.input.mean, std=cfg.input.std)
+                               mean=input_statistics(cfg)[0], std=input_statistics(cfg)[1])
 
 
 def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: bool | str, extra: dict[str, Any],
@@ -59,9 +60,11 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
     torch.manual_seed(cfg.run.seed)
-    d, i = cfg.data, cfg.input
     # The weights before the data: a bad file fails at once (a ViT's too: the network is a ResNet's, A.5)
-    resnet, info = load_resnet(weights, arch=cfg.head.arch, arch_option="head.arch")
+    resnet, info = load_resnet(weights, arch=cfg.head.arch, arch_option="head.arch",
+                               weights_format=cfg.run.weights_format)
+    cfg = with_normalisation(cfg, info.normalisation)  # the network normalises its input as the weights expect
+    d, i = cfg.data, cfg.input
     data = load_data(str(d.path), d.train, d.test, d.classes)
     network = build_network(cfg, resnet, len(data.class_names))
     if len(data.train) < cfg.solver.batch_size:

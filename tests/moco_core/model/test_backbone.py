@@ -29,12 +29,15 @@ def moco_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"ours": ours, "official": official, "torchvision": tv, "moco": moco}  # type: ignore[dict-item]
 
 
-@pytest.mark.parametrize(("name", "fmt", "method"), [
-    ("ours", "moco-suite", "moco"), ("official", "official-moco", "moco"), ("torchvision", "torchvision", "supervised"),
+@pytest.mark.parametrize(("name", "fmt", "method", "named"), [
+    ("ours", "moco-suite", "moco", None), ("official", "official-moco", "moco", None),
+    ("torchvision", "torchvision", "supervised", "supervised"),
 ])
-def test_each_format_loads_with_only_fc_new(moco_files: dict, name: str, fmt: str, method: str) -> None:
-    model, info = load_backbone(str(moco_files[name]), 10)
+def test_each_format_loads_with_only_fc_new(moco_files: dict, name: str, fmt: str, method: str,
+                                            named: str | None) -> None:
+    model, info = load_backbone(str(moco_files[name]), 10, weights_format=named)
     assert (info.format, info.arch, info.pretrain["method"]) == (fmt, "resnet18", method)
+    assert info.pretrain["stated_by"] == ("--weights-format" if named else "file")
     assert info.sha256 and len(info.sha256) == 64
     assert model.fc.weight.shape == (10, 512)
     assert torch.equal(model.fc.bias, torch.zeros(10))
@@ -43,6 +46,29 @@ def test_each_format_loads_with_only_fc_new(moco_files: dict, name: str, fmt: st
         encoder = moco_files["moco"].encoder
         assert torch.equal(model.conv1.weight, encoder.conv1.weight)
         assert torch.equal(model.layer4[1].bn2.running_var, encoder.layer4[1].bn2.running_var)
+
+
+def test_a_plain_torchvision_resnet_is_not_recorded_as_supervised(moco_files: dict) -> None:
+    """Issue 47: a torchvision-named ResNet without provenance could be supervised, DINO, Barlow Twins or BYOL
+    weights; it was recorded as ``method: supervised``. It is refused with the candidates and the option that
+    settles it, and the method the user names is the one recorded."""
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        load_backbone(str(moco_files["torchvision"]), 10)
+    message = str(err.value)
+    assert "\n" not in message and "does not say which method trained it" in message
+    assert "supervised, dino, barlowtwins, byol" in message and "--weights-format" in message
+    _, info = load_backbone(str(moco_files["torchvision"]), 10, weights_format="dino")
+    assert (info.pretrain["method"], info.pretrain["stated_by"], info.encoder) == ("dino", "--weights-format",
+                                                                                  "teacher")
+
+
+def test_a_named_format_never_overrides_what_the_file_says(moco_files: dict) -> None:
+    with pytest.raises(checkpoint.CheckpointError, match=r"states its method, moco; --weights-format dino contradicts"):
+        load_backbone(str(moco_files["official"]), 10, weights_format="dino")
+    with pytest.raises(checkpoint.CheckpointError, match="unknown weights format 'dinov3'"):
+        load_backbone(str(moco_files["torchvision"]), 10, weights_format="dinov3")
+    with pytest.raises(checkpoint.CheckpointError, match="mae's weights are no resnets"):
+        load_backbone(str(moco_files["torchvision"]), 10, weights_format="mae")
 
 
 def test_random_init() -> None:

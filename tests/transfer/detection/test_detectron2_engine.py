@@ -17,7 +17,8 @@ from moco_core.checkpoint import CheckpointError
 from moco_core.config import replace
 from moco_core.data.data import DatasetError
 from moco_core.data.shapes import CLASSES
-from transfer.config import TransferConfig, load_transfer_config
+from moco_core.model.weights.formats import IMAGENET
+from transfer.config import TransferConfig, load_transfer_config, with_normalisation
 from transfer.detection.detectron2_config import FIELDS, detectron2_options
 
 VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
@@ -92,8 +93,10 @@ CITYSCAPES = {**COCO_FPN_1X, "MODEL.ROI_HEADS.NUM_CLASSES": 8,
 
 
 def paper(task: str, preset: str | None = None) -> TransferConfig:
-    # an output directory of its own: without one it is runs/<task>, which would tie OUTPUT_DIR to the task field
-    return load_transfer_config(task, preset, [], {"data": {"path": "/datasets"}, "run": {"output_dir": "runs/x"}})
+    # an output directory of its own: without one it is runs/<task>, which would tie OUTPUT_DIR to the task field;
+    # the input normalisation of ImageNet-trained weights (MoCo's), as a run fills it in from the weights
+    cfg = load_transfer_config(task, preset, [], {"data": {"path": "/datasets"}, "run": {"output_dir": "runs/x"}})
+    return with_normalisation(cfg, IMAGENET.record())
 
 
 @pytest.mark.parametrize(("task", "preset", "classes", "official"), [
@@ -107,7 +110,7 @@ def test_paper_presets_are_the_official_configs(task: str, preset: str | None, c
 
 
 def test_embedded_presets_run_r18_at_the_scaled_lr() -> None:
-    cfg = load_transfer_config("voc", "voc_embedded", [])
+    cfg = with_normalisation(load_transfer_config("voc", "voc_embedded", []), IMAGENET.record())
     options = detectron2_options(cfg, num_classes=8)
     assert (options["MODEL.RESNETS.DEPTH"], options["MODEL.RESNETS.RES2_OUT_CHANNELS"]) == (18, 64)
     assert options["SOLVER.BASE_LR"] == pytest.approx(0.02 * cfg.solver.batch_size / 16)
@@ -174,6 +177,7 @@ CHANGES: dict[str, tuple[Any, str | None]] = {
     "run.output_dir": ("/elsewhere", None),
     "run.device": ("cuda", None), "run.seed": (1, None), "run.amp": (True, None), "run.log_every": (7, None),
     "run.checkpoint_every": (10, None), "run.test_batch_size": (3, None), "run.loggers": (("tensorboard",), None),
+    "run.weights_format": ("dino", None),
 }
 
 
@@ -207,6 +211,7 @@ def d2() -> Any:
 def _model(d2: Any, cfg: TransferConfig, arch: str, tmp_path: Path, weights: str = "") -> Any:
     from detectron2.modeling import build_model
 
+    cfg = with_normalisation(cfg, IMAGENET.record())  # as a run fills in the weights' (a no-op where set)
     d2cfg = d2.build_config(cfg, num_classes=20, arch=arch, weights=weights, device=torch.device("cpu"),
                             output_dir=tmp_path)
     return build_model(d2cfg)

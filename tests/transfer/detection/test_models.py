@@ -13,18 +13,21 @@ from torchvision.ops import FrozenBatchNorm2d
 from moco_core import checkpoint
 from moco_core.config import ModelConfig, replace
 from moco_core.model.methods import build_moco
-from transfer.config import TransferConfig, model_name
+from moco_core.model.weights.formats import IMAGENET
+from transfer.config import TransferConfig, model_name, with_normalisation
 from transfer.detection.models import Res5Head, build_detector, load_resnet, resnet_tensors
 
 NUM_CLASSES = 3
 
 
 def tiny_config(head: str = "C4", mask: bool = False, **detector: object) -> TransferConfig:
+    """A small detector's config, its input normalised as ImageNet-trained weights expect (as a run fills in)."""
     cfg = TransferConfig()
     cfg = replace(cfg, task="coco" if mask else "voc", detector={
         "head": head, "mask": mask, "pooler_resolution": 4 if head == "C4" else 3,
         "anchor_sizes": (8, 16, 32, 64, 128), "roi_batch_size_per_image": 8, "rpn_post_nms_topk_train": 32,
         "rpn_post_nms_topk_test": 16, "detections_per_image": 5, **detector})
+    cfg = with_normalisation(cfg, IMAGENET.record())
     return replace(cfg, input={"min_size_train": (48,), "min_size_test": 48, "max_size": 64})
 
 
@@ -73,7 +76,7 @@ def test_c4_box_head_is_res5_then_an_extra_bn() -> None:
 @pytest.mark.parametrize("head", ["C4", "FPN"])
 @pytest.mark.parametrize("source", ["ours", "torchvision"])
 def test_backbone_weights_load_exactly(weight_files: dict[str, Path], head: str, source: str) -> None:
-    resnet, info = load_resnet(str(weight_files[source]), None)
+    resnet, info = load_resnet(str(weight_files[source]), None, None if source == "ours" else "supervised")
     assert (info.arch, info.format) == ("resnet18", "moco-suite" if source == "ours" else "torchvision")
     assert info.sha256 and len(info.sha256) == 64
     detector = build_detector(tiny_config(head, mask=head == "FPN"), resnet, NUM_CLASSES)
@@ -110,13 +113,14 @@ def test_random_init_and_bad_files(tmp_path: Path, weight_files: dict[str, Path]
     assert isinstance(resnet, torchvision.models.ResNet)
     with pytest.raises(checkpoint.CheckpointError,
                        match="holds resnet18 weights, but detector.arch resnet50 was asked for"):
-        load_resnet(str(weight_files["torchvision"]), "resnet50")
+        load_resnet(str(weight_files["torchvision"]), "resnet50", "supervised")
     state = torch.load(weight_files["torchvision"], weights_only=True)
     del state["layer4.1.conv2.weight"]
     partial = tmp_path / "partial.pth"
     torch.save(state, partial)
-    with pytest.raises(checkpoint.CheckpointError, match=r"missing \['layer4.1.conv2.weight'\]") as err:
-        load_resnet(str(partial), None)
+    with pytest.raises(checkpoint.CheckpointError, match=r"keys are not in the checkpoint: layer4.1.conv2.weight") \
+            as err:
+        load_resnet(str(partial), None, "supervised")
     assert "\n" not in str(err.value)
     garbage = tmp_path / "garbage.pth"
     garbage.write_bytes(b"not a checkpoint")
