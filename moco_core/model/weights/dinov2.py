@@ -43,4 +43,4 @@ def from_names(state: dict[str, torch.Tensor], layout: str, what: str, *, heads:
     """A Found of DINOv2 tensors under its own names (also what transformers' Dinov2Model maps to)."""
     timm_state = vit_names.from_dinov2({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
     spec = vit_names.vit_spec(timm_state, heads=heads, norm_eps=norm_eps, dynamic=True)
-    return Found(layout, what, vit_names.pop_swiglu_marker(timm_state), method="dinov2", encoder="teacher", vit=spec)
+    return Found(layout, what, timm_state, method="dinov2", encoder="teacher", vit=spec)

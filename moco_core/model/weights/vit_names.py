@@ -47,8 +47,9 @@ def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_e
     if grid * grid != patches:
         raise checkpoint.CheckpointError(f"a ViT position embedding of {pos.shape[1]} tokens is no square grid of "
                                          f"patches (and a class token)")
-    fc1 = state.get("blocks.0.mlp.fc1.weight")
-    swiglu = "blocks.0.mlp.swiglu" in state  # a marker from_dinov2 leaves, removed before loading
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    # SwiGLU (DINOv2's ViT-g): fc1 packs the two halves, so it is twice as wide as what fc2 takes
+    swiglu = fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]
     heads = heads or STANDARD_HEADS.get(width)
     if heads is None or width % heads:
         raise checkpoint.CheckpointError(f"a ViT of width {width}: its number of heads is not in the weights and "
@@ -67,32 +68,23 @@ def mocov3_heads(state: dict[str, torch.Tensor]) -> int | None:
     return next((s.num_heads for s in VIT_SHAPES.values() if (s.patch_size, s.embed_dim, s.depth) == key), None)
 
 
-def pop_swiglu_marker(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in state.items() if k != "blocks.0.mlp.swiglu"}
-
-
 def from_dinov2(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """DINOv2's backbone names to timm's (see the module docstring); ``mask_token`` left out. A SwiGLU MLP leaves
-    the marker ``blocks.0.mlp.swiglu`` for :func:`vit_spec` (:func:`pop_swiglu_marker` removes it)."""
+    """DINOv2's backbone names to timm's (see the module docstring); ``mask_token`` left out. SwiGLU's ``w12`` and
+    ``w3`` become timm's GluMlp ``fc1`` and ``fc2`` (:func:`vit_spec` tells it by fc1's width)."""
     out: dict[str, torch.Tensor] = {}
-    swiglu = False
     for key, value in state.items():
         chunked = _CHUNKED.fullmatch(key)
         if chunked:
             key = f"blocks.{chunked.group(2)}.{chunked.group(3)}"
         if key == "mask_token":
             continue
-        if ".mlp.w12." in key or ".mlp.w3." in key:
-            swiglu = True
-            key = key.replace(".mlp.w12.", ".mlp.fc1.").replace(".mlp.w3.", ".mlp.fc2.")
+        key = key.replace(".mlp.w12.", ".mlp.fc1.").replace(".mlp.w3.", ".mlp.fc2.")
         out[key] = value
     if "register_tokens" in out:  # cls, registers, patches; the position embedding of the cls and the patches
         pos = out.pop("pos_embed")
         out["cls_token"] = out["cls_token"] + pos[:, :1]
         out["pos_embed"] = pos[:, 1:]
         out["reg_token"] = out.pop("register_tokens")
-    if swiglu:
-        out["blocks.0.mlp.swiglu"] = torch.ones(())
     return out
 
 
@@ -136,12 +128,12 @@ _HF_NAMES = {"layernorm_before.": "norm1.", "layernorm_after.": "norm2.", "norm1
 def from_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """transformers' ``ViTModel`` / ``Dinov2Model`` names (a ``vit.`` or ``dinov2.`` prefix removed) to timm's:
     q, k and v stacked into qkv; the pooler and a classifier left out. DINOv2's go on through
-    :func:`from_dinov2` (its mask token and registers); a SwiGLU MLP (``mlp.weights_in``) leaves the marker."""
+    :func:`from_dinov2` (its mask token and registers); a SwiGLU MLP's ``weights_in``/``weights_out`` are
+    timm's GluMlp ``fc1``/``fc2``."""
     prefix = next((p for p in ("vit.", "dinov2.") if any(k.startswith(p) for k in state)), "")
     plain = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)} if prefix else dict(state)
     out: dict[str, torch.Tensor] = {}
     qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
-    swiglu = False
     for key, value in plain.items():
         if key.startswith(("pooler.", "classifier.")):
             continue
@@ -159,7 +151,6 @@ def from_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
             if part:
                 qkv.setdefault((n, part.group(2)), {})[part.group(1)] = value
                 continue
-            swiglu |= rest.startswith("mlp.weights_in.")
             new = next((theirs + rest[len(ours):] for ours, theirs in _HF_NAMES.items() if rest.startswith(ours)), rest)
             out[f"blocks.{n}.{new}"] = value
         else:
@@ -169,6 +160,4 @@ def from_transformers(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
             raise checkpoint.CheckpointError(f"layer {n}: its attention {kind} has {sorted(parts)} of query, key and "
                                              f"value")
         out[f"blocks.{n}.attn.qkv.{kind}"] = torch.cat([parts["query"], parts["key"], parts["value"]])
-    if swiglu:
-        out["blocks.0.mlp.swiglu"] = torch.ones(())
     return out
