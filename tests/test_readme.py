@@ -4,7 +4,8 @@ directory) fails here as it would for the user.
 
 The one thing changed is what README itself documents: ``MOCO_SMOKE=1`` (README, "Try a command in seconds"),
 which shortens every run, and the variables README's commands are written with (``$IMAGENET``, ``$CKPT``, ...),
-pointing at small datasets and weight files in the real on-disk layouts (``tests/layouts.py``; ``$GPUS`` is 2,
+pointing at small datasets and weight files in the real on-disk layouts (``tests/layouts.py``, and
+``tests/weights_layouts.py`` for other methods' weights; ``$GPUS`` is 2,
 the cores here). ``moco`` and ``torchrun`` are the ones this interpreter's environment installs, as after
 README's ``source .venv/bin/activate``; SLURM is not installed here, so a stand-in ``sbatch`` takes the script
 and answers as SLURM does. The install lines run elsewhere (``ELSEWHERE`` says where), and the detectron2
@@ -29,6 +30,7 @@ import torch
 import torchvision
 
 from moco_core import checkpoint
+from tests import weights_layouts
 from tests.layouts import (
     WNIDS,
     cifar_folder_layout,
@@ -113,9 +115,45 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
         "PETS": str(pets_layout(base / "pets")), "TRANSFER": str(transfer_suite_layout(base / "transfer")),
         "MYSEG": str(custom_segmentation_layout(base / "myseg")),
+        **other_methods(base / "weights"),
     }
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
     return work, env
+
+
+def other_methods(root: Path) -> dict[str, str]:
+    """README's variables for other methods' weights: small files in each project's own layout
+    (tests/weights_layouts.py): a ViT of 4-pixel patches where they ship ViTs, ResNet-18s elsewhere (SimCLR v2's
+    converter has ResNet-50s only)."""
+    lay = weights_layouts
+    r18, vit = lay.resnet_state(), lay.timm_vit_state()
+    return {"DINO_FULL": str(lay.dino_full(root / "dino_vitnano4_full_checkpoint.pth", vit, vit=True)),
+            "DINO_RESNET": str(lay.torchvision_file(root / "dino_resnet18_pretrain.pth", lay.without(r18, "fc."))),
+            "DINOV2": str(lay._save(lay.dinov2_state(1, registers=4, swiglu=True), root / "dinov2_reg4_pretrain.pth")),
+            "SWAV": str(lay.swav_file(root / "swav_800ep_pretrain.pth.tar", r18)),
+            "BARLOW": str(lay.torchvision_file(root / "barlow" / "resnet50.pth", lay.without(r18, "fc."))),
+            "BYOL": str(lay.torchvision_file(root / "byol_resnet18.pth", lay.without(r18, "fc."))),
+            "SIMCLR": str(lay.simclr_v1(root / "ResNet50_1x.pth", r18)),
+            "SIMCLR_V2": str(lay.simclr_v2(root / "r50_1x_sk0.pth", lay.resnet_state("resnet50"))),
+            "MAE": str(lay.mae_file(root / "mae_pretrain_vit_nano.pth", vit, full=False)),
+            "SOLO": str(lay.solo_learn(root / "solo" / "byol-cifar-ep=399.ckpt", lay.resnet_state(cifar=True))),
+            "HF_MODEL": str(lay.transformers_vit(root / "dinov2-small", lay.dinov2_state(), dinov2=True).parent)}
+
+
+# The method each of those files states itself (the others are named by --weights-format in their command)
+STATED = {"$DINO_FULL": "dino", "$DINOV2": "dinov2", "$SIMCLR_V2": "simclr-v2", "$SOLO": "byol", "$HF_MODEL": "dinov2"}
+
+
+def _check_weights(command: str, backbone: dict) -> None:
+    """The method the command named, or the one its file states, is the record's; SimCLR's input unnormalised."""
+    named = _option(command, "--weights-format")
+    weights = command.split()[3]
+    if named is None and weights not in STATED:
+        return
+    method, stated_by = (named, "--weights-format") if named else (STATED[weights], "file")
+    assert (backbone["pretrain"]["method"], backbone["pretrain"]["stated_by"]) == (method, stated_by), backbone
+    if method.startswith("simclr"):
+        assert backbone["normalisation"] == {"name": "none", "mean": [0.0] * 3, "std": [1.0] * 3}
 
 
 @pytest.mark.slow
@@ -212,6 +250,7 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         if "linear" in command:
             assert record["sanity_check"] == "passed"
         _check_data(command, record["dataset"], env)
+        _check_weights(command, record["backbone"])
     elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, densepose, semseg
         record = _record(output, work)
         assert record["metrics"] and record["config"]["solver"]["iterations"] == 2
@@ -221,10 +260,16 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
             assert {"dp_gps_AP", "dp_gpsm_AP", "bbox_AP"} <= record["metrics"].keys()
         if "$MYDATA" in command or "$MYSEG" in command:  # one's own sets: named as such
             assert record["dataset"]["name"].startswith("custom: ")
+        _check_weights(command, record["backbone"])
     elif command.startswith("moco convert") and "--to torchvision" in command:
         state = torch.load(work / command.split()[3], weights_only=True)
         missing, unexpected = torchvision.models.resnet18().load_state_dict(state, strict=False)
         assert sorted(missing) == ["fc.bias", "fc.weight"] and not unexpected
+    elif command.startswith("moco convert") and command.split()[3].endswith(".safetensors"):
+        from safetensors import safe_open
+
+        with safe_open(str(work / command.split()[3]), framework="pt") as f:  # says what it was converted from
+            assert f.metadata()["moco.method"] == "dino" and "cls_token" in f.keys()  # noqa: SIM118
     elif command.startswith("moco convert") and "--to timm" in command:  # a ViT's state_dict, less its head
         state = torch.load(work / command.split()[3], weights_only=True)
         assert {"cls_token", "pos_embed", "patch_embed.proj.weight"} <= state.keys()
@@ -242,6 +287,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
     elif command.startswith("moco report"):
         text = (work / (_option(command, "--out") or "report") / "report.md").read_text()
         assert "random init" in text and "VOC" in text
+        if "report_methods" in command:  # the rows of other methods' weights, by the method their records state
+            assert all(f"| {name} (" in text for name in ("DINO", "DINOv2", "SwAV", "Barlow Twins", "BYOL", "MAE"))
     elif command.startswith("MOCO_SMOKE=1 moco demo"):
         assert (work / "runs/demo/report/report.md").is_file()
     else:

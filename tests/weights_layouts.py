@@ -174,14 +174,17 @@ def exclude_bias_and_norm(p: torch.Tensor) -> bool:
 
 def _save_main(obj: object, path: Path) -> Path:
     """torch.save with ``exclude_bias_and_norm`` pickled as Barlow Twins' main.py, run as a script, names it."""
-    main = sys.modules["__main__"]
-    exclude_bias_and_norm.__module__ = "__main__"
-    main.exclude_bias_and_norm = exclude_bias_and_norm
+    main, fn = sys.modules["__main__"], exclude_bias_and_norm
+    before, module = getattr(main, "exclude_bias_and_norm", None), fn.__module__
+    fn.__module__ = "__main__"
+    main.exclude_bias_and_norm = fn  # type: ignore[attr-defined]
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(obj, path)
     finally:
-        delattr(main, "exclude_bias_and_norm")
-        exclude_bias_and_norm.__module__ = __name__
+        fn.__module__ = module
+        if before is None:
+            del main.exclude_bias_and_norm  # type: ignore[attr-defined]
     return path
 
 
