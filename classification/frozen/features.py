@@ -75,9 +75,9 @@ class FeatureTransform:
 
 def transform_for(info: BackboneInfo | None, *, resize: int = 224, crop_size: int = 224,
                   interpolation: str = "bicubic") -> FeatureTransform:
-    """The view for ``info``'s weights: their input normalisation where the loader says it (a ``normalization``
-    entry ``{"mean": [...], "std": [...]}`` among its pretraining facts), else ImageNet's."""
-    norm = (info.pretrain or {}).get("normalization") if info is not None else None
+    """The view for ``info``'s weights: their input normalisation (``BackboneInfo.normalisation``, the weights'
+    method's or what their file states: moco_core/model/weights/), else ImageNet's."""
+    norm = info.normalisation if info is not None else None
     if isinstance(norm, dict) and "mean" in norm and "std" in norm:
         mean, std = tuple(float(v) for v in norm["mean"]), tuple(float(v) for v in norm["std"])
         return FeatureTransform(resize, crop_size, interpolation, mean, std)  # type: ignore[arg-type]

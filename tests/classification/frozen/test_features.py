@@ -156,9 +156,9 @@ def test_samples_digest_follows_files_labels_and_order(tmp_path: Path) -> None:
 def test_transform_normalisation_comes_from_the_weights_where_they_say() -> None:
     plain = transform_for(BackboneInfo("random", "random", "resnet18", None, {}))
     assert plain.mean == (0.485, 0.456, 0.406) and plain.interpolation == "bicubic" and plain.crop_size == 224
-    simclr = transform_for(BackboneInfo("s.pth", "simclr", "resnet50", "0" * 64,
-                                        {"normalization": {"mean": [0, 0, 0], "std": [1, 1, 1]}}), crop_size=32,
-                           resize=32)
+    simclr = transform_for(BackboneInfo("s.pth", "torchvision", "resnet50", "0" * 64, {"method": "simclr-v1"},
+                                        normalisation={"name": "none", "mean": [0, 0, 0], "std": [1, 1, 1]}),
+                           crop_size=32, resize=32)
     assert simclr.mean == (0.0, 0.0, 0.0) and simclr.std == (1.0, 1.0, 1.0)
     from PIL import Image
     image = Image.new("RGB", (48, 40), (255, 0, 0))
