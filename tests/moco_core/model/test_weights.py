@@ -5,8 +5,10 @@ here), and two layouts of the same tensors compute the same features exactly."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -195,8 +197,27 @@ def test_two_formats_of_one_network_give_identical_features(files: dict, first: 
         assert torch.equal(features[0], features[1])
 
 
-@pytest.mark.parametrize("name", ["dino-vit-full", "dinov2-hub-reg4-swiglu", "barlowtwins-full", "lightly-resnet",
-                                  "transformers-vit", "simclr-v2-converted"])
+# A tensor of the backbone in each layout's names: the one a damaged copy truncates
+_DAMAGE = re.compile(r"(.*layer3\.0\.conv1|.*blocks\.(\d+\.)?2\.attn\.proj"
+                     r"|.*encoder\.layer\.2\.attention\.output\.dense"
+                     r"|encoder\.layers\.encoder_layer_2\.self_attention\.out_proj|net\.3\.blocks\.0\.net\.0"
+                     r"|backbone\.6\.0\.conv1)\.weight")
+
+
+def _damage(obj: dict) -> bool:
+    """Truncate the first backbone tensor :data:`_DAMAGE` names, in the teacher where there are several
+    networks; whether one was found."""
+    for key in sorted(obj, key=lambda k: k != "teacher"):
+        value = obj[key]
+        if isinstance(value, dict) and _damage(value):
+            return True
+        if isinstance(key, str) and _DAMAGE.fullmatch(key) and isinstance(value, torch.Tensor):
+            obj[key] = value[:, :4].clone()
+            return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_a_damaged_copy_names_what_differs_in_one_line(files: dict, name: str, tmp_path: Path) -> None:
     """A tensor of the wrong shape (a truncated export, another width): the strict load names it with the
     model's shape, and the keys missing and unexpected, in one line."""
@@ -204,29 +225,28 @@ def test_a_damaged_copy_names_what_differs_in_one_line(files: dict, name: str, t
 
     path, named = files[name]
     content = read_file(path)
-    obj = content.obj
     if content.kind == "safetensors":
         from safetensors.torch import save_file
 
-        key = "encoder.layer.2.attention.output.dense.weight"
-        broken = {**obj, key: obj[key][:, :10].contiguous()}
+        state = dict(content.obj)
+        assert _damage(state)
         target = tmp_path / "broken" / "model.safetensors"
         target.parent.mkdir()
-        (target.parent / "config.json").write_text((path.parent / "config.json").read_text())
-        save_file(broken, str(target))
+        for beside in ("config.json", "preprocessor_config.json"):
+            if (path.parent / beside).is_file():
+                (target.parent / beside).write_text((path.parent / beside).read_text())
+        save_file(state, str(target))
     elif name == "barlowtwins-full":  # its optimizer names a function of Barlow Twins' main: rebuilt, not reloaded
         state = layouts.resnet_state()
         state["layer3.0.conv1.weight"] = state["layer3.0.conv1.weight"][:, :4].clone()
         target = layouts.barlow_full(tmp_path / path.name, state)
     else:
-        target = tmp_path / path.name
-        inner = {"dino-vit-full": ("teacher", "backbone.blocks.2.attn.proj.weight"),
-                 "dinov2-hub-reg4-swiglu": (None, "blocks.2.mlp.w3.weight"),
-                 "lightly-resnet": ("state_dict", "backbone.6.0.conv1.weight"),
-                 "simclr-v2-converted": ("resnet", "net.3.blocks.0.net.0.weight")}[name]
         raw = torch.load(path, weights_only=False)  # our own fixture, written above
-        holder = raw[inner[0]] if inner[0] else raw
-        holder[inner[1]] = holder[inner[1]][:, :4].clone()
+        assert _damage(raw), name
+        target = tmp_path / path.parent.name / path.name
+        target.parent.mkdir()
+        if (path.parent / "args.json").is_file():
+            (target.parent / "args.json").write_text((path.parent / "args.json").read_text())
         torch.save(raw, target)
     with pytest.raises(checkpoint.CheckpointError, match=r"not a complete .* shapes differ: ") as err:
         load_backbone(str(target), 5, weights_format=named)
@@ -294,3 +314,21 @@ def test_a_dinov2_vit_takes_crops_of_any_whole_number_of_patches(files: dict) ->
         load_backbone(str(files["dinov2-hub"][0]), 5, crop_size=30)
     with pytest.raises(checkpoint.UserError, match=r"takes 32-px crops, not 24"):
         load_backbone(str(files["dino-vit-full"][0]), 5, crop_size=24)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_layouts_report_row_is_labelled_by_its_method(files: dict, name: str) -> None:
+    """The record's backbone section as an evaluation writes it, read by moco report: the row carries the method
+    the file stated or the user named, never "supervised" for a method that is not."""
+    import dataclasses
+
+    from reports.pretraining import METHOD_NAMES
+    from reports.records import _pretraining
+
+    path, named = files[name]
+    _, info = load_backbone(str(path), 5, weights_format=named)
+    row = _pretraining(json.loads(json.dumps(dataclasses.asdict(info), default=str)))
+    method = EXPECTED[name][1]
+    assert row.method == method and row.label.startswith(METHOD_NAMES[method])
+    assert row.is_supervised == (method == "supervised")
+    assert ("method named by --weights-format" in row.label) == (named is not None and row.kind == "released")
