@@ -28,8 +28,8 @@ class Normalisation:
 
 IMAGENET = Normalisation("imagenet", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # torchvision's statistics
 UNNORMALISED = Normalisation("none", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # SimCLR: [0, 1] pixels as they are
-# solo-learn's CIFAR pipelines (solo/data/pretrain_dataloader.py): the CIFAR-10 statistics, for its CIFAR-stem ResNets
-CIFAR = Normalisation("cifar", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+# solo-learn's CIFAR pipeline (solo/data/classification_dataloader.py, its cifar_pipeline), for its CIFAR-stem ResNets
+CIFAR = Normalisation("cifar", (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
 
 
 @dataclass(frozen=True)

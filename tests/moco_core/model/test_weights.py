@@ -90,7 +90,7 @@ def test_each_layout_is_detected_and_recorded(files: dict, name: str) -> None:
 def test_the_normalisation_is_the_formats(files: dict, name: str, mean: tuple, std: tuple) -> None:
     path, named = files[name]
     got = read_weights(path, named).normalisation
-    assert got.mean == pytest.approx(mean, abs=1e-4) and got.std == pytest.approx(std, abs=1e-3)
+    assert got.mean == pytest.approx(mean, abs=1e-7) and got.std == pytest.approx(std, abs=1e-7)
 
 
 def _features(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
