@@ -198,8 +198,9 @@ def _check_crop(weights: Weights, crop_size: int | None, crop_option: str) -> No
         return
     if spec.dynamic and crop_size % spec.patch_size:
         fits = max(spec.patch_size, round(crop_size / spec.patch_size) * spec.patch_size)
-        raise UserError(f"{weights.path}: its ViT ({weights.arch}) takes crops of a whole number of "
+        raise UserError(f"{weights.given or weights.path}: its ViT ({weights.arch}) takes crops of a whole number of "
                         f"{spec.patch_size}-px patches, not {crop_size}; evaluate it with {crop_option.format(fits)}")
     if not spec.dynamic and crop_size != spec.img_size:
-        raise UserError(f"{weights.path}: its ViT ({weights.arch}) takes {spec.img_size}-px crops, not {crop_size}; "
+        raise UserError(f"{weights.given or weights.path}: its ViT ({weights.arch}) takes {spec.img_size}-px crops, "
+                        f"not {crop_size}; "
                         f"evaluate it with {crop_option.format(spec.img_size)}")

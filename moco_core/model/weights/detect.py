@@ -58,6 +58,7 @@ class Weights:
     normalisation: Normalisation
     arch: str
     sha256: str
+    given: str = ""  # the source as the user gave it (a run directory, a folder), for messages
 
     @property
     def state(self) -> dict[str, torch.Tensor]:
@@ -144,7 +145,7 @@ def read_weights(source: str | Path, weights_format: str | None = None) -> Weigh
     encoder = found.encoder or (known.encoder if known else "backbone")
     normalisation = found.normalisation or (known.normalisation if known else IMAGENET)
     arch = found.vit.arch if found.vit is not None else _resnet_arch(found, path)
-    return Weights(path, found, name, stated_by, encoder, normalisation, arch, file_sha256(path))
+    return Weights(path, found, name, stated_by, encoder, normalisation, arch, file_sha256(path), str(source))
 
 
 def _resnet_arch(found: Found, path: Path) -> str:

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core.config import ConfigError
+from moco_core.model.weights.formats import IMAGENET
 from tests.layouts import densepose_eval_files, densepose_layout, torchvision_weights
-from transfer.config import DENSEPOSE_NEEDED, load_transfer_config
+from transfer.config import DENSEPOSE_NEEDED, load_transfer_config, with_normalisation
 from transfer.detection.datasets import parse_dataset
 from transfer.detection.detectron2_config import detectron2_options
 
@@ -51,8 +52,10 @@ PROTOCOL = {"MODEL.BACKBONE.FREEZE_AT": 0, "MODEL.RESNETS.NORM": "SyncBN", "MODE
 
 
 def paper() -> Any:
-    return load_transfer_config("densepose", None, [], {"data": {"path": "/datasets"},
-                                                          "run": {"output_dir": "runs/x"}})
+    """The paper's preset, normalised for ImageNet-trained weights (MoCo's) as a run fills it in."""
+    return with_normalisation(load_transfer_config("densepose", None, [], {"data": {"path": "/datasets"},
+                                                                           "run": {"output_dir": "runs/x"}}),
+                              IMAGENET.record())
 
 
 def test_the_preset_is_densepose_s1x_with_bn_fine_tuned() -> None:
@@ -161,7 +164,7 @@ def test_short_densepose_run_scores_ap_dp(tmp_path: Path, monkeypatch: pytest.Mo
          "detector.score_thresh=0.0", "input.min_size_train=[64]", "input.min_size_test=64", "input.max_size=96",
          "data.workers=0", "run.log_every=1", "data.train=[densepose_coco_2014_train]"],
         {"engine": "detectron2", "data": {"path": str(root)}, "run": {"output_dir": str(tmp_path / "run"),
-                                                                      "device": "cpu"}})
+                                                                      "device": "cpu", "weights_format": "supervised"}})
     record = json.loads(evaluate(cfg, str(weights), show_progress=False).read_text())
     assert record["engine"] == "detectron2" and record["task"] == "densepose"
     metrics = record["metrics"]

@@ -252,7 +252,7 @@ def test_converted_weights_are_loaded_into_the_detector(d2: Any, tmp_path: Path,
             module.running_var.uniform_(0.5, 2.0)
             module.weight.data.uniform_(0.5, 2.0)
     torch.save(resnet.state_dict(), tmp_path / "r18.pth")
-    convert_file(tmp_path / "r18.pth", tmp_path / "r18.pkl")
+    convert_file(tmp_path / "r18.pth", tmp_path / "r18.pkl", weights_format="supervised")  # a file naming none
     cfg = paper("coco", "coco_R50_FPN_1x") if head == "FPN" else paper("voc")
     model = _model(d2, cfg, "resnet18", tmp_path, str(tmp_path / "r18.pkl"))
     DetectionCheckpointer(model).load(str(tmp_path / "r18.pkl"))
