@@ -110,9 +110,10 @@ class Pretraining:
 
     @property
     def released_details(self) -> str:
-        """"R50, dino-full, teacher": the arch, the file's layout, the encoder read, and where it applies that the
-        user named the method and that the input was not normalised."""
-        parts = [short_arch(self.arch), self.format, self.encoder or ""]
+        """"R50, dino-full, teacher": the arch (with a ViT's registers: "ViT-S/14 reg4"), the file's layout, the
+        encoder read, and where it applies that the user named the method and that the input was not normalised."""
+        parts = [short_arch(self.arch) + (f" reg{self.registers}" if self.registers else ""), self.format,
+                 self.encoder or ""]
         if self.stated_by == NAMED:
             parts.append("method named by --weights-format")
         if self.normalisation == "none":

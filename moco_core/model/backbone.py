@@ -112,9 +112,10 @@ def load_resnet(source: str | Weights | None, *, arch: str | None = None, num_cl
         if arch is None:
             also = f" ({arch_option})" if arch_option != "--arch" else ""
             raise checkpoint.CheckpointError(f"'random' needs the ResNet to initialise: pass --arch{also}")
-        if arch not in ARCHS:
-            raise checkpoint.CheckpointError(f"unknown arch {arch!r}; expected one of {list(ARCHS)} (or, where "
-                                             f"a ViT can be evaluated, {list(VIT_SHAPES)})")
+        if arch.removesuffix(CIFAR_SUFFIX) not in ARCHS or (arch.endswith(CIFAR_SUFFIX) and not cifar_stem):
+            raise checkpoint.CheckpointError(f"unknown arch {arch!r}; expected one of {list(ARCHS)} (a classification "
+                                             f"also <arch>{CIFAR_SUFFIX}; where a ViT can be evaluated, "
+                                             f"{list(VIT_SHAPES)})")
         return build_resnet(arch, num_classes), _random_info(arch)
     weights = source if isinstance(source, Weights) else read_weights(source, weights_format)
     if weights.found.vit is not None:
@@ -173,8 +174,8 @@ def load_backbone(source: str | Weights | None, num_classes: int, *, arch: str |
         model: nn.Module = build_vit(arch, img_size=crop_size or 224, num_classes=num_classes)
         info = _random_info(arch)
         head = model.head
-    elif source == "random" or source is None:
-        model, info = load_resnet(None, arch=arch, num_classes=num_classes)
+    elif source == "random" or source is None:  # a CIFAR stem's random init too: the floor of solo-learn's rows
+        model, info = load_resnet(None, arch=arch, num_classes=num_classes, cifar_stem=True)
         head = model.fc
     else:
         weights = source if isinstance(source, Weights) else read_weights(source, weights_format)

@@ -11,7 +11,7 @@ import torchvision
 
 from moco_core import checkpoint
 from moco_core.config import ModelConfig
-from moco_core.model.backbone import infer_arch, load_backbone
+from moco_core.model.backbone import infer_arch, load_backbone, load_resnet
 from moco_core.model.methods import build_moco
 
 
@@ -75,6 +75,11 @@ def test_random_init() -> None:
     model, info = load_backbone("random", 3, arch="resnet18")
     assert (info.format, info.sha256, info.arch) == ("random", None, "resnet18")
     assert model.fc.out_features == 3
+    assert info.normalisation["name"] == "imagenet" and info.encoder == "none"
+    cifar, info = load_backbone("random", 3, arch="resnet18_cifar")  # the floor of CIFAR-stem rows (solo-learn)
+    assert (cifar.conv1.kernel_size, type(cifar.maxpool).__name__, info.arch) == ((3, 3), "Identity", "resnet18_cifar")
+    with pytest.raises(checkpoint.CheckpointError, match="unknown arch 'resnet18_cifar'"):  # no detector takes it
+        load_resnet("random", arch="resnet18_cifar")
 
 
 def test_unknown_and_wrong_inputs_are_rejected(tmp_path: Path, moco_files: dict) -> None:
