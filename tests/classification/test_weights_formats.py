@@ -103,3 +103,18 @@ def test_the_cli_refuses_an_unnamed_plain_resnet_and_records_the_named_method(we
         "byol", "online", "imagenet")
     assert torch.load(weights["plain"], weights_only=True).keys() == {k for k in layouts.resnet_state()
                                                                        if not k.startswith("fc.")}
+
+
+def test_finetune_takes_the_option_and_the_normalisation(weights: dict[str, Path], shapes_root: Path,
+                                                         tmp_path: Path) -> None:
+    """``moco eval finetune FILE --weights-format simclr-v1``: the record names SimCLR v1 and its [0, 1] inputs."""
+    res = CliRunner().invoke(app, ["eval", "finetune", str(weights["simclr"]), "-c", "finetune_embedded",
+                                   "--weights-format", "simclr-v1", "--data", str(shapes_root), "--set",
+                                   "optim.epochs=1", "--set", "optim.batch_size=16", "--set", "data.crop_size=32",
+                                   "--set", "data.resize=32", "--workers", "0", "--device", "cpu", "--quiet",
+                                   "--output-dir", str(tmp_path / "ft")])
+    assert res.exit_code == 0, res.output
+    record = json.loads((tmp_path / "ft" / "result.json").read_text())
+    assert record["config"]["run"]["weights_format"] == "simclr-v1"
+    assert (record["backbone"]["pretrain"]["method"], record["backbone"]["normalisation"]["name"]) == (
+        "simclr-v1", "none")
