@@ -9,6 +9,7 @@ from typing import Any
 
 from classification.frozen.logreg import PRECISIONS, SOLVERS
 from moco_core.config import ConfigError, did_you_mean, load_config, require, run_checks
+from moco_core.model.weights.formats import format_checks
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class SuiteRunConfig:
     output_dir: str | None = None  # None: runs/<preset>/<weights>
     device: str = "auto"
     seed: int = 0  # draws the weights of "random"
+    weights_format: str | None = None  # the method of weights whose file does not say (--weights-format)
 
 
 @dataclass(frozen=True)
@@ -125,5 +127,6 @@ def load_suite_config(config: str | None, overrides: list[str],
         (k.tries >= 1, "fewshot.tries", f"must be >= 1, got {k.tries}"),
         (k.seed >= 0, "fewshot.seed", f"must be >= 0, got {k.seed}"),
         *run_checks(cfg.run.device, cfg.run.seed),
+        *format_checks(cfg.run.weights_format),
     ])
     return cfg

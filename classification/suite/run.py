@@ -119,7 +119,8 @@ def _datasets(cfg: TransferSuiteConfig) -> tuple[Path, dict[str, Spec], tuple[st
 def _load(cfg: TransferSuiteConfig, pretrained: str) -> _Backbone:
     torch.manual_seed(cfg.run.seed)  # the weights of "random"
     model, info = load_backbone(pretrained, 1, arch=cfg.arch, crop_size=cfg.data.crop_size,
-                                crop_option="--set data.crop_size={0} --set data.resize={0}")
+                                crop_option="--set data.crop_size={0} --set data.resize={0}",
+                                weights_format=cfg.run.weights_format)
     tap = cfg.features.tap or default_tap(model)
     transform = transform_for(info, resize=cfg.data.resize, crop_size=cfg.data.crop_size,
                               interpolation=cfg.data.interpolation)

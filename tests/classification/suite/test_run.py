@@ -162,3 +162,20 @@ def test_the_command(root: Path, tmp_path: Path) -> None:
     printed = runner.invoke(app, ["eval", "transfer", "random", "--arch", "resnet18", "-c", "transfer_embedded",
                                   "--print-config"])
     assert printed.exit_code == 0 and "crop_size: 32" in printed.output and "lambdas: 45" in printed.output
+
+
+def test_a_file_that_names_no_method_needs_weights_format(root: Path, tmp_path: Path) -> None:
+    """A plain torchvision ResNet could be supervised, DINO, Barlow Twins or BYOL: the suite refuses to guess (one
+    line, exit 2) and records the method --weights-format names."""
+    from tests.layouts import torchvision_weights
+
+    weights = torchvision_weights(tmp_path / "resnet18.pth")
+    common = ["eval", "transfer", str(weights), "--data", str(root), "--datasets", "dtd", "--device", "cpu",
+              "--quiet", *[a for s in SMALL for a in ("--set", s)]]
+    refused = runner.invoke(app, [*common, "--output-dir", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "--weights-format" in refused.output, refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    named = runner.invoke(app, [*common, "--output-dir", str(tmp_path / "b"), "--weights-format", "dino"])
+    assert named.exit_code == 0, named.output
+    backbone = json.loads((tmp_path / "b" / "dtd" / "result.json").read_text())["backbone"]
+    assert backbone["pretrain"]["method"] == "dino", backbone
