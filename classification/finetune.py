@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from classification.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
-from classification.splits import dataset_record
+from classification.splits import SMALL_PRESETS, dataset_record
 from moco_core import checkpoint, distributed
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform
@@ -43,8 +43,9 @@ from moco_core.model.weights.formats import IMAGENET, Normalisation, format_chec
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_data, resolve_device
+from moco_core.run.schedule import short_schedule
 
 FINETUNE_LAST = checkpoint.FINETUNE_LAST
 FINETUNE_VIT_PRESET = "finetune_vit"  # chosen for ViT weights when no -c is given
@@ -203,7 +204,8 @@ def finetune_splits(cfg: LinearDataConfig, failures: DecodeFailures | None = Non
     "embedded"), with the training crops of the paper, normalised as the weights expect."""
     root = resolve_data(cfg.path or "")
     if not is_inat_layout(root):
-        splits = load_splits(cfg, augment=True, failures=failures, normalisation=normalisation)
+        splits = load_splits(cfg, augment=True, failures=failures, normalisation=normalisation,
+                             fits=SMALL_PRESETS["finetune"])
         return splits, splits.layout
     train, val, classes = inat_splits(root)
     evaluate_view = build_eval_transform(cfg.crop_size, resize=cfg.resize, mean=normalisation.mean,
@@ -264,6 +266,11 @@ def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
+    note = short_schedule("this fine-tuning", steps_per_epoch=len(train_loader), epochs=cfg.optim.epochs,
+                          images=len(splits.train), batch_size=cfg.optim.batch_size,
+                          warmup_epochs=cfg.optim.warmup_epochs)
+    if note and distributed.is_main():
+        print(note, file=sys.stderr)
     return _Setup(model, trained, info, optimizer, sampler, train_loader, val_loader, splits, layout)
 
 
@@ -275,6 +282,8 @@ def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_p
         hint = "pass --resume to continue or extend it, or choose another --output-dir"
         require_fresh(run_dir, ("result.json",), "a finished fine-tuning", hint)
         require_fresh(run_dir, (FINETUNE_LAST,), "an unfinished fine-tuning", hint)
+    else:
+        require_same_mode(run_dir)
     failures = DecodeFailures(run_dir / ".undecodable")
     run = _set_up(cfg, pretrained, device, failures)
     if main:

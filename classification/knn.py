@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from classification.linear import subset_checks
-from classification.splits import LinearDataConfig, dataset_record, load_splits
+from classification.splits import SMALL_PRESETS, LinearDataConfig, dataset_record, load_splits
 from moco_core.config import load_config, require, run_checks
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
@@ -65,7 +65,7 @@ def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, A
 def knn_eval(
     pretrained: str, data: LinearDataConfig, output_dir: Path, *, k: int = 200, temperature: float = 0.07,
     batch_size: int = 256, arch: str | None = None, device_name: str = "auto", extra: dict[str, Any] | None = None,
-    seed: int = 0, weights_format: str | None = None,
+    seed: int = 0, weights_format: str | None = None, show_progress: bool | str = True,
 ) -> tuple[Path, dict[str, float]]:
     """kNN top-1/top-5 of ``pretrained``'s pooled features: train/ is the bank (only the subset's images where
     ``data`` names one: data.labels, data.subset), val/ the queries.
@@ -77,12 +77,13 @@ def knn_eval(
     require_writable(output_dir)  # before the features: the record is written at the end
     device = resolve_device(device_name)
     weights = backbone.read(pretrained, weights_format)
-    splits = load_splits(data, augment=False, normalisation=backbone.input_normalisation(weights))
+    splits = load_splits(data, augment=False, normalisation=backbone.input_normalisation(weights),
+                         fits=SMALL_PRESETS["knn"])
     torch.manual_seed(seed)
     model, info = load_backbone(weights, len(splits.classes), arch=arch, crop_size=data.crop_size)
     monitor = KnnMonitor(splits.train, splits.val, len(splits.classes), device=device, workers=data.workers,
                          batch_size=batch_size, k=k, temperature=temperature)
-    metrics = monitor(model.to(device))  # pooled backbone features: the monitor bypasses fc
+    metrics = monitor(model.to(device), show_progress)  # pooled backbone features: the monitor bypasses fc
     record = output_dir / "result.json"
     subset = {key: getattr(data, key) for key in ("labels", "subset", "subset_seed")} if splits.subset else {}
     record = write_record(record, task="knn", protocol="knn", metrics=metrics, backbone=info,

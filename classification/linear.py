@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from classification.splits import LinearDataConfig, Splits, dataset_record, load_splits
+from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits
 from classification.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
 from classification.subsets import parse_labels
 from moco_core import checkpoint, distributed
@@ -38,8 +38,9 @@ from moco_core.run.knn import topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_device
+from moco_core.run.schedule import short_schedule
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         hint = "pass --resume to continue or extend it, or choose another --output-dir"
         require_fresh(run_dir, ("result.json",), "a finished linear evaluation", hint)
         require_fresh(run_dir, (LINEAR_LAST,), "an unfinished linear evaluation", hint)
+    else:
+        require_same_mode(run_dir)
     failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     run = _set_up(cfg, pretrained, device, failures)
     if main:
@@ -289,7 +292,7 @@ def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: 
         raise ConfigError("run.cached_features: runs in one process (features are extracted once, on one device)")
     weights = backbone.read(pretrained, cfg.run.weights_format)  # its normalisation is the data's
     splits = load_splits(cfg.data, augment=not cfg.run.cached_features, failures=failures,
-                         normalisation=backbone.input_normalisation(weights))
+                         normalisation=backbone.input_normalisation(weights), fits=SMALL_PRESETS["linear"])
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
@@ -314,6 +317,10 @@ def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: 
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(head, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
+    note = short_schedule("this linear evaluation", steps_per_epoch=len(train_loader), epochs=cfg.optim.epochs,
+                          images=len(splits.train), batch_size=cfg.optim.batch_size)
+    if note and distributed.is_main():
+        print(note, file=sys.stderr)
     return _Setup(model, info, initial, head, trained, optimizer, sampler, train_loader, val_source, splits)
 
 

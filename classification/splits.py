@@ -67,13 +67,15 @@ def train_transform(crop: int, normalisation: Normalisation = IMAGENET) -> Any:
 
 
 def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailures | None = None,
-                normalisation: Normalisation = IMAGENET) -> Splits:
+                normalisation: Normalisation = IMAGENET, fits: str | None = None) -> Splits:
     """Labelled train and val splits with the same classes. ``augment``: the paper's train crops, else center crops.
     ``failures``: where images that do not decode are noted (else logged once per process). ``normalisation``:
-    the input statistics of the weights evaluated (moco_core.model.backbone.input_normalisation)."""
+    the input statistics of the weights evaluated (moco_core.model.backbone.input_normalisation). ``fits``: the
+    presets a warning names when the images are much smaller than the crops (:func:`small_images`)."""
     root = resolve_data(cfg.path or "")
     train, val, layout, annotations, base = _scan(root, max(cfg.workers, 1))
-    notes = [warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped), warn_skipped(val.skipped)]
+    notes = [warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped), warn_skipped(val.skipped),
+             small_images([s for s, _ in train.samples], cfg.crop_size, fits) if fits else None]
     subset = select(train.samples, labels=cfg.labels, subset=cfg.subset, seed=cfg.subset_seed,
                     unreadable=[p for p, _ in train.skipped])
     if subset is not None:
@@ -87,6 +89,33 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
                                train_transform(cfg.crop_size, normalisation) if augment else evaluate, failures),
                   ImageDataset(val.samples, evaluate, failures), train.classes, base, layout, files, annotations,
                   subset.record if subset else None)
+
+
+SMALL_PRESETS = {"linear": "-c lincls_32px (MoCo v3 weights: -c lincls_mocov3_32px)", "knn": "-c knn_32px",
+                 "finetune": "-c finetune_32px"}  # the presets of small images, beside the embedded ones
+
+
+def small_images(paths: list[str], crop_size: int, fits: str, *, looked_at: int = 16) -> str | None:
+    """A warning when the images (the first ``looked_at`` of ``paths``, by their headers) are at most half the
+    crop size on their longer side: each crop upscales a small image several times (a 32-px image to 224 px
+    is 7x), the protocol's batch and schedule are for ImageNet's, and ``fits`` names the presets made for them."""
+    from PIL import Image
+
+    sides = []
+    for path in paths[:: max(1, len(paths) // looked_at)][:looked_at]:
+        try:
+            with Image.open(path) as image:
+                sides.append(image.size)
+        except (OSError, ValueError):
+            continue
+    if not sides:
+        return None
+    width, height = max(sides, key=max)
+    if 2 * max(width, height) > crop_size:
+        return None
+    return (f"the images are small ({width}x{height} px and smaller) for this evaluation's {crop_size}-px crops "
+            f"(data.crop_size: each upscaled {crop_size / max(width, height):.0f}x, at a batch and schedule made for "
+            f"ImageNet); for images this small use {fits}: crops of 32 px at batch 128")
 
 
 def _scan(root: Path, workers: int) -> tuple[ImageList, ImageList, str, list[Path], Path]:

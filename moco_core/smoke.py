@@ -15,8 +15,11 @@ What it changes, after the preset and the command's own ``--set`` and flags are 
   3-4 images a class (:mod:`classification.suite.embedded`);
 - the transfer suite (``moco eval transfer``): 32-px views and at most 50 L-BFGS iterations a value.
 
-Runs stay real runs: their directories, checkpoints and records are written as usual, and each record and
-``run.json`` says ``"smoke": true``. Numbers from them mean nothing. Torch-free: the CLI reads this first.
+Runs stay real runs: their directories, checkpoints and records are written as usual, and each record,
+checkpoint and ``run.json`` says ``"smoke": true``. Numbers from them mean nothing, and so do those of anything
+evaluated from them: a record of weights a smoke run made says ``"smoke": true`` too, whatever mode evaluated them
+(:func:`record_marker`). A run is never continued, nor its results reused, across the two modes
+(:func:`refuse_other_mode`). Torch-free: the CLI reads this first.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from moco_core.errors import UserError
 
 ENV = "MOCO_SMOKE"
 
@@ -81,6 +87,58 @@ def enabled() -> bool:
 def marker() -> dict[str, bool]:
     """``{"smoke": True}`` for a record or ``run.json`` written by a smoke run, else nothing."""
     return {"smoke": True} if enabled() else {}
+
+
+def record_marker(backbone_smoke: bool) -> dict[str, bool]:
+    """The mark of a result record: ``{"smoke": True}`` when this process is a smoke run or the evaluated weights came
+    from one (``backbone_smoke``), else nothing."""
+    return {"smoke": True} if enabled() or backbone_smoke else {}
+
+
+def command_prefix() -> str:
+    """What a command this process suggests (a resume hint) starts with: ``MOCO_SMOKE=1 `` in a smoke run, so that
+    it continues in the same mode, else nothing."""
+    return f"{ENV}=1 " if enabled() else ""
+
+
+def mode(smoke: bool) -> str:
+    """How an error names a mode: "a smoke run (MOCO_SMOKE=1)" or "a real run (no MOCO_SMOKE)"."""
+    return f"a smoke run ({ENV}=1)" if smoke else f"a real run (no {ENV})"
+
+
+def recorded(run_dir: Path) -> bool | None:
+    """Whether the run in ``run_dir`` was started as a smoke run, as its ``run.json`` says (every start records
+    its mode); None where there is no readable ``run.json``."""
+    from moco_core.user_files import read_json
+
+    try:
+        starts = read_json(run_dir / "run.json", what="run.json").get("starts")
+    except (UserError, AttributeError):
+        return None
+    if not isinstance(starts, list) or not starts:
+        return None
+    return any(isinstance(start, dict) and start.get("smoke") is True for start in starts)
+
+
+def of_checkpoint(ckpt: dict[str, Any], path: Path) -> bool:
+    """Whether a checkpoint (read from ``path``) was written by a smoke run: its own ``smoke`` field, or for one
+    written before checkpoints carried it, the ``run.json`` beside it."""
+    if isinstance(ckpt.get("smoke"), bool):
+        return bool(ckpt["smoke"])
+    return bool(recorded(path.parent))
+
+
+class ModeMismatch(UserError):
+    """A run or result of one mode (smoke or real) met by a command of the other."""
+
+
+def refuse_other_mode(recorded: bool, where: str, *, fix: str) -> None:
+    """A one-line :class:`ModeMismatch` when ``where`` holds a run of the other mode than this process's: a smoke
+    checkpoint continued by a real run (or the reverse) would mix a shortened run with a real one, and a result of
+    one reused by the other would stand for what never ran. ``fix`` says what to do instead."""
+    if recorded != enabled():
+        raise ModeMismatch(f"{where} holds {mode(recorded)}, and this command is {mode(enabled())}: the two are "
+                           f"never mixed; {fix}")
 
 
 def length(cls_name: str, configured: int) -> tuple[str, int] | None:

@@ -22,8 +22,8 @@ from torch import nn
 
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError
-from moco_core.run.progress import Progress
-from moco_core.run.rundir import require_fresh, run_dir_lock
+from moco_core.run.progress import Progress, format_duration
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock
 from moco_core.run.runtime import resolve_device
 from transfer import engine
 from transfer.config import (
@@ -122,6 +122,8 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
     if not resume:
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
+    else:
+        require_same_mode(run_dir)
     torch.manual_seed(cfg.run.seed)
     resnet, info = load_resnet(weights, cfg.detector.arch, cfg.run.weights_format)  # before the data
     cfg = with_normalisation(cfg, info.normalisation)  # the detector normalises its input as the weights expect
@@ -141,7 +143,7 @@ def _torchvision_run(cfg: TransferConfig, weights: str, device: torch.device, sh
                         resume=resume, show_progress=show_progress, what="detector", sampler=sampler)
     train_time = time.perf_counter() - started
     test_progress = Progress(-(-len(data.test) // (cfg.run.test_batch_size * world)), every=cfg.run.log_every * 5,
-                             enabled=main and show_progress)
+                             enabled=main and show_progress, label="test")
     results = _test(cfg, model, data, device, test_progress)
     if not main:
         return run_dir / "result.json"
@@ -168,4 +170,12 @@ def _test(cfg: TransferConfig, model: nn.Module, data: DetectionData, device: to
     else:
         convert = detection_data.coco_results(data.test, data.contiguous_to_original, masks=cfg.detector.mask)
     found = engine.predict(model, test_set, convert, **kwargs)
-    return score(cfg.task, found, data, masks=cfg.detector.mask) if distributed.is_main() else {}
+    if not distributed.is_main():
+        return {}
+    started = time.perf_counter()  # the evaluator reports no steps: its start and its length
+    progress.phase(f"test: scoring {len(found)} predictions on {len(data.test)} images ({cfg.task}'s evaluator)")
+    results = score(cfg.task, found, data, masks=cfg.detector.mask)
+    progress.clear()
+    if progress.enabled and not progress.line_only:
+        progress.message(f"test: scored in {format_duration(time.perf_counter() - started)}")
+    return results

@@ -41,7 +41,8 @@ def write_record(
         "config": config,
         "history": history or [],
         **(extra or {}),
-        **smoke.marker(),  # MOCO_SMOKE=1: a shortened run whose numbers mean nothing
+        # MOCO_SMOKE=1, or weights a smoke run made: numbers that mean nothing (moco_core/smoke.py)
+        **smoke.record_marker(backbone.pretrain.get("smoke") is True),
         "code_version": code_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

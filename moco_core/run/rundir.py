@@ -111,6 +111,16 @@ def require_fresh(run_dir: Path, markers: tuple[str, ...], what: str, hint: str)
         raise ConfigError(f"run.output_dir: {run_dir} already holds {what} ({found[0]}); {hint}")
 
 
+def require_same_mode(run_dir: Path) -> None:
+    """Before ``--resume`` continues the run in ``run_dir``: a one-line error when it was started in the other mode
+    (smoke or real: its run.json says which) than this process runs in (:func:`moco_core.smoke.refuse_other_mode`)."""
+    recorded = smoke.recorded(run_dir)
+    if recorded is not None:
+        how = "with MOCO_SMOKE=1" if recorded else "without MOCO_SMOKE"
+        smoke.refuse_other_mode(recorded, str(run_dir), fix=f"continue it {how}, or run this one in another "
+                                f"--output-dir")
+
+
 class RunDirBusy(ConfigError):
     """Another live process holds the run directory."""
 

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from moco_core import checkpoint, distributed
+from moco_core import checkpoint, distributed, smoke
 from moco_core.config import (
     VIT_ARCHS,
     ConfigError,
@@ -39,6 +39,7 @@ from moco_core.run.preemption import ResumableSampler, StopSignal, ignore_sigter
 from moco_core.run.progress import MetricsWriter, Progress, SlowdownWatch
 from moco_core.run.rundir import code_version, require_fresh, run_dir_lock, write_run_files
 from moco_core.run.runtime import resolve_data, resolve_device
+from moco_core.run.schedule import short_schedule
 
 
 def learning_rate(cfg: OptimConfig, epoch: float) -> float:
@@ -244,6 +245,7 @@ def checkpoint_dict(cfg: PretrainConfig, method: Method, optimizer: torch.optim.
                     "accuracy_sum": partial.accuracy_sum, "counted": partial.counted},
         "rng": checkpoint.rng_state(),
         "code_version": code_version(),
+        "smoke": smoke.enabled(),  # what is evaluated from it is marked so (moco_core/smoke.py)
     }
 
 
@@ -260,8 +262,11 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
-        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it (moco pretrain --resume "
-                      f"--output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
+        prefix = "MOCO_SMOKE=1 " if smoke.recorded(run_dir) else ""  # the mode it was run in
+        require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it ({prefix}moco pretrain "
+                      f"--resume --output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
+    else:
+        refuse_other_mode(resume_path)
     run = _set_up(cfg, device, resume_path)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
                             config=to_dict(cfg))
@@ -278,6 +283,17 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     with metrics:  # the loggers are closed (flushed) at the end, and on an error
         _train(cfg, run, device, metrics, show_progress)
     return run_dir
+
+
+def refuse_other_mode(resume_path: Path) -> None:
+    """Stop before any work when the checkpoint to continue was written in the other mode (smoke or real) than
+    this process runs in: its run.json says which (cheap), else the checkpoint itself."""
+    recorded = smoke.recorded(resume_path.parent)
+    if recorded is None:
+        recorded = smoke.of_checkpoint(checkpoint.load(resume_path), resume_path)
+    how = "with MOCO_SMOKE=1" if recorded else "without MOCO_SMOKE"
+    smoke.refuse_other_mode(recorded, str(resume_path), fix=f"continue it {how}, or start this run in another "
+                            f"--output-dir")
 
 
 @dataclass
@@ -338,6 +354,11 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
     if pipeline == "tensor":
         loader = DeviceAugmentLoader(loader, cfg.augment, device, views=2 if method.transform == "two_crops" else 1,
                                      channels_last=speed.channels_last)
+    note = short_schedule("this pretraining", steps_per_epoch=len(loader), epochs=cfg.optim.epochs,
+                          images=len(images.samples), batch_size=cfg.optim.batch_size,
+                          warmup_epochs=cfg.optim.warmup_epochs)
+    if note and main:
+        print(note, file=sys.stderr)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
         start = restore(resume_path, method, optimizer, len(loader), cfg.model.arch)
@@ -357,8 +378,12 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
     main, rank, run_dir = distributed.is_main(), distributed.rank(), Path(cfg.run.output_dir)
     monitor = None
     if cfg.run.knn_every and main:
-        monitor = KnnMonitor.from_root(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size,
-                                       device=device, workers=cfg.data.workers)
+        try:
+            monitor = KnnMonitor.from_root(resolve_data(cfg.data.knn_path or ""), crop_size=cfg.augment.crop_size,
+                                           device=device, workers=cfg.data.workers)
+        except ConfigError as err:  # the monitor's data: often data.path's, which it follows (moco_core.config)
+            raise ConfigError(f"{err}; the kNN monitor (run.knn_every) reads data.knn_path: set it to a root with "
+                              f"labelled train/ and val/, or run.knn_every=0 to turn the monitor off") from None
     steps_per_epoch = len(run.loader)
     progress = Progress(steps_per_epoch * cfg.optim.epochs, done_steps=run.start.step, every=cfg.run.log_every,
                         enabled=main and show_progress)
@@ -395,8 +420,8 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
             if stats.stopped:
                 if main:
                     print(f"stopped by {stop.received or 'a signal to another process'} after step {step} (epoch "
-                          f"{epoch + 1}); checkpoint written; continue with: moco pretrain --resume --output-dir "
-                          f"{shlex.quote(str(run_dir))}",
+                          f"{epoch + 1}); checkpoint written; continue with: {smoke.command_prefix()}moco pretrain "
+                          f"--resume --output-dir {shlex.quote(str(run_dir))}",
                           file=sys.stderr, flush=True)
                 break
 

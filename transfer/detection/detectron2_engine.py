@@ -54,7 +54,13 @@ from moco_core.config import to_dict
 from moco_core.errors import NonFiniteLossError
 from moco_core.model.backbone import BackboneInfo
 from moco_core.run.progress import MetricsWriter, Progress
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
+from moco_core.run.rundir import (
+    require_fresh,
+    require_same_mode,
+    run_dir_lock,
+    write_run_files,
+    write_text_atomic,
+)
 from moco_core.run.runtime import resolve_device
 from transfer.config import TransferConfig, per_process_batch, transfer_run_dir, with_normalisation
 from transfer.convert import convert_file, load_detectron2_pkl
@@ -317,6 +323,8 @@ def _run(cfg: TransferConfig, weights: str, device: torch.device, show_progress:
     if not resume:
         require_fresh(run_dir, ("last_checkpoint",), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
+    else:
+        require_same_mode(run_dir)
     cfg, info, data, d2cfg = _setup(cfg, weights, device, run_dir)
     seed_all_rng(cfg.run.seed + distributed.rank())  # torch, numpy (the augmentations) and random
     register_roi_heads()
@@ -420,7 +428,7 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
     test_name, task = dataset_name(cfg.data.test), task_hooks(cfg)
     loader = task.test_loader(cfg, d2cfg, test_name, _augmentations(cfg, train=False))
     own = task.evaluator(d2cfg, test_name)
-    progress = Progress(len(loader), every=cfg.run.log_every * 5, enabled=show_progress)
+    progress = Progress(len(loader), every=cfg.run.log_every * 5, enabled=show_progress, label="test")
     model.eval()
     records: list[Any] = []
     for step, inputs in enumerate(loader, 1):
@@ -436,7 +444,10 @@ def _test(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, data: Detection
         return {}
     from transfer.detection.metrics import score
 
-    return {**own_results, **score(cfg.task, records, data, masks=cfg.detector.mask)}
+    progress.phase(f"test: scoring {len(records)} predictions on {len(data.test)} images ({cfg.task}'s evaluator)")
+    scored = score(cfg.task, records, data, masks=cfg.detector.mask)
+    progress.clear()
+    return {**own_results, **scored}
 
 
 def _convert(cfg: TransferConfig, data: DetectionData, image_id: Any, instances: Any) -> list[Any]:

@@ -23,7 +23,7 @@ from moco_core.data.data import DatasetError
 from moco_core.model.backbone import BackboneInfo, load_resnet
 from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
 from transfer import engine
 from transfer.config import input_statistics, with_normalisation
@@ -59,6 +59,8 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     if not resume:
         require_fresh(run_dir, (checkpoint.LAST,), "a fine-tuning", "pass --resume to continue it, or choose "
                       "another --output-dir")
+    else:
+        require_same_mode(run_dir)
     torch.manual_seed(cfg.run.seed)
     # The weights before the data: a bad file fails at once (a ViT's too: the network is a ResNet's, A.5)
     resnet, info = load_resnet(weights, arch=cfg.head.arch, arch_option="head.arch",
@@ -95,7 +97,8 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
     loader = DataLoader(shard, batch_size=1, num_workers=cfg.data.workers, collate_fn=engine.collate)
     k = len(data.class_names)
     matrix = torch.zeros(k, k, dtype=torch.int64)
-    progress = Progress(len(shard), every=cfg.run.log_every * 5, enabled=distributed.is_main() and show_progress)
+    progress = Progress(len(shard), every=cfg.run.log_every * 5, enabled=distributed.is_main() and show_progress,
+                        label="test")
     for step, (images, targets, _) in enumerate(loader, 1):
         with autocast(device, cfg.run.amp):
             logits = model(images[0][None].to(device))  # (1, K, H, W) at the image's own size

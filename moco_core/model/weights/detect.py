@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from moco_core import checkpoint
+from moco_core import checkpoint, smoke
 from moco_core.model.weights import (
     barlow,
     dino,
@@ -185,4 +185,6 @@ def _method(found: Found, weights_format: str | None, path: Path) -> tuple[str, 
 def pretrain_facts(weights: Weights) -> dict[str, Any]:
     """The record's ``backbone.pretrain``: the method and who named it, and what the file says of its training."""
     facts = {k: v for k, v in weights.found.facts.items() if k != "method"}
+    if facts.get("smoke") is False and smoke.recorded(weights.path.parent):  # ours from before the field
+        facts["smoke"] = True
     return {"method": weights.method, "stated_by": weights.stated_by, **facts}

@@ -30,9 +30,17 @@ def partial_epoch_steps(obj: dict[str, Any]) -> int:
 
 
 def _facts(obj: dict[str, Any], method: str) -> dict[str, Any]:
+    """The record's pretraining facts, with the marks every record evaluated from these weights carries
+    (moco_core/smoke.py): ``smoke``, written by a smoke run (shortened: numbers from it mean nothing; a checkpoint
+    from before the field: its run.json says, :func:`moco_core.model.weights.detect.pretrain_facts`);
+    ``unfinished``, stopped before the epochs its config planned (killed part-way, or a snapshot kept on the way)."""
     config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
-    return {"method": method, "epochs": obj.get("epoch"), "partial_epoch_steps": partial_epoch_steps(obj),
-            "arch": obj.get("arch"), "config": config, "code_version": obj.get("code_version")}
+    epochs, steps = obj.get("epoch"), partial_epoch_steps(obj)
+    planned = config.get("optim", {}).get("epochs") if isinstance(config.get("optim"), dict) else None
+    known = all(isinstance(v, int) and not isinstance(v, bool) for v in (epochs, planned))
+    return {"method": method, "epochs": epochs, "partial_epoch_steps": steps, "arch": obj.get("arch"),
+            "config": config, "code_version": obj.get("code_version"), "smoke": obj.get("smoke") is True,
+            "unfinished": bool(known and (epochs < planned or steps > 0))}
 
 
 def read(obj: dict[str, Any]) -> Found | None:
