@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from moco_core.cli import preset_list, print_or_launch, report_result, with_output_dir
+from moco_core import smoke
+from moco_core.cli import evaluation_rerun, preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.commands import invocation
 from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
 from moco_core.model.weights.formats import WEIGHTS_FORMATS
@@ -99,14 +101,21 @@ def linear_cli(
         cfg = _subset_output_dir(with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
-    print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume)
+    asked = invocation("eval linear", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
+        "cached_features": cached_features, "nproc": nproc if nproc != 1 else None})
+    print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume, asked)
 
 
-def run_linear(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
-    """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
+def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
+               asked: dict[str, Any] | None = None) -> None:
+    """One process of ``moco eval linear``: user errors are one line (from rank 0), exit code 2 (1: diverged).
+    ``asked``: how it was invoked (moco_core.commands.invocation), kept in the record and in the resume hint."""
     from classification.linear import linear_eval
 
-    report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
+    report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume,
+                                      extra={"invocation": asked} if asked else None),
+                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None)
 
 
 def finetune_cli(
@@ -150,14 +159,20 @@ def finetune_cli(
         cfg = _subset_output_dir(with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
-    print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume)
+    asked = invocation("eval finetune", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
+        "nproc": nproc if nproc != 1 else None})
+    print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume, asked)
 
 
-def run_finetune(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
+def run_finetune(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
+                 asked: dict[str, Any] | None = None) -> None:
     """One process of ``moco eval finetune``: user errors are one line (from rank 0), exit code 2 (1: diverged)."""
     from classification.finetune import finetune
 
-    report_result(lambda: finetune(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
+    report_result(lambda: finetune(cfg, pretrained, show_progress=not quiet, resume=resume,
+                                   extra={"invocation": asked} if asked else None),
+                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None)
 
 
 def snapshots_cli(
@@ -196,7 +211,10 @@ def snapshots_cli(
     def evaluate(snapshot: Path, out: Path, extra: dict, resume: bool) -> Path:
         chosen = config or protocol_preset(str(snapshot), None, weights_format)  # MoCo v3's snapshots: its protocol
         cfg = load_linear_config(chosen, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
-        record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra=extra, resume=resume)
+        asked = invocation("eval linear", preset=chosen, overrides=set_ or [], smoke=smoke.enabled(),
+                           options={"data": data, "device": device, "workers": workers})
+        record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra={**extra, "invocation": asked},
+                             resume=resume)
         print(f"result: {record}", flush=True)
         return record
 
@@ -255,17 +273,23 @@ def knn_cli(
         cfg = _subset_output_dir(with_output_dir(cfg, config, "knn", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
-    print_or_launch(cfg, print_config, 1, run_knn, cfg, pretrained)
+    asked = invocation("eval knn", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
+        "k": k, "temperature": temperature, "crop_size": crop_size, "resize": resize, "batch_size": batch_size,
+        "seed": seed})
+    print_or_launch(cfg, print_config, 1, run_knn, cfg, pretrained, asked)
 
 
-def run_knn(cfg: KnnConfig, pretrained: str) -> None:
+def run_knn(cfg: KnnConfig, pretrained: str, asked: dict[str, Any] | None = None) -> None:
     """One ``moco eval knn``: prints ``result: PATH``; a user error is one line, exit code 2."""
     from classification.knn import knn_eval
 
     report_result(lambda: knn_eval(pretrained, cfg.data, Path(str(cfg.run.output_dir)), k=cfg.k,
                                    temperature=cfg.temperature, batch_size=cfg.batch_size, arch=cfg.arch,
                                    device_name=cfg.run.device, seed=cfg.run.seed,
-                                   weights_format=cfg.run.weights_format)[0])
+                                   weights_format=cfg.run.weights_format,
+                                   extra={"invocation": asked} if asked else None)[0],
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)) if asked else None)
 
 
 def transfer_cli(

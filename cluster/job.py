@@ -122,10 +122,10 @@ class Job:
         argv = self.command.argv()
         sys.argv = ["moco", *argv]  # run.json records the command that ran
         code = run_moco(argv)
-        if code != 0:
+        stopped = preemption.last_stop
+        if code != 0 and not (stopped is not None and code == preemption.stop_status(stopped)):
             raise RuntimeError(f"moco {self.command.name} exited with status {code} (its error is in this task's "
                                f"log)")
-        stopped = preemption.last_stop
         if stopped == signal.Signals(preempt).name and env.global_rank == 0:
             # stopped cleanly with a checkpoint: hand over to submitit's handler, which requeues (or gives up
             # after too many time-outs) and exits

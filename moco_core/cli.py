@@ -17,6 +17,7 @@ from moco_core.config import (
     ConfigError,
     PretrainConfig,
     config_yaml,
+    data_sources,
     load_config,
     presets_for,
     replace,
@@ -34,18 +35,22 @@ def resolve_pretrain_config(
     directory passed to ``--resume-from`` (or the checkpoint's own directory), never the directory recorded in the
     checkpoint, which is where the run was before it was copied or moved.
     """
-    from moco_core import checkpoint
-
-    base = None
+    base = stored_config(resume) if resume else None
     if resume:
-        stored = checkpoint.load(checkpoint.resolve(resume)).get("config")
-        base = stored if isinstance(stored, dict) else None
         chosen = flags.get("run", {}).get("output_dir") is not None or any(
             o.partition("=")[0].strip() == "run.output_dir" for o in overrides)
         if not chosen:
             path = Path(resume)
             flags.setdefault("run", {})["output_dir"] = str(path if path.is_dir() else path.parent)
     return load_config(PretrainConfig, config, overrides, base=base, flags=flags)
+
+
+def stored_config(resume: str) -> dict[str, Any] | None:
+    """The config a checkpoint to resume (a file or a run directory) keeps, None where it keeps none."""
+    from moco_core import checkpoint
+
+    stored = checkpoint.load(checkpoint.resolve(resume)).get("config")
+    return stored if isinstance(stored, dict) else None
 
 
 def old_forms(argv: list[str]) -> list[str]:
@@ -98,7 +103,10 @@ def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch:
 
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
-    """Run in this process; user errors become one line on stderr and a non-zero exit, never a traceback."""
+    """Run in this process; user errors become one line on stderr and a non-zero exit, never a traceback. A run a
+    signal stopped (with its checkpoint) exits with 128 + the signal's number (143 for SIGTERM), as a process that
+    signal ended: ``moco pretrain ... && moco eval ...`` never evaluates a half-trained checkpoint."""
+    from moco_core.run import preemption
     from moco_core.run.train import pretrain  # torch and torchvision load only when a run starts
 
     main = int(os.environ.get("RANK", "0")) == 0  # the process group is gone by the time we report
@@ -118,6 +126,8 @@ def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
         sys.exit(1)
     if main and not quiet:
         print(f"run directory: {run_dir}")
+    if preemption.last_stop is not None:
+        sys.exit(preemption.stop_status(preemption.last_stop))
 
 
 def pretrain_cli(
@@ -160,16 +170,20 @@ def pretrain_cli(
         launched = os.environ.get("WORLD_SIZE", "1")
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1
         check_run(cfg, world, resolve_device(cfg.run.device), None)  # --print-config too: what the run would refuse
+        sources = data_sources(PretrainConfig, config, set_ or [], stored_config(resume_from) if resume_from
+                               else None, flags) if print_config else None
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
-    print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume_from, quiet)
+    print_or_launch(cfg, print_config, nproc, run_pretrain, cfg, resume_from, quiet, sources=sources)
 
 
-def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., None], *args: Any) -> None:
-    """``--print-config``: show the resolved config as YAML; otherwise run ``fn(*args)`` in ``nproc`` processes."""
+def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., None], *args: Any,
+                    sources: dict[str, str] | None = None) -> None:
+    """``--print-config``: show the resolved config as YAML (``sources``: where its data paths come from, in a
+    comment); otherwise run ``fn(*args)`` in ``nproc`` processes."""
     if print_config:
-        print(config_yaml(cfg), end="")
+        print(config_yaml(cfg, sources), end="")
         return
     if nproc < 1:
         print_error("--nproc: must be >= 1")
@@ -177,18 +191,55 @@ def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., 
     launch(nproc, fn, *args)
 
 
-def report_result(evaluate: Callable[[], Path]) -> None:
+def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | None = None) -> None:
     """One process of an evaluation: rank 0 prints ``result: PATH`` of the record ``evaluate()`` wrote; a user error
-    is one line, from rank 0 only (every rank meets the same bad input), and the process exits with its code."""
+    is one line, from rank 0 only (every rank meets the same bad input), and the process exits with its code.
+
+    SIGTERM or SIGINT stops the evaluation wherever it is (training, testing, scoring): one line says so with the
+    command that continues it (``rerun()``, see :func:`evaluation_rerun`), and the process exits with 128 + the
+    signal's number, so that ``moco eval ... && moco report`` stops there."""
+    from moco_core.run.preemption import Stopped, Stopper
+
     main = int(os.environ.get("RANK", "0")) == 0
     try:
-        record = evaluate()
+        with Stopper() as stopper:
+            stopper.doing = "the evaluation"
+            record = evaluate()
     except UserError as err:
         if main:
             print_error(err)
         sys.exit(err.exit_code)
+    except Stopped as stop:
+        if main:
+            print(f"{stop}; continue with: {rerun()}" if rerun is not None else str(stop), file=sys.stderr,
+                  flush=True)
+        sys.exit(stop.exit_code)
     if main:
         print(f"result: {record}")
+
+
+# The files an evaluation continues from with --resume, by command (checkpoint.LINEAR_LAST, FINETUNE_LAST, LAST and
+# detectron2's pointer); kNN trains nothing and has no --resume.
+RESUMABLE = {"eval linear": ("linear_last.pth.tar",), "eval finetune": ("finetune_last.pth.tar",),
+             "eval knn": ()}
+TRANSFER_RESUMABLE = ("checkpoint_last.pth.tar", "last_checkpoint")
+
+
+def evaluation_rerun(recorded: dict[str, Any], weights: str, output_dir: str) -> Callable[[], str]:
+    """The command that continues an evaluation stopped part-way, built when it stops from how it was asked for
+    (:func:`moco_core.commands.invocation`): the same preset, overrides, options and mode, its run directory, and
+    ``--resume`` where that directory holds a checkpoint to continue from (else it starts again)."""
+    def rerun() -> str:
+        from moco_core.commands import InvalidInvocation, command_line
+
+        markers = RESUMABLE.get(recorded["command"], TRANSFER_RESUMABLE)
+        resume = any((Path(output_dir) / marker).exists() for marker in markers)
+        try:
+            return command_line(recorded, weights=weights, output_dir=output_dir, resume=resume)
+        except InvalidInvocation as err:  # our own options: would be a bug, said rather than hidden
+            return f"(no command: {err})"
+
+    return rerun
 
 
 def launch(nproc: int, fn: Callable[..., None], *args: Any) -> None:

@@ -82,7 +82,7 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
     def knn(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
         # center crops at the pretraining scale, as the pretraining's kNN monitor takes them
         data = LinearDataConfig(path=root, crop_size=crop, resize=eval_resize(crop), workers=workers)
-        return knn_eval(str(ckpt), data, out, extra=extra, seed=seed)
+        return knn_eval(str(ckpt), data, out, extra=extra, seed=seed, show_progress=not quiet)
 
     # Read now, with the data root (a preset or file may name none): one that does not load is one line before the
     # first pretraining, not after it.

@@ -82,7 +82,24 @@ def _transfer(task: str, weights: str | None, old_weights: str | None, config: s
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
-    print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet)
+    print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet,
+                    _invocation(task, config, overrides, flags, nproc))
+
+
+def _invocation(task: str, config: str | None, overrides: list[str], flags: dict[str, Any],
+                nproc: int) -> dict[str, Any]:
+    """How the evaluation was asked for (moco_core.commands.invocation), from the flags it was given."""
+    from moco_core import smoke
+    from moco_core.commands import invocation
+
+    data, run = flags.get("data", {}), flags.get("run", {})
+    classes = data.get("classes")
+    arch = flags.get("head", flags.get("detector", {})).get("arch")
+    options = {"engine": flags.get("engine"), "data": data.get("path"), "train": data.get("train"),
+               "test": data.get("test"), "classes": ",".join(classes) if classes is not None else None,
+               "ignore_index": data.get("ignore_index"), "workers": data.get("workers"), "arch": arch,
+               "device": run.get("device"), "seed": run.get("seed"), "nproc": nproc if nproc != 1 else None}
+    return invocation(f"eval {task}", preset=config, overrides=overrides, options=options, smoke=smoke.enabled())
 
 
 def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, Any]) -> tuple[Any, str, str | None]:
@@ -98,16 +115,20 @@ def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, 
     return cfg, config or DEFAULT_PRESETS[task], cfg.detector.arch
 
 
-def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool) -> None:
+def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool, asked: dict[str, Any] | None = None) -> None:
     """One process of ``moco eval voc|coco|keypoints|semseg``: user errors are one line (from rank 0), exit code 2;
-    a NaN loss 1."""
-    from moco_core.cli import report_result
+    a NaN loss 1. ``asked``: how it was invoked, kept in the record and in the resume hint."""
+    from moco_core.cli import evaluation_rerun, report_result
 
     if cfg.task == "semseg":
+        from transfer.segmentation.config import semseg_run_dir as run_dir
         from transfer.segmentation.run import evaluate
     else:
+        from transfer.config import transfer_run_dir as run_dir
         from transfer.run import evaluate
-    report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume))
+    report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume,
+                                   extra={"invocation": asked} if asked else None),
+                  rerun=evaluation_rerun(asked, weights, str(run_dir(cfg))) if asked else None)
 
 
 def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,

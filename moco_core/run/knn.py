@@ -18,19 +18,24 @@ from torch.utils.data import DataLoader, Dataset
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.model.vit import classifier_name
+from moco_core.run.progress import Progress
 
 
 @torch.no_grad()
 def extract_features(
-    backbone: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device: torch.device
+    backbone: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device: torch.device,
+    progress: Progress | None = None, done: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """L2-normalised features (N, D) and labels (N,) of every batch of ``loader``, in eval mode, on ``device``."""
+    """L2-normalised features (N, D) and labels (N,) of every batch of ``loader``, in eval mode, on ``device``.
+    ``progress``: told of each batch, counted on from ``done``."""
     was_training = backbone.training
     backbone.eval()
     feats, labels = [], []
-    for images, target, _ in loader:
+    for step, (images, target, _) in enumerate(loader, done + 1):
         feats.append(F.normalize(backbone(images.to(device, non_blocking=True)).float(), dim=1))
         labels.append(target.to(device))
+        if progress is not None:
+            progress.update(step, 0, 1)
     backbone.train(was_training)
     return torch.cat(feats), torch.cat(labels)
 
@@ -77,27 +82,34 @@ class KnnMonitor:
 
     @classmethod
     def from_root(cls, root: Path, *, crop_size: int, device: torch.device, workers: int) -> KnnMonitor:
-        """The pretraining monitor on a labelled train/val root, with center crops of ``crop_size``."""
+        """The pretraining monitor on a labelled train/val root (``test/`` where there is no ``val/``, as CIFAR
+        exported to folders has it), with center crops of ``crop_size``."""
         from moco_core.data.augment import build_eval_transform
         from moco_core.data.data import ImageDataset, scan_images, unlabelled_splits
 
         transform = build_eval_transform(crop_size)
-        splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", "val")]
+        queries = "test" if not (root / "val").is_dir() and (root / "test").is_dir() else "val"
+        splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", queries)]
         problem = unlabelled_splits(root, *splits)
         if problem:
             raise ConfigError(f"data.knn_path: {problem}")
         train, val = (ImageDataset(s.samples, transform) for s in splits)
         return cls(train, val, len(splits[0].classes), device=device, workers=workers)
 
-    def __call__(self, encoder: nn.Module) -> dict[str, float]:
+    def __call__(self, encoder: nn.Module, show_progress: bool | str = False) -> dict[str, float]:
+        """kNN top-1 and top-5 (%); ``show_progress``: a line for the feature extraction (bank, then queries)."""
         name = classifier_name(encoder)  # fc on a ResNet, head on a ViT (whose features are its class token)
         head = getattr(encoder, name)
         setattr(encoder, name, nn.Identity())
+        batches = [len(loader) for loader in self.loaders]
+        progress = Progress(sum(batches), label="features", enabled=show_progress) if show_progress else None
         try:
-            (bank, bank_labels), (queries, labels) = (extract_features(encoder, loader, self.device)
-                                                      for loader in self.loaders)
+            bank, bank_labels = extract_features(encoder, self.loaders[0], self.device, progress)
+            queries, labels = extract_features(encoder, self.loaders[1], self.device, progress, batches[0])
         finally:
             setattr(encoder, name, head)
+            if progress is not None:
+                progress.clear()
         if not (torch.isfinite(bank).all() and torch.isfinite(queries).all()):  # NaN votes would score at random
             raise UserError("kNN: the encoder's features are not finite (NaN or inf): its weights or BN statistics "
                             "are broken; no accuracy can be measured")

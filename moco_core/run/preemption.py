@@ -1,8 +1,11 @@
 """Surviving pre-emption: resuming part-way through an epoch, and stopping cleanly on SIGTERM.
 
 Cluster schedulers send SIGTERM some time before they kill a job. The run then finishes its step, writes a
-checkpoint that records how far into the epoch it got, and exits with status 0; ``--resume`` continues with the
-samples of that epoch not yet seen (:class:`ResumableSampler`).
+checkpoint that records how far into the epoch it got, and exits with status 128 + the signal's number (143 for
+SIGTERM, :func:`stop_status`), as a shell reports a process that signal ended, so that a chain such as ``moco
+pretrain ... && moco eval ...`` stops there; ``--resume`` continues with the samples of that epoch not yet seen
+(:class:`ResumableSampler`). An evaluation stops at once (it checkpoints per epoch or per
+``run.checkpoint_every`` iterations) with the same status and the command that continues it.
 
 The commands that run others in their process (``moco trials``, ``moco demo``, ``moco sweep``; ``moco launch
 --wait`` waits for a job) stop as a whole instead (:class:`Stopper`): they start nothing more and exit with
@@ -49,6 +52,11 @@ class ResumableSampler(DistributedSampler):
 
 EXTRA_STOP_SIGNALS: list[int] = []  # more signals that stop a run cleanly (``moco launch``: the pre-emption one)
 last_stop: str | None = None  # the signal that stopped this process's last run (None: it was not stopped)
+
+
+def stop_status(signal_name: str) -> int:
+    """The exit status of a command a signal stopped: 128 + its number (143 for SIGTERM, 130 for SIGINT)."""
+    return 128 + signal.Signals[signal_name].value
 
 
 def stop_signals() -> tuple[int, ...]:
@@ -144,12 +152,19 @@ class StopSignal:
               f"(send it again to stop at once)", file=sys.stderr, flush=True)
 
     def requested(self, step: int) -> bool:
+        """Whether to stop after ``step``. With several processes the ranks exchange the number of the signal one
+        got (the largest, 0 for none): a rank that got none stops too, and its :data:`last_stop` names that
+        signal, so that every rank exits with the same status."""
+        global last_stop
         if distributed.world_size() == 1:
             return self.received is not None
         if step % self.every:
             return False
-        flag = torch.tensor([1.0 if self.received else 0.0], device=self.device)
-        return bool(distributed.all_reduce_max(flag).item() > 0)
+        number = float(signal.Signals[self.received].value) if self.received else 0.0
+        agreed = int(distributed.all_reduce_max(torch.tensor([number], device=self.device)).item())
+        if agreed and last_stop is None:
+            last_stop = signal.Signals(agreed).name
+        return agreed > 0
 
 
 WRAPPER_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a scheduler's stop, and Ctrl-C
@@ -170,7 +185,7 @@ class Stopped(BaseException):
     def exit_code(self) -> int:
         """128 + the signal's number, what a shell reports for a process that signal ended: a script or a
         scheduler tells a stop (rerun to continue) from a failure (1) or refused input (2)."""
-        return 128 + signal.Signals[self.signal_name].value
+        return stop_status(self.signal_name)
 
     def line(self, rerun: str) -> str:
         return f"{self}; nothing more was started; continue with: {rerun}"

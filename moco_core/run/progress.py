@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import sys
@@ -26,48 +27,81 @@ def format_duration(seconds: float) -> str:
 
 LINE = "line"
 """``enabled`` (and the ``show_progress`` of the long commands) set to this: on a terminal, the redrawn step line
-alone, cleared when the work ends; no summaries, and nothing at all in a log. ``moco demo`` runs its steps so
-unless given ``--progress``, so its output stays one line a step but a 10-minute step still shows it moves."""
+alone, cleared when the work ends; no summaries; in a log, a pace line every :data:`PACE_S` seconds only.
+``moco demo`` runs its steps so unless given ``--progress``, so its output stays one line a step but a 10-minute
+step still shows it moves, on a terminal and in a log."""
+
+PACE_S = 60.0  # in a log, a long phase prints its pace (steps, rate, ETA) at least this often
 
 
 class Progress:
-    """Shows step counts, the given metrics, images/s and the ETA of the whole run.
+    """Shows step counts, the given metrics, images/s and the ETA of the whole run (or phase: ``label`` names it,
+    "test", "features", instead of the epoch).
 
     On a terminal the line is redrawn in place; elsewhere (a log file, CI) one line is printed every
-    ``every`` steps, so logs stay readable. ``enabled``: True, False, or :data:`LINE`.
+    ``every`` steps, and at least every :data:`PACE_S` seconds however slow the steps, so logs stay readable and a
+    log of a long phase still gives its pace. ``enabled``: True, False, or :data:`LINE`.
     """
 
     def __init__(self, total_steps: int, *, done_steps: int = 0, every: int = 10, stream: TextIO | None = None,
-                 enabled: bool | str = True) -> None:
+                 enabled: bool | str = True, label: str | None = None, pace_s: float = PACE_S) -> None:
         self.total = total_steps
         self.start_done = done_steps
         self.every = every
         self.stream = stream or sys.stderr
         tty = self.stream.isatty()
         self.line_only = enabled == LINE
-        self.enabled = bool(enabled) and (tty or not self.line_only)
+        self.enabled = bool(enabled)
         self.interactive = self.enabled and tty
-        self.started = time.perf_counter()
+        self.label, self.pace_s = label, pace_s
+        self.started = self.shown = time.perf_counter()
 
     def update(self, done_steps: int, epoch: int, epochs: int, **metrics: float | None) -> None:
         """Show the line at ``done_steps``; a metric given as None has no value yet and shows as ``-``."""
-        if not self.enabled or not (self.interactive or done_steps % self.every == 0 or done_steps == self.total):
+        if not self.enabled:
             return
-        if self.line_only and done_steps >= self.total:  # the work is done: leave the terminal's line clean
+        now = time.perf_counter()
+        paced = now - self.shown >= self.pace_s
+        if not self.interactive and not (paced or not self.line_only and (done_steps % self.every == 0
+                                                                          or done_steps == self.total)):
+            return
+        if self.interactive and self.line_only and done_steps >= self.total:  # done: leave the line clean
             write_control(self.stream, CLEAR_LINE)
             self.stream.flush()
             return
-        elapsed = time.perf_counter() - self.started
+        self.shown = now
+        elapsed = now - self.started
         rate = (done_steps - self.start_done) / elapsed if elapsed > 0 else 0.0
         eta = (self.total - done_steps) / rate if rate > 0 else math.inf
         fields = " ".join(f"{k} {'-' if v is None else format(v, '.4g')}" for k, v in metrics.items())
-        line = f"epoch {epoch + 1}/{epochs} step {done_steps}/{self.total} {fields} eta {format_duration(eta)}"
+        where = self.label or f"epoch {epoch + 1}/{epochs}"
+        pace = f" {rate:.3g} steps/s" if self.line_only and not self.interactive else ""
+        line = f"{where} step {done_steps}/{self.total} {fields}{pace} eta {format_duration(eta)}".replace("  ", " ")
         if self.interactive:
             write_control(self.stream, CLEAR_LINE)
             self.stream.write(line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def phase(self, text: str) -> None:
+        """The start of a phase that reports no steps (an evaluator scoring the test set): the current line on a
+        terminal, a line in a log."""
+        if not self.enabled:
+            return
+        if self.interactive:
+            write_control(self.stream, CLEAR_LINE)
+            self.stream.write(text)
+        else:
+            self.stream.write(text + "\n")
+        self.shown = time.perf_counter()
+        self.stream.flush()
+
+    def clear(self) -> None:
+        """A terminal's line cleared (a phase's, or the last step's), before lines of other writers."""
+        if self.interactive:
+            write_control(self.stream, CLEAR_LINE)
+            self.stream.flush()
 
     def message(self, text: str) -> None:
         """A line that stays (an epoch summary, a warning), printed above the bar (not with :data:`LINE`)."""
@@ -116,7 +150,9 @@ class SlowdownWatch:
 
 
 class MetricsWriter:
-    """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing.
+    """Appends one JSON object a line to ``metrics.jsonl`` and flushes each line, so a crash loses nothing. Each
+    line carries ``time``, when it was written (ISO 8601, local time with its UTC offset, milliseconds): a log's
+    pace and a run's ETA can be read back from the file alone.
 
     ``loggers`` (``run.loggers``) mirror each line's numbers (:mod:`moco_core.run.loggers`), from :meth:`start` on;
     ``config`` is the resolved config they record. Used as a context manager: leaving it closes them (their buffers
@@ -154,6 +190,7 @@ class MetricsWriter:
     def write(self, **record: Any) -> None:
         if not self.enabled:
             return
+        record["time"] = datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
         try:
             with self.path.open("a") as f:
                 f.write(json.dumps(record, sort_keys=False) + "\n")

@@ -112,10 +112,12 @@ def history(records: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
 
 
 def rows_of(lines: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """metrics.jsonl as W&B keeps it: one row a step, a later line's field over an earlier one's."""
+    """metrics.jsonl as W&B keeps it: one row a step, a later line's field over an earlier one's; not the line's
+    ``time`` (W&B stamps its rows itself)."""
     rows: dict[int, dict[str, float]] = {}
     for line in lines:
-        rows.setdefault(line["step"], {}).update({k: v for k, v in line.items() if k != "step" and v is not None})
+        rows.setdefault(line["step"], {}).update({k: v for k, v in line.items() if k not in ("step", "time")
+                                                  and v is not None})
     return rows
 
 

@@ -93,3 +93,28 @@ def test_one_thread_names_no_thread_setting_and_nan_is_ignored() -> None:
 
 def test_a_steady_run_says_nothing() -> None:
     assert _feed(SlowdownWatch(2), [80.0 + (i % 7) for i in range(200)]) == []
+
+
+# --- pace: a long phase shows it moves in a log too (issue 51, finding 5) ------------------------------------------
+
+
+def test_line_mode_gives_a_log_a_pace_line_every_pace_seconds() -> None:
+    """``moco demo`` without --progress, its output to a file: a line with the pace and the ETA at least every
+    PACE_S seconds (here 0), nothing in between; it printed nothing, so a log could not tell a stuck step."""
+    log = io.StringIO()
+    _run(Progress(4, every=3, stream=log, enabled=LINE, pace_s=0.0))
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 4 and all(" steps/s eta " in line for line in lines), lines
+    assert lines[0].startswith("epoch 1/1 step 1/4 loss - ") and "epoch 1/1: loss 1.5" not in lines
+
+
+def test_a_phase_is_named_and_a_slow_one_paces_a_log() -> None:
+    log = io.StringIO()
+    test = Progress(100, every=50, stream=log, label="test", pace_s=0.0)
+    test.update(1, 0, 1, images=4)
+    test.phase("test: scoring 8 predictions on 4 images (voc's evaluator)")
+    assert log.getvalue().splitlines()[0].startswith("test step 1/100 images 4 eta ")  # not "epoch 1/1"
+    assert log.getvalue().splitlines()[1] == "test: scoring 8 predictions on 4 images (voc's evaluator)"
+    term = Terminal()
+    Progress(4, stream=term, label="features").phase("scoring")
+    assert term.getvalue() == CLEAR + "scoring"  # the terminal's current line, until the next one
