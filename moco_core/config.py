@@ -492,19 +492,72 @@ def load_config(
     A schedule follows its length: when overrides or flags change ``optim.epochs`` (``solver.iterations``) and
     leave the milestones (steps, warm-up) alone, these are scaled with it and a note says so (:data:`SCHEDULES`).
     """
+    data, explicit = _layers(cls, config, overrides, base, flags)
+    merged = _merge(data, explicit)
+    for key in _followers_moved(cls, data, explicit):  # --print-config says so (data_sources)
+        _set(merged, key, _get(explicit, "data.path"))
+    if smoke.enabled():
+        explicit, merged = _smoke(cls, explicit, merged)
+    merged = _scale_schedules(cls, data, explicit, merged)
+    built = from_dict(cls, merged)
+    return validated(built) if check else built
+
+
+def _layers(cls: type, config: str | None, overrides: tuple[str, ...] | list[str], base: dict[str, Any] | None,
+            flags: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the stored config and preset merged, what the command gave: --set overrides and explicit flags merged)."""
     data: dict[str, Any] = dict(base or {})
     if config:
         data = _merge(data, read_yaml(preset_path(config, COMMANDS.get(cls.__name__)), cls=cls))
     explicit: dict[str, Any] = {}
     for text in overrides:
         explicit = _merge(explicit, parse_override(text))
-    explicit = _merge(explicit, given(flags or {}))
-    merged = _merge(data, explicit)
-    if smoke.enabled():
-        explicit, merged = _smoke(cls, explicit, merged)
-    merged = _scale_schedules(cls, data, explicit, merged)
-    built = from_dict(cls, merged)
-    return validated(built) if check else built
+    return data, _merge(explicit, given(flags or {}))
+
+
+# Data paths that follow data.path (by config class name): where a preset reads them from the training data's
+# root (the embedded presets' kNN monitor: data.knn_path embedded, as data.path), --data or --set data.path moves
+# them too, so that a monitor never measures other data than the run trains on, unless the command sets them apart.
+FOLLOWERS: dict[str, tuple[str, ...]] = {"PretrainConfig": ("data.knn_path",)}
+
+
+def _followers_moved(cls: type, data: dict[str, Any], explicit: dict[str, Any]) -> list[str]:
+    """The keys of :data:`FOLLOWERS` the command moves with its data.path: those it did not set itself whose value
+    before (preset, stored config, default) was data.path's before."""
+    new = _get(explicit, "data.path")
+    if new is None:
+        return []
+    old = _get(data, "data.path")
+    moved = []
+    for key in FOLLOWERS.get(cls.__name__, ()):
+        before = _get(data, key)
+        if _get(explicit, key) is None and before == old and new != old:
+            moved.append(key)
+    return moved
+
+
+def data_sources(cls: type, config: str | None = None, overrides: tuple[str, ...] | list[str] = (),
+                 base: dict[str, Any] | None = None, flags: dict[str, Any] | None = None) -> dict[str, str]:
+    """Where data.path and the paths that follow it (:data:`FOLLOWERS`) come from, for ``--print-config``: "--data",
+    "--set", "follows data.path", "the stored config", "preset NAME" or "default"."""
+    data, explicit = _layers(cls, config, overrides, base, flags)
+    from_flags = given(flags or {})
+    moved = _followers_moved(cls, data, explicit)
+    out = {}
+    for key in ("data.path", *FOLLOWERS.get(cls.__name__, ())):
+        if key in moved:
+            out[key] = "follows data.path"
+        elif _get(from_flags, key) is not None:  # data.path's flag: --data
+            out[key] = "--data"
+        elif _get(explicit, key) is not None:
+            out[key] = "--set"
+        elif config and _get(read_yaml(preset_path(config, COMMANDS.get(cls.__name__))), key) is not None:
+            out[key] = f"preset {config}"
+        elif _get(base or {}, key) is not None:
+            out[key] = "the stored config"
+        else:
+            out[key] = "default"
+    return out
 
 
 def _smoke(cls: type, explicit: dict[str, Any], merged: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -699,19 +752,23 @@ def unused_keys(cfg: PretrainConfig) -> tuple[str, ...]:
     return ("v3", "optim.warmup_epochs")
 
 
-def config_yaml(cfg: Any) -> str:
+def config_yaml(cfg: Any, sources: dict[str, str] | None = None) -> str:
     """``cfg`` as YAML that ``-c`` loads back to the same config. A pretraining config leaves out the settings its
     method does not use (v1/v2's model.queue_size, ... for mocov3; the v3 section for the others), which a reader
-    would otherwise take to apply, and a first comment line names them."""
+    would otherwise take to apply, and a first comment line names them. ``sources`` (:func:`data_sources`): a
+    comment line saying where each data path comes from."""
     data = to_dict(cfg)
+    head = ""
+    if sources:
+        head = "# " + "; ".join(f"{key}: {show(_get(data, key))} ({where})" for key, where in sources.items()) + "\n"
     if not isinstance(cfg, PretrainConfig):
-        return yaml.safe_dump(data, sort_keys=False)
+        return head + yaml.safe_dump(data, sort_keys=False)
     left_out = unused_keys(cfg)
     for key in left_out:
         *parents, name = key.split(".")
         del (_get(data, ".".join(parents)) if parents else data)[name]
     names = ", ".join(k + (" section" if "." not in k else "") for k in left_out)
-    return f"# not used by method {cfg.method}, left out: {names}\n" + yaml.safe_dump(data, sort_keys=False)
+    return head + f"# not used by method {cfg.method}, left out: {names}\n" + yaml.safe_dump(data, sort_keys=False)
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}
