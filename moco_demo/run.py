@@ -3,9 +3,12 @@
 Pretrain MoCo v2 (the ``embedded`` preset) and the supervised baseline (``supervised_embedded``) on the same
 images; evaluate MoCo, supervised and random-init backbones with the linear protocol (``lincls_embedded``), VOC
 detection (``voc_embedded``) and COCO instance segmentation (``coco_embedded``); write the report. Every step
-writes into its own directory under the output directory, and a step whose result is already there is skipped, so
-an interrupted demo continues where it stopped. ``demo.json`` keeps each step's wall time. A stop signal stops
-the whole demo once the step under way has stopped (:class:`moco_core.run.preemption.Stopper`).
+writes into its own directory under the output directory, and a step whose result is already there, made with the
+demo's own settings, is skipped, so an interrupted demo continues where it stopped. A result made otherwise (in
+the other mode, smoke or real; with other settings; from other weights) is never taken for the step's: the demo
+stops with one line saying what differs (:func:`moco_demo.steps.require_match`). ``demo.json`` keeps each step's
+wall time. A stop signal stops the whole demo once the step under way has stopped
+(:class:`moco_core.run.preemption.Stopper`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from moco_core import checkpoint
+from moco_core import checkpoint, smoke
+from moco_core.commands import invocation
 from moco_core.run.preemption import Stopper
 from moco_core.run.progress import LINE
 from moco_core.run.rundir import write_text_atomic
@@ -118,14 +123,18 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
 def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str, ...], show_progress: bool | str,
               overrides: dict[str, list[str]], label: str) -> None:
     """One trial's steps into ``root``: the two pretrainings, then every task on every backbone."""
-    from moco_core.config import PretrainConfig, load_config, replace, validated
+    from moco_core.config import PretrainConfig, load_config, replace, to_dict, validated
     from moco_core.run.train import pretrain
+    from moco_demo import steps
 
     runs = {name: root / "pretrain" / name for name in ("moco", "supervised")}
     for name, preset in (("moco", "embedded"), ("supervised", "supervised_embedded")):
         cfg = validated(replace(load_config(PretrainConfig, preset, overrides.get(name, [])),
                                 run={"output_dir": str(runs[name]), "device": device}))
-        resume = runs[name] if (runs[name] / checkpoint.LAST).is_file() else None
+        started = (runs[name] / checkpoint.LAST).is_file()
+        if started:  # the demo's own run, in this mode, with these settings: else it is not continued
+            steps.require_pretraining_match(runs[name], to_dict(cfg))
+        resume = runs[name] if started else None
 
         def train(cfg: PretrainConfig = cfg, resume: Path | None = resume) -> None:
             pretrain(cfg, resume=resume, show_progress=show_progress)
@@ -136,40 +145,53 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
     for task in tasks:
         for name in BACKBONES:
             out = root / task / name
-            call = _evaluation(task, weights[name], out, device, engine, show_progress, overrides.get(task, []))
-            demo.step(f"{label}{task} {name}", call, done=(out / "result.json").is_file())
+            config, call = _evaluation(task, weights[name], out, device, engine, show_progress,
+                                       overrides.get(task, []))
+            done = (out / "result.json").is_file()
+            if done:  # a record of this step's settings, mode and weights: else the demo stops, saying why
+                steps.require_match(out / "result.json", config, weights[name])
+            demo.step(f"{label}{task} {name}", call, done=done)
 
 
 def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, show_progress: bool | str,
-                changes: list[str]) -> Callable[[], Path]:
-    """The call that evaluates ``weights`` on ``task`` with the embedded preset into ``out``."""
-    from moco_core.config import replace
+                changes: list[str]) -> tuple[dict[str, Any], Callable[[], Path]]:
+    """The config (as its record keeps it) and the call that evaluates ``weights`` on ``task`` with the embedded
+    preset into ``out``."""
+    from moco_core.config import replace, to_dict
 
     overrides = [*changes, f"run.output_dir={out}", f"run.device={device}"]
+    preset = "lincls_embedded" if task == "linear" else f"{task}_embedded"
+    options: dict[str, Any] = {"arch": RANDOM_ARCH if weights == "random" else None, "device": device,
+                               "engine": engine if task not in ("linear", "finetune", "semseg") else None}
+    extra = {"invocation": invocation(f"eval {task}", preset=preset, overrides=changes, options=options,
+                                      smoke=smoke.enabled())}
     if task == "linear":
         from classification.linear import LINEAR_LAST, linear_eval, load_linear_config
 
-        cfg = load_linear_config("lincls_embedded", overrides)
+        cfg = load_linear_config(preset, overrides)
         cfg = replace(cfg, arch=RANDOM_ARCH) if weights == "random" else cfg
         part_way = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted demo left part-way
-        return lambda: linear_eval(cfg, weights, show_progress=show_progress, resume=part_way)
+        return to_dict(cfg), lambda: linear_eval(cfg, weights, show_progress=show_progress, resume=part_way,
+                                                 extra=extra)
     if task == "finetune":
         from classification.finetune import FINETUNE_LAST, finetune, load_finetune_config
 
-        fcfg = load_finetune_config("finetune_embedded", overrides)
+        fcfg = load_finetune_config(preset, overrides)
         fcfg = replace(fcfg, arch=RANDOM_ARCH) if weights == "random" else fcfg
         part_way = (out / FINETUNE_LAST).is_file()
-        return lambda: finetune(fcfg, weights, show_progress=show_progress, resume=part_way)
+        return to_dict(fcfg), lambda: finetune(fcfg, weights, show_progress=show_progress, resume=part_way,
+                                               extra=extra)
     if task == "semseg":
         from transfer.segmentation.config import load_semseg_config
         from transfer.segmentation.run import evaluate as evaluate_semseg
 
-        scfg = load_semseg_config("semseg_embedded", overrides)
+        scfg = load_semseg_config(preset, overrides)
         resume = (out / checkpoint.LAST).is_file()
-        return lambda: evaluate_semseg(scfg, weights, show_progress=show_progress, resume=resume)
+        return to_dict(scfg), lambda: evaluate_semseg(scfg, weights, show_progress=show_progress, resume=resume,
+                                                      extra=extra)
     from transfer.config import load_transfer_config
     from transfer.run import evaluate
 
-    tcfg = load_transfer_config(task, f"{task}_embedded", overrides, {"engine": engine})
+    tcfg = load_transfer_config(task, preset, overrides, {"engine": engine})
     resume = (out / checkpoint.LAST).is_file()  # a fine-tuning an interrupted demo left part-way
-    return lambda: evaluate(tcfg, weights, show_progress=show_progress, resume=resume)
+    return to_dict(tcfg), lambda: evaluate(tcfg, weights, show_progress=show_progress, resume=resume, extra=extra)
