@@ -23,12 +23,20 @@ def report_cli(
     out: Annotated[str, typer.Option("--out", "-o", help="Directory the report files are written to.")] = "report",
     formats: Annotated[str, typer.Option(
         help=f"Comma-separated output formats, a subset of {','.join(FORMATS)}.")] = ",".join(FORMATS),
+    only: Annotated[list[str] | None, typer.Option(
+        "--only", help="Report only this study (repeatable): the names a report of several studies lists.")] = None,
+    split: Annotated[bool, typer.Option(
+        "--split", help="One report per study, each in OUT/<study>/, instead of one with a section each.")] = False,
+    mix_smoke: Annotated[bool, typer.Option(
+        "--mix-smoke", help="Put smoke runs' rows (MOCO_SMOKE=1; marked [smoke]) in the tables of real runs, instead "
+        "of tables of their own.")] = False,
 ) -> None:
     """Paper-style tables (linear, kNN, VOC, COCO, ablations) from evaluation records, as Markdown, CSV, LaTeX and
-    one self-contained HTML file with plots. The Markdown is also printed; skipped records are listed with why."""
+    one self-contained HTML file with plots. The Markdown is also printed; skipped records are listed with why.
+    Records of several studies (a moco demo, one's own data...) get a section each; smoke runs' tables are apart."""
     from reports.records import find_record_files
     from reports.render import skipped_line, to_markdown, write_report
-    from reports.report import build_report, parse_formats
+    from reports.report import UnknownStudy, build_report, parse_formats
 
     try:
         chosen = parse_formats(formats)
@@ -39,14 +47,26 @@ def report_cli(
         raise _fail(f"no such directory: {', '.join(missing)}")
     if not find_record_files(results):
         raise _fail(f"no result records (result.json or *.result.json) under {', '.join(results)}")
-    report = build_report(results)
+    try:
+        report = build_report(results, mix_smoke=mix_smoke, only=only or ())
+    except UnknownStudy as err:
+        raise _fail(str(err)) from None
     if not report.records and not report.transfer:
         print(skipped_line(report.skipped), file=sys.stderr)
         raise _fail(f"none of the {len(report.skipped)} records under {', '.join(results)} could be used")
-    try:
-        written = write_report(report, Path(out), chosen)
-    except OSError as err:
-        raise _fail(f"cannot write the report to {out}: {err}") from None
-    print(to_markdown(report))
+    if len(report.studies) > 1 and not only and not split:
+        print(f"found {len(report.studies)} studies: {', '.join(repr(s.name) for s in report.studies)}; each has a "
+              f"section of its own (--only NAME reports one, --split one report each)", file=sys.stderr)
+    pages = [(report, Path(out))]
+    if split:
+        pages = [(build_report(results, mix_smoke=mix_smoke, only=[section.study.name]),
+                  Path(out) / section.study.slug) for section in report.sections]
+    written = []
+    for page, where in pages:
+        try:
+            written += write_report(page, where, chosen)
+        except OSError as err:
+            raise _fail(f"cannot write the report to {where}: {err}") from None
+        print(to_markdown(page))
     print(skipped_line(report.skipped))
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -55,6 +55,16 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def ablation_points(data: AblationData) -> int:
+    """The values an ablation plot would place along its x axis: one alone is no curve (the report draws none)."""
+    return len({p.value for points in data.series.values() for p in points})
+
+
+def most_points(curves: Curves, linear: tuple[tuple[int, float], ...] = ()) -> int:
+    """The most points any panel of a run's curves would show: one alone is no curve (the report draws none)."""
+    return max(len(curves.loss), len(curves.accuracy), len(curves.knn), len(linear))
+
+
 def ablation_png(data: AblationData) -> bytes:
     return to_png(ablation_figure(data))
 

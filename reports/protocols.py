@@ -9,7 +9,6 @@ presets themselves, since ``reports`` imports no other package of ours.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, Protocol
 
 
@@ -22,6 +21,7 @@ class Setting(Protocol):
     schedule: str | None
     length: int | None
     data_digest: str | None
+    smoke: bool
 
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
@@ -48,14 +48,6 @@ SCHEDULE_ITERATIONS = {("voc", "24k"): 24000, ("voc", "embedded"): 200, ("coco",
                        ("cityscapes", "24k"): 24000, ("cityscapes", "embedded"): 200, ("densepose", "s1x"): 130000,
                        ("densepose", "embedded"): 200,
                        ("semseg", "30k"): 30000, ("semseg", "90k"): 90000, ("semseg", "embedded"): 300}
-TASK_COMMANDS = {"linear": "moco eval linear random --arch {arch}", "knn": "moco eval knn random --arch {arch}",
-                 "finetune": "moco eval finetune random --arch {arch}",
-                 "voc": "moco eval voc random --arch {arch}", "coco": "moco eval coco random --arch {arch}",
-                 "keypoints": "moco eval keypoints random --arch {arch}",
-                 "lvis": "moco eval lvis random --arch {arch}",
-                 "cityscapes": "moco eval cityscapes random --arch {arch}",
-                 "densepose": "moco eval densepose random --arch {arch}",
-                 "semseg": "moco eval semseg random --arch {arch}"}
 DETECTION_HEADS = {"voc": "VOC detection", "coco": "COCO detection and instance segmentation",
                    "keypoints": "COCO keypoint detection",
                    "lvis": "LVIS v0.5 instance segmentation", "cityscapes": "Cityscapes instance segmentation",
@@ -170,7 +162,13 @@ def setting_title(s: Setting) -> str:
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
         head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"
-    return f"{head}: {s.dataset}"
+    return f"{head}: {s.dataset}" + (f", {SMOKE_TITLE}" if s.smoke else "")
+
+
+SMOKE_TITLE = "smoke runs (MOCO_SMOKE=1: shortened; numbers mean nothing)"
+SMOKE_NOTE = ("Smoke runs (MOCO_SMOKE=1, or evaluations of weights a smoke run made) check a set-up in seconds: "
+              "every run shortened, sizes shrunk, small sets of their own. Their numbers mean nothing; they are "
+              "kept out of the tables of real runs (moco report --mix-smoke puts them there, marked).")
 
 
 def _finetune_length(s: Setting) -> str:
@@ -213,26 +211,3 @@ def v3_preset(arch: str, dataset_path: str) -> str:
     """The preset of the MoCo v3 protocol for a backbone and data: ViTs train at lr 3, ResNets at 0.1."""
     imagenet, embedded = V3_PRESETS["vit" if arch.startswith("vit_") else "resnet"]
     return embedded if dataset_path == "embedded" else imagenet
-
-
-def _hint_command(s: Setting, arch: str) -> str:
-    command = TASK_COMMANDS[s.task].format(arch=arch)
-    if s.protocol == V3_PROTOCOL:
-        command += f" -c {v3_preset(arch, s.dataset_path)}"
-    kind = finetune_data(s) if s.task == "finetune" else None
-    if kind:
-        command += f" -c {FINETUNE_PRESETS[kind][0]}"
-    command += f" --data {shlex.quote(s.dataset_path)}"
-    if s.protocol == "linear-cached":
-        command += " --cached-features"
-    if s.length is not None:
-        command += f" --set {'optim.epochs' if s.task in EPOCH_TASKS else 'solver.iterations'}={s.length}"
-    return command
-
-
-def random_init_hint(s: Setting, archs: set[str]) -> str:
-    """How to add the random-init row a table lacks: the command, with the rows' arch, data and length; for rows
-    of several archs, one command per arch."""
-    commands = "; ".join(_hint_command(s, arch) for arch in sorted(archs))
-    return ("No random-init row (the floor to read the other rows against). To add one, with the other options "
-            f"the rows were evaluated with and its result.json below a directory this report reads: {commands}")

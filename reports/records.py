@@ -108,6 +108,12 @@ class Record:
     # dataset.content_sha256: the evaluation folder's content (classification/layouts.py)
     data_digest: str | None = None
     k: int | None = None  # kNN: config.k, the neighbours that vote
+    # MOCO_SMOKE=1: the evaluation was a smoke run, or the weights came from one (its ``smoke`` field, or its
+    # backbone's): numbers that mean nothing, kept out of the tables of real runs (moco_core/smoke.py)
+    smoke: bool = False
+    # How the evaluation was asked for (moco_core.commands.invocation): the commands suggested for its table are
+    # built from it. Checked where a command is built, never trusted as text.
+    invocation: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -195,6 +201,8 @@ def parse_record(data: Any, shown: str) -> Record:
     engine, model, schedule = _detection_setting(data, task, config)
     backbone = _required(data, "backbone", dict)
     pretraining = _pretraining(backbone, snapshot=isinstance(data.get("snapshot"), dict))
+    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
+    invocation = data.get("invocation")
     return Record(
         path=shown, task=task, protocol=protocol, dataset=name or data_name(dataset_path) or dataset_path,
         dataset_path=dataset_path, pretraining=pretraining, metrics=metrics,
@@ -204,6 +212,8 @@ def parse_record(data: Any, shown: str) -> Record:
         classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
         data_digest=digest if isinstance(digest, str) and digest else None,
         k=_count(config.get("k")) if task == "knn" else None,
+        smoke=data.get("smoke") is True or pretrain.get("smoke") is True,
+        invocation=invocation if isinstance(invocation, dict) else None,
     )
 
 

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reports.records import Skipped
-from reports.report import CSV_COLUMNS, FILE_NAMES, Report
+from reports.report import CSV_COLUMNS, FILE_NAMES, Curve, Report
 from reports.safe_text import csv_cell, printable
 from reports.tables import Cell, Column, Row
 
 TITLE = "MoCo evaluation report"
-VALUES_NOTE = ("Values are the mean ± sample standard deviation over n trials (a single trial: its value); "
-               "differences to the supervised row are in parentheses. Failed runs are marked and never averaged; "
-               "published numbers are marked as such and never mixed into our means.")
+MEANS = "Values are the mean ± sample standard deviation over n trials (a single trial: its value)"
+DELTAS = "differences to the supervised row are in parentheses"
+MARKED = ("Failed runs are marked and never averaged; published numbers are marked as such and never mixed into our "
+          "means.")
 MD_SPECIAL = frozenset("\\`*_[]<>#|~^&$")
 LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
@@ -43,6 +44,29 @@ def records_line(report: Report) -> str:
     skipped = f"{len(report.skipped)} skipped (listed at the end)" if report.skipped else "none skipped"
     suites = f" and {len(report.transfer)} transfer suite runs" if report.transfer else ""
     return f"{len(report.records)} records{suites} read from {', '.join(report.roots)}; {skipped}."
+
+
+def values_note(report: Report) -> str:
+    """What the cells hold, promising only what the tables show: differences in parentheses where a table has
+    them, smoke runs where there are some."""
+    deltas = any(cell.delta is not None for t in report.tables for row in t.rows for cell in row.cells)
+    text = (f"{MEANS}; {DELTAS}." if deltas else f"{MEANS}.") + " " + MARKED
+    smoke = sum(r.smoke for r in report.records)
+    if smoke:
+        text += (f" {smoke} of the {len(report.records)} records are of smoke runs (MOCO_SMOKE=1): their numbers mean "
+                 f"nothing, and their rows say [smoke].")
+    return text
+
+
+def studies_line(report: Report) -> str | None:
+    """With several studies: which, each with its records (``moco report --only NAME`` reports one)."""
+    if len(report.studies) < 2:
+        return None
+    found = "; ".join(f"{s.name} ({s.description}; {len(s.records)} records)" for s in report.studies)
+    shown = "" if len(report.sections) == len(report.studies) else \
+        f" This report holds {', '.join(s.study.name for s in report.sections)}."
+    return (f"{len(report.studies)} studies found, each in a section of its own: {found}.{shown} moco report --only "
+            f"NAME reports one, --split one page each.")
 
 
 def skipped_line(skipped: list[Skipped]) -> str:
@@ -74,15 +98,22 @@ def md_table(columns: tuple[Column, ...], rows: list[list[str]]) -> list[str]:
 
 
 def to_markdown(report: Report) -> str:
-    out = [f"# {TITLE}", "", md_escape(records_line(report)), "", md_escape(VALUES_NOTE), ""]
-    for table in report.tables:
-        out += [f"## {md_escape(table.title)}", ""]
-        if table.subtitle:
-            out += [md_escape(table.subtitle), ""]
-        out += md_table(table.columns, [[md_escape(c.plain()) for c in row.cells] for row in table.rows])
-        out.append("")
-        if table.notes:
-            out += [f"- {md_escape(n)}" for n in table.notes] + [""]
+    out = [f"# {TITLE}", "", md_escape(records_line(report)), "", md_escape(values_note(report)), ""]
+    studies = studies_line(report)
+    if studies:
+        out += [md_escape(studies), ""]
+    several = len(report.sections) > 1
+    for section in report.sections:
+        if several:
+            out += [f"## Study: {md_escape(section.study.name)}", "", md_escape(section.study.description), ""]
+        for table in section.tables:
+            out += [f"{'###' if several else '##'} {md_escape(table.title)}", ""]
+            if table.subtitle:
+                out += [md_escape(table.subtitle), ""]
+            out += md_table(table.columns, [[md_escape(c.plain()) for c in row.cells] for row in table.rows])
+            out.append("")
+            if table.notes:
+                out += [f"- {md_escape(n)}" for n in table.notes] + [""]
     if report.skipped:
         out += ["## Skipped records", ""]
         out += md_table((Column("File"), Column("Reason")),
@@ -132,17 +163,25 @@ def to_latex(report: Report) -> str:
            r"\usepackage{textcomp}", r"\usepackage{booktabs}", r"\usepackage{xcolor}",
            r"\usepackage[margin=1.5cm,landscape]{geometry}", r"\definecolor{gain}{HTML}{2E7D32}",
            r"\definecolor{loss}{HTML}{9E3A3A}", r"\begin{document}", rf"\section*{{{latex_escape(TITLE)}}}",
-           latex_escape(records_line(report)) + r"\par", latex_escape(VALUES_NOTE) + r"\par", ""]
-    for table in report.tables:
-        out.append(rf"\subsection*{{{latex_escape(table.title)}}}")
-        if table.subtitle:
-            out.append(latex_escape(table.subtitle) + r"\par")
-        body = [[(r"\textit{" + latex_cell(c) + "}") if row.kind in ("published", "secondary") and i == 0
-                 else latex_cell(c) for i, c in enumerate(row.cells)] for row in table.rows]
-        out += latex_table(table.columns, body)
-        if table.notes:
-            out += [r"\begin{itemize}", *(rf"\item {latex_escape(n)}" for n in table.notes), r"\end{itemize}"]
-        out.append("")
+           latex_escape(records_line(report)) + r"\par", latex_escape(values_note(report)) + r"\par", ""]
+    studies = studies_line(report)
+    if studies:
+        out += [latex_escape(studies) + r"\par", ""]
+    several = len(report.sections) > 1
+    for section in report.sections:
+        if several:
+            out += [rf"\subsection*{{Study: {latex_escape(section.study.name)}}}",
+                    latex_escape(section.study.description) + r"\par"]
+        for table in section.tables:
+            out.append(rf"\{'subsubsection' if several else 'subsection'}*{{{latex_escape(table.title)}}}")
+            if table.subtitle:
+                out.append(latex_escape(table.subtitle) + r"\par")
+            body = [[(r"\textit{" + latex_cell(c) + "}") if row.kind in ("published", "secondary") and i == 0
+                     else latex_cell(c) for i, c in enumerate(row.cells)] for row in table.rows]
+            out += latex_table(table.columns, body)
+            if table.notes:
+                out += [r"\begin{itemize}", *(rf"\item {latex_escape(n)}" for n in table.notes), r"\end{itemize}"]
+            out.append("")
     if report.skipped:
         out.append(r"\subsection*{Skipped records}")
         out += latex_table((Column("File"), Column("Reason")),
@@ -214,29 +253,28 @@ def to_html(report: Report) -> str:
 
     out = ['<!DOCTYPE html>', '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{h(TITLE)}</title>",
            f"<style>{CSS}</style>", "</head>", "<body>", f"<h1>{h(TITLE)}</h1>",
-           f'<p class="sub">{h(records_line(report))}</p>', f'<p class="sub">{h(VALUES_NOTE)}</p>']
-    for table in report.tables:
-        out += ["<section>", f"<h2>{h(table.title)}</h2>"]
-        if table.subtitle:
-            out.append(f'<p class="sub">{h(table.subtitle)}</p>')
-        out += html_table(table.columns, table.rows)
-        if table.notes:
-            out += ['<ul class="notes">', *(f"<li>{h(n)}</li>" for n in table.notes), "</ul>"]
-        if table.ablation is not None and table.ablation.series:
-            out.append(figure(plots.ablation_png(table.ablation), table.ablation.title))
-        out.append("</section>")
-    if report.curves:
-        out += ["<section>", "<h2>Pretraining curves</h2>",
-                '<p class="sub">From each pretraining run\'s metrics.jsonl (beside its checkpoint).</p>']
-        for curve in report.curves:
-            curves = plots.read_curves(curve.path)
-            if curves.empty:
-                continue
-            note = f" ({curves.unreadable} unreadable lines skipped)" if curves.unreadable else ""
-            png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear,
-                                   linear_label=curve.linear_label)
-            out.append(figure(png, f"{curve.label}: {curve.path}{note}"))
-        out.append("</section>")
+           f'<p class="sub">{h(records_line(report))}</p>', f'<p class="sub">{h(values_note(report))}</p>']
+    studies = studies_line(report)
+    if studies:
+        out.append(f'<p class="sub">{h(studies)}</p>')
+    several = len(report.sections) > 1
+    head = "h3" if several else "h2"
+    for section in report.sections:
+        if several:
+            out += [f'<h2 class="study">Study: {h(section.study.name)}</h2>',
+                    f'<p class="sub">{h(section.study.description)}</p>']
+        for table in section.tables:
+            out += ["<section>", f"<{head}>{h(table.title)}</{head}>"]
+            if table.subtitle:
+                out.append(f'<p class="sub">{h(table.subtitle)}</p>')
+            out += html_table(table.columns, table.rows)
+            if table.notes:
+                out += ['<ul class="notes">', *(f"<li>{h(n)}</li>" for n in table.notes), "</ul>"]
+            if table.ablation is not None and plots.ablation_points(table.ablation) > 1:  # a plot of one point: none
+                out.append(figure(plots.ablation_png(table.ablation), table.ablation.title))
+            out.append("</section>")
+        if section.curves:
+            out += _curves_html(section.curves, head)
     if report.skipped:
         out += ["<section>", "<h2>Skipped records</h2>",
                 *html_table((Column("File"), Column("Reason")),
@@ -244,6 +282,30 @@ def to_html(report: Report) -> str:
                 "</section>"]
     out += ["</body>", "</html>", ""]
     return "\n".join(out)
+
+
+def _curves_html(found: list[Curve], head: str) -> list[str]:
+    """The pretraining curves of one study: a figure per run that logged two points or more (a plot of one point
+    shows nothing: said in a line instead), captioned with the metrics file's path as the report's reader has it."""
+    from reports import plots
+
+    out = ["<section>", f"<{head}>Pretraining curves</{head}>",
+           '<p class="sub">From each pretraining run\'s metrics.jsonl (beside its checkpoint).</p>']
+    single = []
+    for curve in found:
+        curves = plots.read_curves(curve.path)
+        if curves.empty:
+            continue
+        if plots.most_points(curves, curve.linear) < 2:
+            single.append(f"{curve.label} ({curve.shown})")
+            continue
+        note = f" ({curves.unreadable} unreadable lines skipped)" if curves.unreadable else ""
+        png = plots.curves_png(curve.label, curves, supervised=curve.supervised, linear=curve.linear,
+                               linear_label=curve.linear_label)
+        out.append(figure(png, f"{curve.label}: {curve.shown}{note}"))
+    if single:
+        out.append(f'<p class="sub">{h("One point logged, nothing to plot: " + "; ".join(single))}.</p>')
+    return [*out, "</section>"]
 
 
 def write_report(report: Report, out: Path, formats: Sequence[str]) -> list[Path]:

@@ -1,20 +1,22 @@
 """Building a report from directories of result records, and writing it in the requested formats.
 
 ``build_report`` does the reading, grouping and table building (no files written, no plots drawn);
-``reports.render.write_report`` renders Markdown, CSV, LaTeX and HTML (plots are drawn only for HTML).
+``reports.render.write_report`` renders Markdown, CSV, LaTeX and HTML (plots are drawn only for HTML). Records of
+several studies (``reports.studies``) get a section each, with tables and curves of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from reports import FORMATS
 from reports.expected import Expected
 from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records
+from reports.studies import Study, find_studies
 from reports.summary import Entry, Stat, delta, group, supervised_reference
 from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, mechanism_label
 from reports.transfer import Trial, load_trials, transfer_tables
@@ -25,7 +27,8 @@ CSV_COLUMNS = (
     "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "labels", "data_sha256", "engine",
     "model", "schedule", "eval_epochs", "eval_iterations", "pretraining", "method", "arch", "pretrain_data",
     "pretrain_epochs", "pretrain_epochs_planned", "pretrain_unfinished", "sha256", "sweep_param", "sweep_value",
-    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files",
+    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files", "smoke",
+    "study",
 )
 
 
@@ -38,11 +41,22 @@ class Curve:
     supervised: bool = False
     linear: tuple[tuple[int, float], ...] = ()  # (pretraining epochs, linear top-1) of its evaluated checkpoints
     linear_label: str = "linear"  # what those evaluations ran: "linear protocol (100 ep)", "linear, 5 ep"
+    shown: str = ""  # the file as a caption names it: relative to where the report ran, never absolute
+
+
+@dataclass
+class Section:
+    """One study's tables and curves (:mod:`reports.studies`)."""
+
+    study: Study
+    tables: list[Table]
+    curves: list[Curve]
 
 
 @dataclass
 class Report:
-    """Everything the renderers need."""
+    """Everything the renderers need. ``sections``: one per study, in order; ``tables`` and ``curves`` are all of
+    theirs. ``studies``: every study the records make up, ``sections`` only those chosen (``only``)."""
 
     roots: list[str]
     records: list[Record]
@@ -51,21 +65,56 @@ class Report:
     tidy: list[dict[str, str]]
     curves: list[Curve] = field(default_factory=list)
     transfer: list[Trial] = field(default_factory=list)  # moco eval transfer's suites (reports.transfer)
+    sections: list[Section] = field(default_factory=list)
+    studies: list[Study] = field(default_factory=list)
+
+
+TRANSFER_STUDY = "linear transfer"  # moco eval transfer's suites, reported as a study of their own
+
+
+class UnknownStudy(ValueError):
+    """``only`` names no study of the records."""
 
 
 def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
-                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> Report:
-    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given."""
+                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_smoke: bool = False,
+                 only: Sequence[str] = ()) -> Report:
+    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given. ``mix_smoke``:
+    smoke runs' rows (marked) in the tables of real runs, not in tables of their own. ``only``: the names of the
+    studies to report (:class:`UnknownStudy` for a name none has); all of them by default."""
     records, skipped = load_records(roots)
     trials, transfer_skipped = load_trials(roots)
-    main, ablation = group(records)
-    pub = load_published() if published is None else published
-    tables, shown = all_tables(main, ablation, pub, expected)
-    tables += transfer_tables(trials, pub)
     skipped += transfer_skipped
-    tidy = tidy_rows(main, ablation, shown, skipped) + [{c: row.get(c, "") for c in CSV_COLUMNS}
-                                                       for row in transfer_tidy(trials)]
-    return Report(list(roots), records, skipped, tables, tidy, find_curves(main + ablation), trials)
+    studies = find_studies(records, roots)
+    if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.transfer's)
+        studies.append(Study(TRANSFER_STUDY, "moco eval transfer's suites", ()))
+    chosen = studies
+    if only:
+        names = {s.name for s in studies}
+        unknown = [name for name in only if name not in names]
+        if unknown:
+            raise UnknownStudy(f"--only: no study {unknown[0]!r} here; the studies: "
+                               f"{', '.join(repr(s.name) for s in studies)}")
+        chosen = [s for s in studies if s.name in only]
+        records = [r for s in chosen for r in s.records]
+    trials = trials if any(s.name == TRANSFER_STUDY for s in chosen) else []
+    pub = load_published() if published is None else published
+    sections, tidy = [], []
+    for study in chosen:
+        if study.name == TRANSFER_STUDY:
+            sections.append(Section(study, transfer_tables(trials, pub), []))
+            tidy += [{c: row.get(c, "") for c in CSV_COLUMNS} for row in transfer_tidy(trials)]
+            continue
+        main, ablation = group(study.records, mix_smoke=mix_smoke)
+        tables, shown = all_tables(main, ablation, pub, expected)
+        rows = tidy_rows(main, ablation, shown, [])
+        if len(chosen) > 1:
+            rows = [{**row, "study": study.name} for row in rows]
+        tidy += rows
+        sections.append(Section(study, tables, find_curves(main + ablation)))
+    tidy += tidy_rows([], [], [], skipped)
+    return Report(list(roots), records, skipped, [t for s in sections for t in s.tables], tidy,
+                  [c for s in sections for c in s.curves], trials, sections, studies)
 
 
 # ------------------------------------------------------------------------------------------------------------- CSV
@@ -115,6 +164,7 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
         "pretrain_unfinished": ("yes" if p.unfinished else "no") if known else "",
         "sha256": p.sha256 or "", "n": str(entry.n), "n_failed": str(len(entry.failures)),
         "note": "; ".join(dict.fromkeys(entry.failures)), "files": "; ".join(entry.files),
+        "smoke": "yes" if entry.smoke else "no",
     }
     if entry.sweep:
         base.update(sha256="", method=entry.sweep.method, sweep_param=entry.sweep.param,
@@ -169,7 +219,7 @@ def find_curves(entries: Iterable[Entry]) -> list[Curve]:
         label = p.label if not entry.sweep else f"{p.label}, {entry.sweep.param} = {entry.sweep.value:g}"
         progress = (p.epochs or 0, p.partial_steps)
         if key not in found or progress > found[key][0]:
-            found[key] = (progress, Curve(label, key, p.is_supervised), p.method)
+            found[key] = (progress, Curve(label, key, p.is_supervised, shown=shown_path(path)), p.method)
         top1 = entry.metrics.get("top1")
         s = entry.setting
         if s.protocol in LINEAR_EPOCHS and p.epochs is not None and top1 is not None and top1.n:
@@ -180,7 +230,8 @@ def find_curves(entries: Iterable[Entry]) -> list[Curve]:
         first = V3_PROTOCOL if method == "mocov3" else "linear"
         chosen = max(by_run, default=None, key=lambda pl: (pl[1] == LINEAR_EPOCHS[pl[0]], pl[0] == first, pl[1] or 0))
         points = tuple(sorted(by_run.get(chosen, {}).items())) if chosen else ()
-        curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(*(chosen or ("linear", None)))))
+        curves.append(Curve(c.label, c.path, c.supervised, points, _linear_label(*(chosen or ("linear", None))),
+                            c.shown))
     return sorted(curves, key=lambda curve: curve.label)
 
 
@@ -191,6 +242,17 @@ def _linear_label(protocol: str, length: int | None) -> str:
     if length == epochs:
         return f"{name} protocol ({length} ep)"
     return name if length is None else f"{name}, {length} ep ({whose}: {epochs})"
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as a caption shows it: relative to the working directory where it lies below it, else its last
+    three parts (an absolute path names the machine's folders, not the run)."""
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(PurePath("...", *path.parts[-3:]))
 
 
 def metrics_path(source: str, record_path: str) -> Path | None:

@@ -6,7 +6,9 @@ setting, records of the same pretraining (method, arch, pretraining data, epochs
 are trials of one row. Records carrying ``sweep`` are ablation runs: they are grouped by (mechanism, arch,
 pretraining data, epochs, the recipe less the swept field, swept value) instead, since each trial is a new
 checkpoint of another seed, and appear only in the ablation tables. Failed records are counted and their reasons
-kept, but their numbers never enter a mean.
+kept, but their numbers never enter a mean. Records of smoke runs (``MOCO_SMOKE=1``, or weights a smoke run made)
+are settings of their own, their tables apart from the real runs' (unless the report is asked to mix them), and
+never trials of a row of real runs.
 """
 
 from __future__ import annotations
@@ -62,23 +64,25 @@ class Setting:
     labels: str | None = None  # the subset of the train labels ("10%"); None: all of them
     data_digest: str | None = None  # the evaluation folder's content digest, where the records name it
     k: int | None = None  # kNN: the neighbours voting (runs of other k are other tables)
+    smoke: bool = False  # a table of smoke runs (MOCO_SMOKE=1): apart from the real runs' tables
 
     @classmethod
-    def of(cls, record: Record) -> Setting:
+    def of(cls, record: Record, *, mix_smoke: bool = False) -> Setting:
         return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
-                   record.schedule, record.eval_length, record.classes, record.labels, record.data_digest, record.k)
+                   record.schedule, record.eval_length, record.classes, record.labels, record.data_digest, record.k,
+                   record.smoke and not mix_smoke)
 
     @property
     def key(self) -> str:
         """A short id of the setting, used as the CSV ``section`` column."""
         parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self),
                  f"labels {self.labels}" if self.labels else None,
-                 f"k {self.k}" if self.k not in (None, DEFAULT_K) else None]
+                 f"k {self.k}" if self.k not in (None, DEFAULT_K) else None, "smoke" if self.smoke else None]
         return ":".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:
         protocol = PROTOCOL_ORDER.index(self.protocol) if self.protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER)
-        return (TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
+        return (self.smoke, TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
                 self.model or "", self.schedule or "", self.length != paper_length(self), -(self.length or 0),
                 self.classes or 0)  # the preset's length first, then longer runs before shorter ones
 
@@ -107,6 +111,8 @@ class Entry:
     files: list[str] = field(default_factory=list)
     n: int = 0  # successful trials
     eval_recipe: str | None = None  # the evaluation config its trials share (None: they differ)
+    smoke: bool = False  # its trials are smoke runs (MOCO_SMOKE=1, or of weights a smoke run made)
+    invocation: dict[str, Any] | None = None  # how its first trial that says so was asked for (records.Record)
 
     @property
     def failed(self) -> bool:
@@ -137,33 +143,35 @@ def same_data(records: Iterable[Record]) -> list[Record]:
                                 dataset=first[r.data_digest].dataset) if r.data_digest else r for r in records]
 
 
-def group(records: Iterable[Record]) -> tuple[list[Entry], list[Entry]]:
-    """(main entries, ablation entries), each sorted into table order."""
+def group(records: Iterable[Record], *, mix_smoke: bool = False) -> tuple[list[Entry], list[Entry]]:
+    """(main entries, ablation entries), each sorted into table order. ``mix_smoke``: smoke runs' rows in the
+    tables of the real runs' settings (still rows of their own, marked), instead of tables apart."""
     main: dict[tuple[Any, ...], list[Record]] = {}
     ablation: dict[tuple[Any, ...], list[Record]] = {}
     for record in same_data(records):
-        setting = Setting.of(record)
+        setting = Setting.of(record, mix_smoke=mix_smoke)
         if record.sweep is None:
-            main.setdefault((setting, pretraining_identity(record.pretraining)), []).append(record)
+            main.setdefault((setting, pretraining_identity(record.pretraining), record.smoke), []).append(record)
         else:
-            key = (setting, mechanism_identity(record.pretraining, record.sweep), record.sweep.value)
+            key = (setting, mechanism_identity(record.pretraining, record.sweep), record.sweep.value, record.smoke)
             ablation.setdefault(key, []).append(record)
-    main_entries = sorted((_entry(trials) for trials in main.values()), key=entry_sort_key)
-    ablation_entries = sorted((_entry(trials) for trials in ablation.values()), key=ablation_sort_key)
+    main_entries = sorted((_entry(trials, key[0]) for key, trials in main.items()), key=entry_sort_key)
+    ablation_entries = sorted((_entry(trials, key[0]) for key, trials in ablation.items()), key=ablation_sort_key)
     return main_entries, ablation_entries
 
 
-def _entry(trials: list[Record]) -> Entry:
+def _entry(trials: list[Record], setting: Setting) -> Entry:
     first = trials[0]
     ok = [r for r in trials if r.ok]
     pretraining = first.pretraining
     if len({r.pretraining.sha256 for r in trials}) > 1:  # pretrainings with several seeds: no one hash names them
         pretraining = dataclasses.replace(pretraining, sha256=None)
     recipes = {r.eval_recipe for r in trials}
-    entry = Entry(setting=Setting.of(first), pretraining=pretraining, sweep=first.sweep, n=len(ok),
+    entry = Entry(setting=setting, pretraining=pretraining, sweep=first.sweep, n=len(ok),
                   eval_recipe=recipes.pop() if len(recipes) == 1 else None,
                   failures=[r.failure or "no reason given" for r in trials if not r.ok],
-                  files=sorted(r.path for r in trials))
+                  files=sorted(r.path for r in trials), smoke=any(r.smoke for r in trials),
+                  invocation=next((r.invocation for r in trials if r.invocation is not None), None))
     for name in _ordered_union(r.metrics for r in ok):
         entry.metrics[name] = Stat(tuple(r.metrics[name] for r in ok if name in r.metrics))
     for name in _ordered_union(r.per_class for r in ok):
@@ -179,7 +187,7 @@ def _ordered_union(dicts: Iterable[dict[str, float]]) -> list[str]:
 
 
 def entry_sort_key(entry: Entry) -> tuple[Any, ...]:
-    return (entry.setting.sort_key(), entry.pretraining.sort_key())
+    return (entry.setting.sort_key(), entry.pretraining.sort_key(), entry.smoke)
 
 
 def ablation_sort_key(entry: Entry) -> tuple[Any, ...]:

@@ -12,7 +12,8 @@
   seeds) as mean ± std and n; failed runs marked.
 
 Titles name what ran (``reports.protocols``); the linear and kNN tables give chance level, and a table without a
-random-init row says how to add one.
+random-init row says how to add one (``reports.hints``). A row of smoke runs (``MOCO_SMOKE=1``) says so after its
+label, and its table is one of smoke runs unless the report was asked to mix them.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from itertools import groupby
 from typing import Any
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
+from reports.hints import random_init_hint
 from reports.pretraining import method_name, short_arch
-from reports.protocols import DETECTION_TASKS, chance_note, random_init_hint, setting_subtitle, setting_title
+from reports.protocols import DETECTION_TASKS, SMOKE_NOTE, chance_note, setting_subtitle, setting_title
 from reports.published import PublishedRow, beside, matching, matching_momentum, published_backbone
 from reports.records import TASK_METRICS
 from reports.summary import (
@@ -176,6 +178,19 @@ def failure_note(entry: Entry) -> str:
     return f"{len(entry.failures)} of {total} trials failed (not in the mean): {reasons}"
 
 
+SMOKE_MARK = " [smoke]"
+
+
+def row_label(entry: Entry, text: str) -> Cell:
+    """The first cell of ``entry``'s row: ``text``, marked where its trials are smoke runs."""
+    return Cell(text + (SMOKE_MARK if entry.smoke else ""))
+
+
+def checked_flags(entry: Entry, expected: dict[tuple[str, ...], dict[str, Expected]]) -> tuple[list[str], bool]:
+    """:func:`reports.expected.flags`, for real runs only: a smoke run's numbers have no expected range."""
+    return ([], False) if entry.smoke else flags(entry, expected)
+
+
 def source_note(row: PublishedRow) -> str:
     return f"source: {row.source}" + (" (secondary: re-typed copy of the paper)" if row.secondary else "")
 
@@ -241,12 +256,12 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
                 values += [Cell(MISSING) for _ in metrics]
                 continue
             values += [Cell("failed") if entry.failed else stat_cell(entry.metrics.get(m)) for m in metrics]
-            outside, applied = flags(entry, expected)
+            outside, applied = checked_flags(entry, expected)
             checked |= applied
             row_notes += [f"{label}: {n}" for n in (failure_note(entry), *outside) if n]
         counts = ", ".join(str(by_label[label].n) if label in by_label else MISSING for label in labels)
         failed = all(e.failed for e in by_label.values())
-        rows.append(Row((Cell(first.pretraining.label), Cell(counts), *values, Cell("; ".join(row_notes))),
+        rows.append(Row((row_label(first, first.pretraining.label), Cell(counts), *values, Cell("; ".join(row_notes))),
                         "failed" if failed else "ours"))
     for label in labels:
         column = [e for e in entries if e.setting.labels == label]
@@ -257,6 +272,8 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
                          "means): " + "; ".join(f"{m.entry.pretraining.label} {fmt_delta(m.difference)[0]} "
                                                 f"({m.ratio:.1f} SE)" for m in margins) + ".")
     notes += [n for n in (chance_note(base),) if n]
+    if base.smoke or any(e.smoke for e in entries):
+        notes.append(SMOKE_NOTE)
     if checked:
         notes.append(f"Expected ranges of these presets (reports/expected.csv, measured with several trials): a mean "
                      f"more than max({WIDTH:g} std, {FLOOR:g}) from the expected one is flagged in its note.")
@@ -284,12 +301,12 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
             values = tuple(Cell("failed") for _ in metrics)
         else:
             values = tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m)) for m in metrics)
-        outside, applied = flags(entry, expected)
+        outside, applied = checked_flags(entry, expected)
         checked |= applied
         mine = own[id(entry)]
         note = "; ".join(n for n in (failure_note(entry), *outside, _beside_note(mine)) if n)
         shown = (value_cell(mine.values.get(metrics[0])) if mine else Cell(MISSING),) if extra else ()
-        rows.append(Row((Cell(entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
+        rows.append(Row((row_label(entry, entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
                         "failed" if entry.failed else "ours"))
     for row in pub:
         values = tuple(value_cell(row.values.get(m), row.deltas.get(m)) for m in metrics)
@@ -300,7 +317,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         notes.append(ref_note)
     notes += [n for n in (chance_note(setting),) if n]
     if not any(e.pretraining.kind == "random" for e in entries):
-        notes.append(random_init_hint(setting, {e.pretraining.arch for e in entries}))
+        notes.append(random_init_hint(setting, entries))
+    if setting.smoke or any(e.smoke for e in entries):
+        notes.append(SMOKE_NOTE)
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
@@ -335,7 +354,8 @@ def _per_class_table(setting: Setting, entries: list[Entry]) -> Table:
     with_classes = [e for e in entries if e.per_class]
     classes = list(dict.fromkeys(name for e in with_classes for name in e.per_class))
     rows = [Row((Cell(name), *(stat_cell(e.per_class.get(name)) for e in with_classes))) for name in classes]
-    columns = (Column("Class"), *(Column(e.pretraining.label, True) for e in with_classes))
+    columns = (Column("Class"), *(Column(e.pretraining.label + (SMOKE_MARK if e.smoke else ""), True)
+                                  for e in with_classes))
     return Table(f"per-class:{setting.key}", f"Per-class AP50, {setting_title(setting)}", columns, rows,
                  setting_subtitle(setting))
 
@@ -418,7 +438,7 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
             point = AblationPoint(value, main.mean if main else None, main.std if main else None,
                                   n=main.n if main else 0)
         data.series.setdefault(label, []).append(point)
-        rows.append(Row((Cell(label), Cell(fmt_sweep(value)), Cell(str(entry.n)), *values,
+        rows.append(Row((row_label(entry, label), Cell(fmt_sweep(value)), Cell(str(entry.n)), *values,
                          Cell(failure_note(entry))), "failed" if entry.failed else "ours"))
     for row in pub:
         assert row.momentum is not None
@@ -428,6 +448,8 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
         data.series.setdefault(row.origin + ": " + row.backbone, []).append(
             AblationPoint(row.momentum, row.values.get(metrics[0]), None))
     notes = [V3_MOMENTUM_NOTE] if v3 and param == "momentum" else []
+    if setting.smoke or any(e.smoke for e in entries):
+        notes.append(SMOKE_NOTE)
     if any(e.failures for e in entries):
         notes.append("Failed runs are marked and never enter a mean.")
     if any(e.n > 1 for e in entries):

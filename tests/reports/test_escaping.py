@@ -22,7 +22,7 @@ NASTY = 'a<script>alert("x")</script> | *b* _c_ `d` & 100% $5 #1 {e} ~f^ [g] \\h
 # carriage return, NUL and a tab.
 CONTROL = "\x1bc\x1b[2J\x1b]0;owned\x07 \x9b31m \u202eevil\u202c \ud800 a\rb \x00\tz"
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "section", "table", "thead",
+HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "section", "table", "thead",
              "tbody", "tr", "th", "td", "span", "ul", "li", "figure", "img", "figcaption"}
 
 

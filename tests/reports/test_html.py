@@ -37,8 +37,11 @@ def test_html_is_self_contained(golden_html: str) -> None:
 
 def test_html_has_every_table_and_marks(golden_html: str) -> None:
     assert golden_html.count("<table>") == 16  # 15 result tables (3 of MoCo v3) and the skipped records
-    assert "<h2>Linear classification (the MoCo v3 protocol, 90 epochs): imagenet</h2>" in golden_html
-    assert "<h2>Ablation: momentum m of MoCo v3, " in golden_html
+    # two studies (reports/studies.py): the embedded data's and ImageNet's, each under its heading
+    assert '<h2 class="study">Study: embedded</h2>' in golden_html
+    assert '<h2 class="study">Study: imagenet</h2>' in golden_html
+    assert "<h3>Linear classification (the MoCo v3 protocol, 90 epochs): imagenet</h3>" in golden_html
+    assert "<h3>Ablation: momentum m of MoCo v3, " in golden_html
     assert '<span class="gain">(+2.4)</span>' in golden_html and '<span class="loss">(-21.3)</span>' in golden_html
     assert '<tr class="failed">' in golden_html and '<tr class="secondary">' in golden_html
     assert "Pretraining curves" in golden_html and "Skipped records" in golden_html

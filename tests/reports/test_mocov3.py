@@ -91,7 +91,7 @@ def test_subtitle_and_chance_level_of_a_v3_table(write_record: WriteRecord, runs
 
 def hint(table: Any) -> str:
     (found,) = [n for n in table.notes if n.startswith("No random-init row")]
-    return found.split("reads: ", 1)[1]
+    return found.split("beside them: ", 1)[1]
 
 
 def test_the_random_init_hint_runs_the_v3_protocol_preset_of_each_arch(write_record: WriteRecord,
@@ -104,14 +104,17 @@ def test_the_random_init_hint_runs_the_v3_protocol_preset_of_each_arch(write_rec
                                                   {"path": "/data/my set", "classes": 8}))
     tables = tables_by_title(runs)
     assert hint(tables[V3_TITLE]) == (
-        "moco eval linear random --arch resnet50 -c lincls_mocov3 --data /data/imagenet --set optim.epochs=90; "
-        "moco eval linear random --arch vit_small -c lincls_mocov3_vit --data /data/imagenet --set optim.epochs=90")
+        f"moco eval linear random --arch resnet50 -c lincls_mocov3 --data /data/imagenet --set optim.epochs=90 "
+        f"--output-dir {runs}/random_resnet50; "
+        f"moco eval linear random --arch vit_small -c lincls_mocov3_vit --data /data/imagenet --set optim.epochs=90 "
+        f"--output-dir {runs}/random_vit_small")
     assert hint(tables["Linear classification (30 of the MoCo v3 protocol's 90 epochs): embedded"]) == (
-        "moco eval linear random --arch resnet18 -c lincls_mocov3_embedded --data embedded --set optim.epochs=30")
+        "moco eval linear random --arch resnet18 -c lincls_mocov3_embedded --data embedded --set optim.epochs=30 "
+        f"--output-dir {runs}/random_resnet18")
     # other data than the embedded set: the ImageNet preset of the protocol, with the data given
     assert hint(tables["Linear classification (30 of the MoCo v3 protocol's 90 epochs): my set"]) == (
         "moco eval linear random --arch vit_nano_p4 -c lincls_mocov3_vit --data '/data/my set' "
-        "--set optim.epochs=30")
+        f"--set optim.epochs=30 --output-dir {runs}/random_vit_nano_p4")
 
 
 def test_a_random_vit_row_is_the_floor_of_a_v3_table(write_record: WriteRecord, runs: Path) -> None:

@@ -170,11 +170,12 @@ def test_a_table_without_random_init_says_how_to_add_it(write_record: WriteRecor
     assert hints["kNN classification (weighted kNN): embedded"] == []  # it has one
     (linear_hint,) = hints["Linear classification (5 of the paper's 100 epochs): my set"]
     assert linear_hint.endswith(": moco eval linear random --arch resnet18 --data '/data/my set' "
-                                "--set optim.epochs=5")
+                                f"--set optim.epochs=5 --output-dir {runs}/random_resnet18")
     (voc_hint,) = hints["VOC detection (R18-C4, 60 iterations, not the embedded schedule's 200, torchvision): "
                         "VOC2007"]
-    assert voc_hint.endswith(": moco eval voc random --arch resnet18 --data embedded "
-                             "--set solver.iterations=60")
+    # the preset its schedule label names (embedded: voc_embedded), shortened as its records were
+    assert voc_hint.endswith(": moco eval voc random --arch resnet18 -c voc_embedded --data embedded "
+                             f"--set solver.iterations=60 --output-dir {runs}/random_resnet18")
 
 
 def test_the_curves_name_the_linear_evaluations_by_their_length(write_record: WriteRecord, runs: Path,

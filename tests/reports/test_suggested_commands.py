@@ -1,0 +1,112 @@
+"""The commands a report suggests are the commands (issue 51, finding 3; issue 46, class 7): built from the record
+of the rows they stand for (preset, overrides, data, arch, mode), quoted, and checked against the known values of
+each field. Pasted into a shell, a suggestion runs that one command, and its record lands in the table it was
+suggested for, with the same settings."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from tests.reports.conftest import WriteRecord, base_record
+
+
+def suggestions(page: str) -> dict[str, list[str]]:
+    """The random-init suggestions of an HTML report as a reader copies them: table title -> the commands."""
+    found: dict[str, list[str]] = {}
+    for section in re.findall(r"<section>(.*?)</section>", page, re.S):
+        title = re.search(r"<h[23]>(.*?)</h[23]>", section)
+        for note in re.findall(r"<li>No random-init row.*?beside them: (.*?)</li>", section, re.S):
+            assert title is not None
+            found[html.unescape(title.group(1))] = html.unescape(note).split("; moco ")
+    return {t: [c if c.startswith(("moco ", "MOCO_SMOKE=1 ", "(")) else "moco " + c for c in cs]
+            for t, cs in found.items()}
+
+
+def stand_in_moco(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``moco`` only exits 0: a pasted suggestion runs it, and nothing else may run."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "moco").write_text("#!/bin/sh\nexit 0\n")
+    (stub / "moco").chmod(0o755)
+    return {"PATH": f"{stub}:/usr/bin:/bin"}
+
+
+def test_a_hostile_record_yields_no_command_that_runs_anything_else(write_record: WriteRecord, runs: Path,
+                                                                    tmp_path: Path) -> None:
+    """The issue's record: arch "resnet18;touch X;" gave a hint that, pasted into bash from report.html, ran touch.
+    Now an arch that is no arch gives no command, and hostile values elsewhere are quoted."""
+    hostile = base_record(task="knn", protocol="knn")
+    hostile["backbone"]["arch"] = "resnet18;touch X;"
+    write_record("knn/moco/result.json", hostile)
+    asked = base_record(invocation={"command": "eval linear", "preset": "lincls_embedded", "smoke": False,
+                                    "overrides": ["optim.epochs=1;touch Y", "run.output_dir=$(touch W)"],
+                                    "options": {"data": "$(touch Z)", "workers": 0}})
+    write_record("linear/moco/result.json", asked)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", str(runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    found = suggestions((out / "report.html").read_text())
+    (knn,) = [c for t, c in found.items() if t.startswith("kNN")]
+    assert knn == ["(none for these rows: their record's arch is not a value this suite knows)"]
+    (linear,) = [c for t, c in found.items() if t.startswith("Linear")]
+    assert linear == [f"moco eval linear random --arch resnet18 -c lincls_embedded --data '$(touch Z)' --workers 0 "
+                      f"--set 'optim.epochs=1;touch Y' --output-dir {runs}/linear/random_resnet18"]
+    env = stand_in_moco(tmp_path)
+    for command in (*knn, *linear):
+        subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, timeout=30)
+    assert not [p.name for p in tmp_path.iterdir() if p.name in ("X", "Y", "Z", "W")]
+
+
+def run(command: str, cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-3000:])
+    return done.stdout + done.stderr
+
+
+EVALUATIONS = {  # task -> the command that makes its MoCo row, on the smoke pretraining
+    "knn": "eval knn runs/embedded -c knn_embedded",
+    "linear": "eval linear runs/embedded -c lincls_embedded --set optim.epochs=300",
+    "finetune": "eval finetune runs/embedded -c finetune_embedded --labels 10%",
+    "voc": "eval voc runs/embedded -c voc_embedded",
+    "keypoints": "eval keypoints runs/embedded -c keypoints_embedded",
+    "lvis": "eval lvis runs/embedded -c lvis_embedded",
+    "cityscapes": "eval cityscapes runs/embedded -c cityscapes_embedded",
+}
+
+
+@pytest.mark.slow
+def test_each_suggested_command_runs_and_fills_its_table(tmp_path: Path) -> None:
+    """MOCO_SMOKE=1 rows of every task whose table suggests a random-init command; each suggestion, run as the
+    report prints it (its MOCO_SMOKE=1 included: the environment has none), adds the row to the same table."""
+    env = {**os.environ, "MOCO_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env.pop("MOCO_SMOKE", None)
+    run("MOCO_SMOKE=1 moco pretrain -c embedded --output-dir runs/embedded", tmp_path, env)
+    for task, command in EVALUATIONS.items():
+        run(f"MOCO_SMOKE=1 moco {command} --output-dir runs/{task}/embedded", tmp_path, env)
+    run("moco report runs --out report", tmp_path, env)
+    before = suggestions((tmp_path / "report" / "report.html").read_text())
+    assert len(before) == len(EVALUATIONS), sorted(before)
+    for title, (command, *more) in before.items():
+        assert not more and command.startswith("MOCO_SMOKE=1 moco eval "), (title, command)
+        run(command, tmp_path, env)
+    run("moco report runs --out report", tmp_path, env)
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert suggestions(page) == {}  # every table has its random-init row now...
+    rows = {title: rows for title, rows in re.findall(r"<h[23]>(.*?)</h[23]>.*?<tbody>(.*?)</tbody>", page, re.S)}
+    for title in before:  # ...in the table the command was suggested for, beside the MoCo row, both smoke runs
+        assert "random init (R18) [smoke]" in rows[html.escape(title, quote=True)], title
+    csv = (tmp_path / "report" / "report.csv").read_text()
+    assert csv.count('"random init (R18)"') >= len(EVALUATIONS)
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("runs/*/random_resnet18/result.json")]
+    assert len(records) == len(EVALUATIONS) and all(r["smoke"] for r in records)
