@@ -227,7 +227,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         record = _record(output, work)
         assert record["task"] == "finetune" and 0 <= record["metrics"]["top1"] <= 100
         assert len(record["history"]) == record["config"]["optim"]["epochs"] == 1
-        assert record["dataset"]["layout"] == ("inat2018" if "$INAT" in command else "imagefolder")
+        assert record["dataset"]["layout"] == ("inat2018" if "$INAT" in command else
+                                               LAYOUTS.get(_option(command, "--data") or "", "imagefolder"))
         if "--nproc" in command:  # two processes, BN synchronised across them
             result = work / re.findall(r"^result: (.+)$", output, re.M)[-1].strip()
             assert json.loads((result.parent / "run.json").read_text())["starts"][-1]["world_size"] == 2
