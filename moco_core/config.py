@@ -756,7 +756,7 @@ def config_yaml(cfg: Any, sources: dict[str, str] | None = None) -> str:
     """``cfg`` as YAML that ``-c`` loads back to the same config. A pretraining config leaves out the settings its
     method does not use (v1/v2's model.queue_size, ... for mocov3; the v3 section for the others), which a reader
     would otherwise take to apply, and a first comment line names them. ``sources`` (:func:`data_sources`): a
-    comment line saying where each data path comes from."""
+    comment line (the second of a pretraining config) saying where each data path comes from."""
     data = to_dict(cfg)
     head = ""
     if sources:
@@ -768,7 +768,7 @@ def config_yaml(cfg: Any, sources: dict[str, str] | None = None) -> str:
         *parents, name = key.split(".")
         del (_get(data, ".".join(parents)) if parents else data)[name]
     names = ", ".join(k + (" section" if "." not in k else "") for k in left_out)
-    return head + f"# not used by method {cfg.method}, left out: {names}\n" + yaml.safe_dump(data, sort_keys=False)
+    return f"# not used by method {cfg.method}, left out: {names}\n" + head + yaml.safe_dump(data, sort_keys=False)
 
 
 VALIDATORS = {PretrainConfig: validate_pretrain}

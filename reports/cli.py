@@ -27,13 +27,15 @@ def report_cli(
         "--only", help="Report only this study (repeatable): the names a report of several studies lists.")] = None,
     split: Annotated[bool, typer.Option(
         "--split", help="One report per study, each in OUT/<study>/, instead of one with a section each.")] = False,
-    mix_smoke: Annotated[bool, typer.Option(
-        "--mix-smoke", help="Put smoke runs' rows (MOCO_SMOKE=1; marked [smoke]) in the tables of real runs, instead "
-        "of tables of their own.")] = False,
+    mix_marked: Annotated[bool, typer.Option(
+        "--mix-marked", help="Put the rows of smoke runs (MOCO_SMOKE=1; marked [smoke]) and of unfinished "
+        "pretrainings (stopped part-way; marked unfinished) in the tables of finished real runs, instead of tables "
+        "of their own.")] = False,
 ) -> None:
     """Paper-style tables (linear, kNN, VOC, COCO, ablations) from evaluation records, as Markdown, CSV, LaTeX and
     one self-contained HTML file with plots. The Markdown is also printed; skipped records are listed with why.
-    Records of several studies (a moco demo, one's own data...) get a section each; smoke runs' tables are apart."""
+    Records of several studies (a moco demo, one's own data...) get a section each; smoke runs and unfinished
+    pretrainings have tables apart."""
     from reports.records import find_record_files
     from reports.render import skipped_line, to_markdown, write_report
     from reports.report import UnknownStudy, build_report, parse_formats
@@ -48,7 +50,7 @@ def report_cli(
     if not find_record_files(results):
         raise _fail(f"no result records (result.json or *.result.json) under {', '.join(results)}")
     try:
-        report = build_report(results, mix_smoke=mix_smoke, only=only or ())
+        report = build_report(results, mix_marked=mix_marked, only=only or ())
     except UnknownStudy as err:
         raise _fail(str(err)) from None
     if not report.records and not report.transfer:
@@ -59,7 +61,7 @@ def report_cli(
               f"section of its own (--only NAME reports one, --split one report each)", file=sys.stderr)
     pages = [(report, Path(out))]
     if split:
-        pages = [(build_report(results, mix_smoke=mix_smoke, only=[section.study.name]),
+        pages = [(build_report(results, mix_marked=mix_marked, only=[section.study.name]),
                   Path(out) / section.study.slug) for section in report.sections]
     written = []
     for page, where in pages:

@@ -51,7 +51,7 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
     if s.protocol == "linear-cached":
         options["cached_features"] = True
     return {"command": f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,
-            "smoke": s.smoke}
+            "smoke": s.mark == "smoke"}
 
 
 def beside(record_path: str, arch: str) -> str:

@@ -21,7 +21,7 @@ class Setting(Protocol):
     schedule: str | None
     length: int | None
     data_digest: str | None
-    smoke: bool
+    mark: str | None
 
 
 PAPER_LINEAR_EPOCHS = 100  # arXiv 1911.05722 section 4.1, the official main_lincls.py
@@ -162,13 +162,17 @@ def setting_title(s: Setting) -> str:
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
         head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"
-    return f"{head}: {s.dataset}" + (f", {SMOKE_TITLE}" if s.smoke else "")
+    return f"{head}: {s.dataset}" + (f", {MARK_TITLES[s.mark]}" if s.mark else "")
 
 
-SMOKE_TITLE = "smoke runs (MOCO_SMOKE=1: shortened; numbers mean nothing)"
+MARK_TITLES = {"smoke": "smoke runs (MOCO_SMOKE=1: shortened; numbers mean nothing)",
+               "unfinished": "unfinished pretrainings (stopped before their planned epochs)"}
 SMOKE_NOTE = ("Smoke runs (MOCO_SMOKE=1, or evaluations of weights a smoke run made) check a set-up in seconds: "
               "every run shortened, sizes shrunk, small sets of their own. Their numbers mean nothing; they are "
-              "kept out of the tables of real runs (moco report --mix-smoke puts them there, marked).")
+              "kept out of the tables of real runs (moco report --mix-marked puts them there, marked).")
+UNFINISHED_NOTE = ("Evaluations of pretrainings stopped before the epochs their config planned (killed or stopped "
+                   "part-way): apart from the table of finished runs, where this setting's random-init row is "
+                   "(moco report --mix-marked puts them there, marked unfinished).")
 
 
 def _finetune_length(s: Setting) -> str:

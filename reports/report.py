@@ -77,11 +77,12 @@ class UnknownStudy(ValueError):
 
 
 def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
-                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_smoke: bool = False,
+                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_marked: bool = False,
                  only: Sequence[str] = ()) -> Report:
-    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given. ``mix_smoke``:
-    smoke runs' rows (marked) in the tables of real runs, not in tables of their own. ``only``: the names of the
-    studies to report (:class:`UnknownStudy` for a name none has); all of them by default."""
+    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given.
+    ``mix_marked``: the rows of smoke runs and unfinished pretrainings (marked) in the tables of finished real runs,
+    not apart. ``only``: the names of the studies to report (:class:`UnknownStudy` for a name none has); all of them
+    by default."""
     records, skipped = load_records(roots)
     trials, transfer_skipped = load_trials(roots)
     skipped += transfer_skipped
@@ -105,7 +106,7 @@ def build_report(roots: Sequence[str], published: list[PublishedRow] | None = No
             sections.append(Section(study, transfer_tables(trials, pub), []))
             tidy += [{c: row.get(c, "") for c in CSV_COLUMNS} for row in transfer_tidy(trials)]
             continue
-        main, ablation = group(study.records, mix_smoke=mix_smoke)
+        main, ablation = group(study.records, mix_marked=mix_marked)
         tables, shown = all_tables(main, ablation, pub, expected)
         rows = tidy_rows(main, ablation, shown, [])
         if len(chosen) > 1:

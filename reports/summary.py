@@ -6,9 +6,10 @@ setting, records of the same pretraining (method, arch, pretraining data, epochs
 are trials of one row. Records carrying ``sweep`` are ablation runs: they are grouped by (mechanism, arch,
 pretraining data, epochs, the recipe less the swept field, swept value) instead, since each trial is a new
 checkpoint of another seed, and appear only in the ablation tables. Failed records are counted and their reasons
-kept, but their numbers never enter a mean. Records of smoke runs (``MOCO_SMOKE=1``, or weights a smoke run made)
-are settings of their own, their tables apart from the real runs' (unless the report is asked to mix them), and
-never trials of a row of real runs.
+kept, but their numbers never enter a mean. Records of smoke runs (``MOCO_SMOKE=1``, or weights a smoke run made),
+and evaluations of pretrainings stopped before their planned epochs, are settings of their own (:func:`mark`):
+their tables are apart from those of finished real runs (unless the report is asked to mix them), and a smoke
+record is never a trial of a row of real runs.
 """
 
 from __future__ import annotations
@@ -64,27 +65,32 @@ class Setting:
     labels: str | None = None  # the subset of the train labels ("10%"); None: all of them
     data_digest: str | None = None  # the evaluation folder's content digest, where the records name it
     k: int | None = None  # kNN: the neighbours voting (runs of other k are other tables)
-    smoke: bool = False  # a table of smoke runs (MOCO_SMOKE=1): apart from the real runs' tables
+    mark: str | None = None  # a table of "smoke" runs, or of "unfinished" pretrainings: apart from finished real ones
 
     @classmethod
-    def of(cls, record: Record, *, mix_smoke: bool = False) -> Setting:
+    def of(cls, record: Record, *, mix_marked: bool = False) -> Setting:
         return cls(record.task, record.protocol, record.dataset, record.dataset_path, record.engine, record.model,
                    record.schedule, record.eval_length, record.classes, record.labels, record.data_digest, record.k,
-                   record.smoke and not mix_smoke)
+                   None if mix_marked else mark(record))
+
+    @property
+    def smoke(self) -> bool:
+        return self.mark == "smoke"
 
     @property
     def key(self) -> str:
         """A short id of the setting, used as the CSV ``section`` column."""
         parts = [self.task, self.protocol, self.dataset_path, self.engine, self.model, self.schedule, length_key(self),
                  f"labels {self.labels}" if self.labels else None,
-                 f"k {self.k}" if self.k not in (None, DEFAULT_K) else None, "smoke" if self.smoke else None]
+                 f"k {self.k}" if self.k not in (None, DEFAULT_K) else None, self.mark]
         return ":".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:
         protocol = PROTOCOL_ORDER.index(self.protocol) if self.protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER)
-        return (self.smoke, TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
+        # the preset's length first, then longer runs before shorter ones; a table of marked rows after its own
+        return (TASK_ORDER.index(self.task), protocol, self.protocol, self.dataset_path, self.engine or "",
                 self.model or "", self.schedule or "", self.length != paper_length(self), -(self.length or 0),
-                self.classes or 0)  # the preset's length first, then longer runs before shorter ones
+                self.classes or 0, self.k or 0, self.mark or "")
 
 
 def label_order(labels: str | None) -> tuple[int, float, str]:
@@ -143,13 +149,22 @@ def same_data(records: Iterable[Record]) -> list[Record]:
                                 dataset=first[r.data_digest].dataset) if r.data_digest else r for r in records]
 
 
-def group(records: Iterable[Record], *, mix_smoke: bool = False) -> tuple[list[Entry], list[Entry]]:
-    """(main entries, ablation entries), each sorted into table order. ``mix_smoke``: smoke runs' rows in the
-    tables of the real runs' settings (still rows of their own, marked), instead of tables apart."""
+def mark(record: Record) -> str | None:
+    """What keeps a record out of the tables of finished real runs: "smoke" (a smoke run, or weights a smoke run
+    made: numbers that mean nothing), "unfinished" (a pretraining stopped before its planned epochs, not a
+    snapshot kept on the way), or None."""
+    if record.smoke:
+        return "smoke"
+    return "unfinished" if record.pretraining.unfinished else None
+
+
+def group(records: Iterable[Record], *, mix_marked: bool = False) -> tuple[list[Entry], list[Entry]]:
+    """(main entries, ablation entries), each sorted into table order. ``mix_marked``: the rows of smoke runs and
+    unfinished pretrainings in the tables of finished real runs (still rows of their own, marked), not apart."""
     main: dict[tuple[Any, ...], list[Record]] = {}
     ablation: dict[tuple[Any, ...], list[Record]] = {}
     for record in same_data(records):
-        setting = Setting.of(record, mix_smoke=mix_smoke)
+        setting = Setting.of(record, mix_marked=mix_marked)
         if record.sweep is None:
             main.setdefault((setting, pretraining_identity(record.pretraining), record.smoke), []).append(record)
         else:

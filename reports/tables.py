@@ -13,7 +13,8 @@
 
 Titles name what ran (``reports.protocols``); the linear and kNN tables give chance level, and a table without a
 random-init row says how to add one (``reports.hints``). A row of smoke runs (``MOCO_SMOKE=1``) says so after its
-label, and its table is one of smoke runs unless the report was asked to mix them.
+label (a pretraining stopped part-way says "unfinished" in its label), and its table is one of such rows unless
+the report was asked to mix them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from typing import Any
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.hints import random_init_hint
 from reports.pretraining import method_name, short_arch
-from reports.protocols import DETECTION_TASKS, SMOKE_NOTE, chance_note, setting_subtitle, setting_title
+from reports.protocols import (
+    DETECTION_TASKS,
+    SMOKE_NOTE,
+    UNFINISHED_NOTE,
+    chance_note,
+    setting_subtitle,
+    setting_title,
+)
 from reports.published import PublishedRow, beside, matching, matching_momentum, published_backbone
 from reports.records import TASK_METRICS
 from reports.summary import (
@@ -316,7 +324,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
     if setting.task in DELTA_TASKS:
         notes.append(ref_note)
     notes += [n for n in (chance_note(setting),) if n]
-    if not any(e.pretraining.kind == "random" for e in entries):
+    if setting.mark == "unfinished":  # their floor is in the finished runs' table: random init is never unfinished
+        notes.append(UNFINISHED_NOTE)
+    elif not any(e.pretraining.kind == "random" for e in entries):
         notes.append(random_init_hint(setting, entries))
     if setting.smoke or any(e.smoke for e in entries):
         notes.append(SMOKE_NOTE)

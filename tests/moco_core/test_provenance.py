@@ -1,6 +1,6 @@
 """Provenance that travels (issue 51, finding 1): a smoke run's mark reaches every record evaluated from its
 weights, whatever mode evaluated them; ``moco report`` shows it on the row (md, html, csv) and keeps such rows out
-of the tables of real runs unless asked (--mix-smoke); a run is never continued across the two modes. Real
+of the tables of real runs unless asked (--mix-marked); a run is never continued across the two modes. Real
 commands, in real processes."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_a_smoke_mark_travels_to_every_record_and_the_report_keeps_it_apart(shap
     rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "report.csv").read_text())))
     assert {(r["pretraining"].split(" (")[0], r["smoke"]) for r in rows if r["origin"] == "ours"} == {
         ("random init", "no"), ("MoCo v2", "yes")}
-    mixed = moco(["report", str(tmp_path / "e"), "--out", str(tmp_path / "mixed"), "--mix-smoke"], tmp_path,
+    mixed = moco(["report", str(tmp_path / "e"), "--out", str(tmp_path / "mixed"), "--mix-marked"], tmp_path,
                  smoke_run=False)
     assert mixed.returncode == 0, mixed.stderr
     markdown = (tmp_path / "mixed" / "report.md").read_text()

@@ -21,15 +21,18 @@ from tests.reports.conftest import WriteRecord, base_record
 
 
 def suggestions(page: str) -> dict[str, list[str]]:
-    """The random-init suggestions of an HTML report as a reader copies them: table title -> the commands."""
+    """The random-init suggestions of an HTML report as a reader copies them: table title -> the commands (what
+    follows the note's words: from its first "moco eval", "MOCO_SMOKE=1 moco" or "(none", split at "; ")."""
     found: dict[str, list[str]] = {}
     for section in re.findall(r"<section>(.*?)</section>", page, re.S):
         title = re.search(r"<h[23]>(.*?)</h[23]>", section)
-        for note in re.findall(r"<li>No random-init row.*?beside them: (.*?)</li>", section, re.S):
+        for note in re.findall(r"<li>(No random-init row.*?)</li>", section, re.S):
             assert title is not None
-            found[html.unescape(title.group(1))] = html.unescape(note).split("; moco ")
-    return {t: [c if c.startswith(("moco ", "MOCO_SMOKE=1 ", "(")) else "moco " + c for c in cs]
-            for t, cs in found.items()}
+            text = html.unescape(note)
+            start = min(i for i in (text.find("moco eval "), text.find("MOCO_SMOKE=1 moco"), text.find("(none"))
+                        if i >= 0)
+            found[html.unescape(title.group(1))] = re.split(r"; (?=moco |MOCO_SMOKE=1 |\(none)", text[start:])
+    return found
 
 
 def stand_in_moco(tmp_path: Path) -> dict[str, str]:
@@ -56,15 +59,15 @@ def test_a_hostile_record_yields_no_command_that_runs_anything_else(write_record
     result = CliRunner().invoke(app, ["report", str(runs), "--out", str(out)])
     assert result.exit_code == 0, result.output
     found = suggestions((out / "report.html").read_text())
+    env = stand_in_moco(tmp_path)
+    for command in (c for commands in found.values() for c in commands):  # pasted into bash, as they are
+        subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, timeout=30)
+    assert not [p.name for p in tmp_path.iterdir() if p.name in ("X", "Y", "Z", "W")]
     (knn,) = [c for t, c in found.items() if t.startswith("kNN")]
     assert knn == ["(none for these rows: their record's arch is not a value this suite knows)"]
     (linear,) = [c for t, c in found.items() if t.startswith("Linear")]
     assert linear == [f"moco eval linear random --arch resnet18 -c lincls_embedded --data '$(touch Z)' --workers 0 "
                       f"--set 'optim.epochs=1;touch Y' --output-dir {runs}/linear/random_resnet18"]
-    env = stand_in_moco(tmp_path)
-    for command in (*knn, *linear):
-        subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, timeout=30)
-    assert not [p.name for p in tmp_path.iterdir() if p.name in ("X", "Y", "Z", "W")]
 
 
 def run(command: str, cwd: Path, env: dict[str, str]) -> str:
