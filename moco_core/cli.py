@@ -198,18 +198,24 @@ def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | No
     SIGTERM or SIGINT stops the evaluation wherever it is (training, testing, scoring): one line says so with the
     command that continues it (``rerun()``, see :func:`evaluation_rerun`), and the process exits with 128 + the
     signal's number, so that ``moco eval ... && moco report`` stops there."""
-    from moco_core.run.preemption import Stopped, Stopper
+    from moco_core.run.preemption import Stopped, Stopper, stopper_installed
 
     main = int(os.environ.get("RANK", "0")) == 0
+    outer = stopper_installed()  # run by a command that runs others (moco trials): the stop is that command's
     try:
-        with Stopper() as stopper:
-            stopper.doing = "the evaluation"
+        if outer:
             record = evaluate()
+        else:
+            with Stopper() as stopper:
+                stopper.doing = "the evaluation"
+                record = evaluate()
     except UserError as err:
         if main:
             print_error(err)
         sys.exit(err.exit_code)
     except Stopped as stop:
+        if outer:
+            raise
         if main:
             print(f"{stop}; continue with: {rerun()}" if rerun is not None else str(stop), file=sys.stderr,
                   flush=True)

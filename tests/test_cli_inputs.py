@@ -484,6 +484,7 @@ def test_pretraining_on_the_tensor_pipeline_survives_a_16_bit_png_and_a_bomb(ver
         _, status, usage = os.wait4(process.pid, 0)  # this child's own peak memory, not the largest child's
     lines = (tmp_path / "stderr").read_text().splitlines()
     assert os.waitstatus_to_exitcode(status) == 0 and (tmp_path / "run" / "checkpoint_last.pth.tar").is_file(), lines
+    lines = [line for line in lines if "too short for its numbers" not in line]  # 1 or 2 steps: said, and true
     assert len(lines) == 1 and "bomb.png (DecompressionBombError: Image size (400000000 pixels) exceeds limit" in (
         lines[0]), lines
     assert lines[0].startswith("cannot decode " if verify == "false" else "warning: skipped 1 unreadable image")

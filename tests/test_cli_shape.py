@@ -136,7 +136,8 @@ def test_pretraining_milestones_follow_only_a_step_schedule() -> None:
     (["pretrain", "-c", "embedded", "--set", "model.temprature=0.1"],
      "model.temprature: unknown key (did you mean 'temperature'?)"),
     (["pretrain", "-c", "embedded", "--set", "optim.schedule=cosin"], "(did you mean 'cosine'?)"),
-    (["eval", "knn", "x", "-c", "lincls_embeded"], "(did you mean 'knn_embedded'?) (presets: knn_embedded)"),
+    (["eval", "knn", "x", "-c", "lincls_embeded"], "(did you mean 'knn_embedded'?) (presets: knn_32px, "
+                                                    "knn_embedded)"),
 ])
 def test_mistakes_are_named_with_what_was_meant(args: list[str], message: str) -> None:
     result = runner.invoke(app, args)

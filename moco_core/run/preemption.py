@@ -191,6 +191,15 @@ class Stopped(BaseException):
         return f"{self}; nothing more was started; continue with: {rerun}"
 
 
+_stoppers = 0  # Stoppers installed in this process now (moco trials running an evaluation in it: 2)
+
+
+def stopper_installed() -> bool:
+    """Whether a :class:`Stopper` is installed in this process: a command run inside another (an evaluation under
+    ``moco trials``) leaves the stop to it, whose line names the command that continues the whole."""
+    return _stoppers > 0
+
+
 class Stopper:
     """While installed, SIGTERM and SIGINT stop the command that runs others in this process as a whole.
 
@@ -207,8 +216,9 @@ class Stopper:
         self._added: list[int] = []
 
     def __enter__(self) -> Stopper:
-        global last_stop
+        global last_stop, _stoppers
         last_stop = None
+        _stoppers += 1
         self._added = [sig for sig in WRAPPER_SIGNALS if sig not in stop_signals()]
         EXTRA_STOP_SIGNALS.extend(self._added)
         if threading.current_thread() is threading.main_thread():  # signal handlers can only live there
@@ -217,6 +227,8 @@ class Stopper:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        global _stoppers
+        _stoppers -= 1
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -227,7 +239,9 @@ class Stopper:
             raise Stopped(self.received, self.doing) from None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signal.Signals(signum).name
+        global last_stop
+        # last_stop too: a Stopper around this one (moco trials running an evaluation in its process) then stops
+        self.received = last_stop = signal.Signals(signum).name
         # The signal most often reached the step's loader workers too (a scheduler signals the whole job): the
         # DataLoader's SIGCHLD handler would report each end as a failure, over the stop's one line, when the
         # abandoned iterator is let go. The command ends with this stop, so no child's end is news: a handler that

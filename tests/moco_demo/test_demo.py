@@ -163,8 +163,9 @@ def test_every_demo_task_loads_its_embedded_preset(task: str, tmp_path: Path) ->
     from moco_demo.run import _evaluation
 
     engine = "detectron2" if task == "densepose" else "torchvision"  # dense pose: DensePose's (not run here)
-    call = _evaluation(task, "random", tmp_path / task, "cpu", engine, False, [])
+    config, call = _evaluation(task, "random", tmp_path / task, "cpu", engine, False, [])
     assert callable(call) and not (tmp_path / task).exists()
+    assert isinstance(config, dict) and config["run"]["output_dir"] == str(tmp_path / task)  # what its record keeps
 
 
 def test_densepose_without_its_engine_is_refused_before_any_step(tmp_path: Path) -> None:
