@@ -10,6 +10,7 @@ and a suggestion pasted into a shell must run that command and nothing else.
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePath
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ class Row(Protocol):
     pretraining: Any
     invocation: dict[str, Any] | None
     files: list[str]
+    setting: Any  # the row's own: a semi-supervised table's rows differ in their labels
 
 
 def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
@@ -50,6 +52,8 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
     options: dict[str, Any] = {"data": s.dataset_path}
     if s.protocol == "linear-cached":
         options["cached_features"] = True
+    if s.labels and re.fullmatch(r"\d{1,3}(\.\d+)?%", s.labels):  # a fraction drawn with the default seed
+        options["labels"] = s.labels
     return {"command": f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,
             "smoke": s.mark == "smoke"}
 
@@ -72,15 +76,21 @@ def random_init_command(s: Any, arch: str, rows: list[Row]) -> str:
     try:
         if arch not in ARCHS:
             raise InvalidInvocation("arch", "not a known arch")
-        return command_line(recorded if recorded is not None else implied_invocation(s, arch), weights="random",
+        implied = implied_invocation(getattr(source, "setting", None) or s, arch) if recorded is None else None
+        return command_line(recorded if recorded is not None else implied, weights="random",
                             arch=arch, output_dir=beside(source.files[0], arch) if source.files else None)
     except InvalidInvocation as err:  # said by field name only: the value may be anything a file holds
         return f"(none for these rows: their record's {err.field} is not a value this suite knows)"
 
 
 def random_init_hint(s: Any, rows: list[Row]) -> str:
-    """How to add the random-init row a table lacks: one command per arch of its rows."""
-    archs = sorted({r.pretraining.arch for r in rows if r.pretraining.kind != "random"})
-    commands = "; ".join(random_init_command(s, arch, rows) for arch in archs)
+    """How to add the random-init row a table lacks: one command per arch of its rows (and per subset of the
+    labels, in a semi-supervised table)."""
+    def labels(row: Row) -> str:
+        return getattr(getattr(row, "setting", None), "labels", None) or ""
+
+    keys = sorted({(r.pretraining.arch, labels(r)) for r in rows if r.pretraining.kind != "random"})
+    commands = "; ".join(random_init_command(s, arch, [r for r in rows if labels(r) == subset])
+                         for arch, subset in keys)
     return ("No random-init row (the floor to read the other rows against). To add one, with the settings the "
             f"rows were evaluated with, beside them: {commands}")

@@ -280,6 +280,10 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
                          "means): " + "; ".join(f"{m.entry.pretraining.label} {fmt_delta(m.difference)[0]} "
                                                 f"({m.ratio:.1f} SE)" for m in margins) + ".")
     notes += [n for n in (chance_note(base),) if n]
+    lacking = [label for label in labels if not any(e.pretraining.kind == "random" and e.setting.labels == label
+                                                    for e in entries)]
+    if lacking and base.mark != "unfinished":  # a column's random-init command runs on that column's labels
+        notes.append(random_init_hint(base, [e for e in entries if e.setting.labels in lacking]))
     if base.smoke or any(e.smoke for e in entries):
         notes.append(SMOKE_NOTE)
     if checked:

@@ -113,3 +113,19 @@ def test_each_suggested_command_runs_and_fills_its_table(tmp_path: Path) -> None
     assert csv.count('"random init (R18)"') >= len(EVALUATIONS)
     records = [json.loads(p.read_text()) for p in tmp_path.glob("runs/*/random_resnet18/result.json")]
     assert len(records) == len(EVALUATIONS) and all(r["smoke"] for r in records)
+
+
+def test_a_semi_supervised_table_suggests_the_random_init_of_its_subset(write_record: WriteRecord, runs: Path,
+                                                                        tmp_path: Path) -> None:
+    """A fine-tuning on 10% of the labels (a semi-supervised table) had no suggestion at all."""
+    asked = {"command": "eval finetune", "preset": "finetune_32px", "overrides": ["optim.batch_size=14"],
+             "options": {"data": "/data/digits", "labels": "10%"}, "smoke": False}
+    subset = {"kind": "labels", "labels": "10%", "seed": 0, "images": 145, "of": 1438}
+    write_record("finetune_32px_labels10pct/digits_v3/result.json",
+                 base_record(task="finetune", protocol="finetune", invocation=asked,
+                             dataset={"path": "/data/digits", "classes": 10, "subset": subset}))
+    out = tmp_path / "report"
+    assert CliRunner().invoke(app, ["report", str(runs), "--out", str(out)]).exit_code == 0
+    (found,) = suggestions((out / "report.html").read_text()).values()
+    assert found == [f"moco eval finetune random --arch resnet18 -c finetune_32px --data /data/digits --labels 10% "
+                     f"--set optim.batch_size=14 --output-dir {runs}/finetune_32px_labels10pct/random_resnet18"]
