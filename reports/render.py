@@ -197,6 +197,8 @@ CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1150px;
        color: #222; line-height: 1.4; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.15em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+h2.study { font-size: 1.4em; margin-top: 2.5em; border-bottom: 2px solid #222; }
+h3 { font-size: 1.05em; margin-top: 1.8em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { padding: 0.25em 0.7em; text-align: left; vertical-align: top; }
 thead th { border-top: 2px solid #222; border-bottom: 1px solid #222; }
