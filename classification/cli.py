@@ -339,11 +339,17 @@ def transfer_cli(
         cfg = with_output_dir(cfg, config, "transfer", pretrained, cfg.arch, "--arch")
     except UserError as err:
         raise _fail(err) from None
-    print_or_launch(cfg, print_config, 1, run_transfer, cfg, pretrained, quiet, resume)
+    asked = invocation("eval transfer", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "datasets": datasets, "solver": solver, "shots": shots, "tries": tries, "arch": arch,
+        "device": device, "workers": workers, "seed": seed})
+    print_or_launch(cfg, print_config, 1, run_transfer, cfg, pretrained, quiet, resume, asked)
 
 
-def run_transfer(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
-    """One ``moco eval transfer``: prints ``result: RUN_DIR/suite.json``; a user error is one line, exit code 2."""
+def run_transfer(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
+                 asked: dict[str, Any] | None = None) -> None:
+    """One ``moco eval transfer``: prints ``result: RUN_DIR/suite.json``; a user error is one line, exit code 2;
+    a stop, the command that carries on with the datasets not done."""
     from classification.suite.run import run_suite
 
-    report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
+    report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume),
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)) if asked else None)

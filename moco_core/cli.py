@@ -224,10 +224,11 @@ def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | No
         print(f"result: {record}")
 
 
-# The files an evaluation continues from with --resume, by command (checkpoint.LINEAR_LAST, FINETUNE_LAST, LAST and
-# detectron2's pointer); kNN trains nothing and has no --resume.
+# The files an evaluation continues from with --resume (patterns in its run directory), by command
+# (checkpoint.LINEAR_LAST, FINETUNE_LAST, LAST and detectron2's pointer; a transfer suite's finished datasets);
+# kNN trains nothing and has no --resume.
 RESUMABLE = {"eval linear": ("linear_last.pth.tar",), "eval finetune": ("finetune_last.pth.tar",),
-             "eval knn": ()}
+             "eval knn": (), "eval transfer": ("*/result.json",)}
 TRANSFER_RESUMABLE = ("checkpoint_last.pth.tar", "last_checkpoint")
 
 
@@ -239,7 +240,7 @@ def evaluation_rerun(recorded: dict[str, Any], weights: str, output_dir: str) ->
         from moco_core.commands import InvalidInvocation, command_line
 
         markers = RESUMABLE.get(recorded["command"], TRANSFER_RESUMABLE)
-        resume = any((Path(output_dir) / marker).exists() for marker in markers)
+        resume = any(next(Path(output_dir).glob(marker), None) is not None for marker in markers)
         try:
             return command_line(recorded, weights=weights, output_dir=output_dir, resume=resume)
         except InvalidInvocation as err:  # our own options: would be a bug, said rather than hidden

@@ -49,6 +49,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "eval densepose": _DETECTION,
     "eval semseg": {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT,
                     "seed": _COUNT, "nproc": _COUNT},
+    "eval transfer": {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"),
+                      "shots": re.compile(r"\d{1,6}(,\d{1,6}){0,31}"), "tries": _COUNT, "seed": _COUNT},
 }
 # --set keys a suggestion leaves out: where the run wrote (the suggestion names its own --output-dir)
 DROPPED_OVERRIDES = ("run.output_dir",)
