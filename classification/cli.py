@@ -103,7 +103,7 @@ def linear_cli(
         raise _fail(err) from None
     asked = invocation("eval linear", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
-        "cached_features": cached_features, "nproc": nproc if nproc != 1 else None})
+        "cached_features": cached_features, "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
     print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume, asked)
 
 
@@ -161,7 +161,7 @@ def finetune_cli(
         raise _fail(err) from None
     asked = invocation("eval finetune", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
-        "nproc": nproc if nproc != 1 else None})
+        "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
     print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume, asked)
 
 
@@ -212,7 +212,8 @@ def snapshots_cli(
         chosen = config or protocol_preset(str(snapshot), None, weights_format)  # MoCo v3's snapshots: its protocol
         cfg = load_linear_config(chosen, set_ or [], flags={**flags, "run": {**flags["run"], "output_dir": str(out)}})
         asked = invocation("eval linear", preset=chosen, overrides=set_ or [], smoke=smoke.enabled(),
-                           options={"data": data, "device": device, "workers": workers})
+                           options={"data": data, "device": device, "workers": workers,
+                                    "weights_format": weights_format})
         record = linear_eval(cfg, str(snapshot), show_progress=not quiet, extra={**extra, "invocation": asked},
                              resume=resume)
         print(f"result: {record}", flush=True)
@@ -276,7 +277,7 @@ def knn_cli(
     asked = invocation("eval knn", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
         "k": k, "temperature": temperature, "crop_size": crop_size, "resize": resize, "batch_size": batch_size,
-        "seed": seed})
+        "seed": seed, "weights_format": weights_format})
     print_or_launch(cfg, print_config, 1, run_knn, cfg, pretrained, asked)
 
 
@@ -341,7 +342,7 @@ def transfer_cli(
         raise _fail(err) from None
     asked = invocation("eval transfer", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "datasets": datasets, "solver": solver, "shots": shots, "tries": tries, "arch": arch,
-        "device": device, "workers": workers, "seed": seed})
+        "device": device, "workers": workers, "seed": seed, "weights_format": weights_format})
     print_or_launch(cfg, print_config, 1, run_transfer, cfg, pretrained, quiet, resume, asked)
 
 

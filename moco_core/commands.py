@@ -21,6 +21,9 @@ from typing import Any
 SMOKE_PREFIX = "MOCO_SMOKE=1 "
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
          "vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")  # moco_core.config.ARCHS + VIT_ARCHS
+CIFAR_SUFFIX = "_cifar"  # a ResNet with the CIFAR stem, for random init: moco_core.model.weights.resnet_names
+WEIGHTS_FORMATS = ("supervised", "moco", "mocov3", "dino", "dinov2", "swav", "deepcluster-v2", "sela-v2",
+                   "barlowtwins", "byol", "simclr-v1", "simclr-v2", "mae")  # moco_core.model.weights.formats'
 ENGINES = ("auto", "detectron2", "torchvision")
 PRESETS = Path(__file__).resolve().parent.parent / "configs"  # as moco_core.config.PRESETS
 
@@ -34,7 +37,8 @@ _LABELS = re.compile(r"\d{1,3}(\.\d{1,6})?%")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,7}")
 _PRESET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
-_COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _COUNT, "arch": "arch"}
+_COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _COUNT, "arch": "arch",
+           "weights_format": "weights_format"}
 _CLASSIFICATION = {**_COMMON, "labels": _LABELS, "subset": _PATH}
 _DETECTION = {**_COMMON, "engine": "engine", "train": _PATHS, "test": _PATH, "seed": _COUNT, "nproc": _COUNT}
 # The options of each evaluation a suggestion may carry over, by their names in the config of the CLI (kebab-case
@@ -98,6 +102,8 @@ def command_line(recorded: Any, *, weights: str, arch: str | None = None, output
                **({"output_dir": output_dir} if output_dir is not None else {})}
     if weights != "random":
         options.pop("arch", None)  # a file names its own
+    else:
+        options.pop("weights_format", None)  # random weights have no method
     words = ["moco", *command.split(), weights]
     if "arch" in options:
         words += _option(command, "arch", options.pop("arch"))
@@ -166,7 +172,10 @@ def _option(command: str, name: Any, value: Any) -> list[str]:
     elif kind == _NUMBER:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     elif kind == "arch":
-        ok = value in ARCHS
+        ok = value in ARCHS or (isinstance(value, str) and value.endswith(CIFAR_SUFFIX)
+                                and value.removesuffix(CIFAR_SUFFIX) in ARCHS and value.startswith(("resnet", "wide")))
+    elif kind == "weights_format":
+        ok = value in WEIGHTS_FORMATS
     elif kind == "engine":
         ok = value in ENGINES
     elif kind == _PATH:

@@ -98,7 +98,8 @@ def _invocation(task: str, config: str | None, overrides: list[str], flags: dict
     options = {"engine": flags.get("engine"), "data": data.get("path"), "train": data.get("train"),
                "test": data.get("test"), "classes": ",".join(classes) if classes is not None else None,
                "ignore_index": data.get("ignore_index"), "workers": data.get("workers"), "arch": arch,
-               "device": run.get("device"), "seed": run.get("seed"), "nproc": nproc if nproc != 1 else None}
+               "device": run.get("device"), "seed": run.get("seed"), "nproc": nproc if nproc != 1 else None,
+               "weights_format": run.get("weights_format")}
     return invocation(f"eval {task}", preset=config, overrides=overrides, options=options, smoke=smoke.enabled())
 
 

@@ -18,7 +18,11 @@ from moco_core.config import ARCHS, PRESETS, VIT_ARCHS
 
 
 def test_the_known_sets_are_the_suites() -> None:
+    from moco_core.model.weights.formats import WEIGHTS_FORMATS
+    from moco_core.model.weights.resnet_names import CIFAR_SUFFIX
+
     assert commands.ARCHS == ARCHS + VIT_ARCHS
+    assert commands.WEIGHTS_FORMATS == WEIGHTS_FORMATS and commands.CIFAR_SUFFIX == CIFAR_SUFFIX
     assert commands.PRESETS == PRESETS
     assert {"lincls_32px", "knn_32px", "finetune_32px", "lincls_embedded"} <= commands.known_presets()
 
@@ -54,6 +58,12 @@ def test_a_command_from_an_invocation() -> None:
                            weights="runs/embedded", output_dir="out", resume=True)
     assert resumed == ("MOCO_SMOKE=1 moco eval linear runs/embedded -c lincls_embedded --set optim.epochs=3 "
                        "--output-dir out --resume")
+    # the method a file was read as goes with the file, not with random init (a CIFAR-stem ResNet is an arch)
+    solo = asked(options={"weights_format": "simclr-v2", "data": "d"})
+    assert command_line(solo, weights="w.ckpt", output_dir="o") == (
+        "moco eval knn w.ckpt -c knn_embedded --weights-format simclr-v2 --data d --set k=20 --output-dir o")
+    assert command_line(solo, weights="random", arch="resnet18_cifar") == (
+        "moco eval knn random --arch resnet18_cifar -c knn_embedded --data d --set k=20")
 
 
 @pytest.mark.parametrize(("changes", "field"), [
@@ -64,6 +74,7 @@ def test_a_command_from_an_invocation() -> None:
     ({"overrides": ["$(touch X)=1"]}, "overrides"),
     ({"overrides": "k=1"}, "overrides"),
     ({"options": {"arch": "resnet18;touch X;"}}, "arch"),
+    ({"options": {"arch": "vit_small_cifar"}}, "arch"),
     ({"options": {"device": "cpu;touch X"}}, "device"),
     ({"options": {"labels": "10%;touch X"}}, "labels"),
     ({"options": {"workers": "2;touch X"}}, "workers"),
@@ -77,6 +88,12 @@ def test_an_unknown_field_gives_no_command(changes: dict[str, Any], field: str) 
     with pytest.raises(InvalidInvocation) as err:
         command_line(asked(**changes), weights="random")
     assert err.value.field == field
+
+
+def test_an_unknown_method_gives_no_command_for_the_file() -> None:
+    with pytest.raises(InvalidInvocation) as err:
+        command_line(asked(options={"weights_format": "dino;touch X"}), weights="runs/x")
+    assert err.value.field == "weights_format"
 
 
 @settings(max_examples=200, deadline=None)
