@@ -55,6 +55,10 @@ def values_note(report: Report) -> str:
     if smoke:
         text += (f" {smoke} of the {len(report.records)} records are of smoke runs (MOCO_SMOKE=1): their numbers mean "
                  f"nothing, and their rows say [smoke].")
+    suites = sum(t.smoke for t in report.transfer)
+    if suites:
+        text += (f" {suites} of the {len(report.transfer)} transfer suite runs are smoke runs (MOCO_SMOKE=1, or of "
+                 f"weights a smoke run made): their rows say [smoke].")
     return text
 
 

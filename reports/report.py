@@ -103,8 +103,8 @@ def build_report(roots: Sequence[str], published: list[PublishedRow] | None = No
     sections, tidy = [], []
     for study in chosen:
         if study.name == TRANSFER_STUDY:
-            sections.append(Section(study, transfer_tables(trials, pub), []))
-            tidy += [{c: row.get(c, "") for c in CSV_COLUMNS} for row in transfer_tidy(trials)]
+            sections.append(Section(study, transfer_tables(trials, pub, mix_marked=mix_marked), []))
+            tidy += [{c: row.get(c, "") for c in CSV_COLUMNS} for row in transfer_tidy(trials, mix_marked=mix_marked)]
             continue
         main, ablation = group(study.records, mix_marked=mix_marked)
         tables, shown = all_tables(main, ablation, pub, expected)

@@ -7,6 +7,9 @@ Rows and trials: records are grouped by the suite run they belong to (a trial: o
 and trials by pretraining (:func:`reports.summary.pretraining_identity`: the same weights, or our runs of one
 recipe with other seeds; random init of one arch). A trial's mean is over the table's datasets it has all of.
 Tables are by setting: the real suite or the embedded one (and its version), the view size and the solver.
+Trials of a smoke run (``MOCO_SMOKE=1``, or weights a smoke run made: the record's ``smoke``) and of a pretraining
+stopped before its planned epochs are tables of their own after their setting's (as :mod:`reports.summary` keeps
+them apart), their rows marked, unless the report is asked to mix them.
 
 Significance, between each row and the random-init row (the floor) and the supervised one (the reference):
 - rows with 2 or more trials: the difference of the trial means of the suite mean, in standard errors of that
@@ -31,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from reports.pretraining import Pretraining
+from reports.protocols import MARK_TITLES, SMOKE_NOTE, UNFINISHED_NOTE
 from reports.published import PublishedRow
 from reports.records import RecordError, Skipped, find_record_files, pretraining_of, read_json
 from reports.summary import pretraining_identity
-from reports.tables import MISSING, Cell, Column, Row, Table, fmt
+from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
 
 TASK = "transfer"
 PUBLISHED_TASK = "transfer_linear"
@@ -66,6 +70,13 @@ class Trial:
     pretraining: Pretraining
     setting: tuple[str, ...]
     results: dict[str, Result] = field(default_factory=dict)
+    smoke: bool = False  # a smoke run's, or of weights a smoke run made: numbers that mean nothing
+
+    def mark(self) -> str | None:
+        """What keeps this trial out of the tables of finished real runs: "smoke", "unfinished" or None."""
+        if self.smoke:
+            return "smoke"
+        return "unfinished" if self.pretraining.unfinished else None
 
 
 def _setting(data: dict[str, Any]) -> tuple[str, ...]:
@@ -80,8 +91,9 @@ def _setting(data: dict[str, Any]) -> tuple[str, ...]:
     return suite, view, sweep
 
 
-def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Result]:
-    """(run, pretraining, setting, result) of one transfer record; RecordError when it is not one."""
+def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Result, bool]:
+    """(run, pretraining, setting, result, smoke) of one transfer record; RecordError when it is not one. Smoke: the
+    record says so (written by a smoke run, or of weights a smoke run made), or its backbone does."""
     if not isinstance(data, dict) or data.get("task") != TASK:
         raise RecordError("not a transfer record")
     dataset, transfer = data.get("dataset"), data.get("transfer")
@@ -97,7 +109,9 @@ def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Res
     splits = dataset.get("splits") if isinstance(dataset.get("splits"), dict) else {}
     result = Result(name, metric, float(value), correct if ok else None, labels if ok else None,
                     splits.get("sha256") if isinstance(splits.get("sha256"), str) else None)
-    return str(Path(shown).parent.parent), pretraining_of(backbone), _setting(data), result
+    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
+    smoke = data.get("smoke") is True or pretrain.get("smoke") is True
+    return str(Path(shown).parent.parent), pretraining_of(backbone), _setting(data), result, smoke
 
 
 def load_trials(roots: Iterable[str]) -> tuple[list[Trial], list[Skipped]]:
@@ -111,11 +125,11 @@ def load_trials(roots: Iterable[str]) -> tuple[list[Trial], list[Skipped]]:
         if not isinstance(data, dict) or data.get("task") != TASK:
             continue
         try:
-            run, pretraining, setting, result = parse(data, shown)
+            run, pretraining, setting, result, smoke = parse(data, shown)
         except RecordError as err:
             skipped.append(Skipped(shown, str(err)))
             continue
-        trial = trials.setdefault(f"{run}\0{setting}", Trial(run, pretraining, setting))
+        trial = trials.setdefault(f"{run}\0{setting}\0{smoke}", Trial(run, pretraining, setting, smoke=smoke))
         trial.results[result.dataset] = result
     return list(trials.values()), skipped
 
@@ -131,17 +145,23 @@ def _cell(values: list[float]) -> Cell:
     return Cell(fmt(mean), fmt(std) if std is not None else None)
 
 
-def transfer_tables(trials: list[Trial], published: list[PublishedRow]) -> list[Table]:
+def _table_mark(trial: Trial, mix_marked: bool) -> str:
+    return "" if mix_marked else trial.mark() or ""
+
+
+def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_marked: bool = False) -> list[Table]:
+    """One table a setting, and one of its smoke trials and one of its unfinished pretrainings' after it (one
+    table, their rows marked, with ``mix_marked``)."""
     tables = []
-    for setting in sorted({t.setting for t in trials}):
-        mine = [t for t in trials if t.setting == setting]
+    for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
+        mine = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
         order = REAL if setting[0] == "real datasets" else EMBEDDED
         names = [n for n in order if any(n in t.results for t in mine)]
         names += sorted({n for t in mine for n in t.results} - set(names))
         rows_of: dict[tuple[Any, ...], list[Trial]] = {}
         for trial in mine:
-            rows_of.setdefault(pretraining_identity(trial.pretraining), []).append(trial)
-        groups = sorted(rows_of.values(), key=lambda g: g[0].pretraining.sort_key())
+            rows_of.setdefault((pretraining_identity(trial.pretraining), trial.smoke), []).append(trial)
+        groups = sorted(rows_of.values(), key=lambda g: (g[0].pretraining.sort_key(), g[0].smoke))
         columns = (Column("pretraining"), Column("n", True), *(Column(HEADERS.get(n, n), True) for n in names),
                    Column("mean", True))
         rows = []
@@ -149,9 +169,9 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow]) -> list[
             cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
             means = [statistics.fmean(t.results[n].value for n in names) for t in group
                      if all(n in t.results for n in names)]
-            rows.append(Row((Cell(group[0].pretraining.label), Cell(str(len(group))), *cells, _cell(means))))
+            rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(means))))
         pub = [p for p in published if p.task == PUBLISHED_TASK and setting[0] == "real datasets"
-               and setting[1].startswith("224-px")]
+               and setting[1].startswith("224-px") and not mark]
         for p in pub:
             values = [p.values.get(n) for n in names]
             mean = statistics.fmean(values) if all(v is not None for v in values) else None  # type: ignore[arg-type]
@@ -163,9 +183,23 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow]) -> list[
                  f"val among the sweep's values, refit on train + val, tested once (moco eval transfer)."]
         notes += significance(groups, names)
         notes += [f"{p.label}: {p.source}" for p in pub]
-        tables.append(Table(f"transfer:{'|'.join(setting)}", f"Linear transfer ({setting[0]})", columns, rows,
-                            subtitle=", ".join(setting[1:]), notes=notes))
+        if mark == "unfinished":
+            notes.append(UNFINISHED_NOTE)
+        if any(t.smoke for t in mine):
+            notes.append(SMOKE_NOTE)
+        title = f"Linear transfer ({setting[0]})" + (f", {MARK_TITLES[mark]}" if mark else "")
+        tables.append(Table(_section(setting, mark), title, columns, rows, subtitle=", ".join(setting[1:]),
+                            notes=notes))
     return tables
+
+
+def _section(setting: tuple[str, ...], mark: str) -> str:
+    return f"transfer:{'|'.join(setting)}" + (f"|{mark}" if mark else "")
+
+
+def _label(trial: Trial) -> str:
+    """A row's pretraining, marked where its trials are smoke runs (an unfinished one says so in its label)."""
+    return trial.pretraining.label + (SMOKE_MARK if trial.smoke else "")
 
 
 def _metric(trials: list[Trial], name: str) -> str:
@@ -183,7 +217,7 @@ def significance(groups: list[list[Trial]], names: list[str]) -> list[str]:
                 continue
             line = _compare(other, ref, names)
             if line:
-                notes.append(f"{other[0].pretraining.label} vs {ref[0].pretraining.label}: {line}")
+                notes.append(f"{_label(other[0])} vs {_label(ref[0])}: {line}")
     return notes
 
 
@@ -242,11 +276,18 @@ def sign_flip_p(differences: list[float], permutations: int = PERMUTATIONS, seed
     return (hits + 1) / (permutations + 1)
 
 
-def tidy(trials: list[Trial]) -> list[dict[str, str]]:
-    """The CSV's rows: one a trial and dataset."""
-    return [{"section": f"transfer:{'|'.join(t.setting)}", "origin": "ours", "status": "ok", "task": TASK,
-             "protocol": "linear-transfer", "dataset": r.dataset, "pretraining": t.pretraining.label,
+def tidy(trials: list[Trial], *, mix_marked: bool = False) -> list[dict[str, str]]:
+    """The CSV's rows: one a trial and dataset, with its marks (columns smoke, pretrain_unfinished)."""
+    return [{"section": _section(t.setting, _table_mark(t, mix_marked)), "origin": "ours", "status": "ok",
+             "task": TASK, "protocol": "linear-transfer", "dataset": r.dataset, "pretraining": t.pretraining.label,
              "method": t.pretraining.method or "", "arch": t.pretraining.arch, "sha256": t.pretraining.sha256 or "",
-             "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run}
+             "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run,
+             "smoke": "yes" if t.smoke else "no", "pretrain_unfinished": _unfinished(t.pretraining)}
             for t in trials for r in t.results.values()]
+
+
+def _unfinished(p: Pretraining) -> str:
+    """"yes" or "no" where the record says enough to tell (as reports.report's rows), else empty."""
+    known = p.epochs is not None and (p.planned_epochs is not None or p.partial_steps > 0)
+    return ("yes" if p.unfinished else "no") if known else ""
 

@@ -47,7 +47,7 @@ from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import resolve_device
 
 PROTOCOL = "linear-transfer"  # frozen features, L-BFGS logistic regression, the 45-value sweep, refit, one test
@@ -72,6 +72,8 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
         if done and not resume:
             require_fresh(out / done[0], ("result.json",), f"the {done[0]} result of a transfer suite",
                           "pass --resume to run the datasets not done yet, or choose another --output-dir")
+        if resume:  # a smoke suite's records never stand beside a real one's (moco_core/smoke.py)
+            require_same_mode(out)
         write_run_files(out, to_dict(cfg), {"pretrained": pretrained, "device": str(device)})
         backbone = _load(cfg, pretrained)
         outcome: dict[str, str] = {}
