@@ -120,3 +120,38 @@ def test_a_hostile_command_runs_nothing_but_moco(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.glob("pwned*"))
+
+
+@pytest.mark.parametrize(("command", "preset"), [
+    ("eval linear", "lincls_32px"), ("eval finetune", "finetune_32px"), ("eval knn", "knn_32px"),
+    ("eval transfer", "transfer_embedded"), ("eval voc", "voc_embedded"), ("eval coco", "coco_embedded"),
+    ("eval keypoints", "keypoints_embedded"), ("eval lvis", "lvis_embedded"),
+    ("eval cityscapes", "cityscapes_embedded"), ("eval densepose", "densepose_embedded"),
+    ("eval semseg", "semseg_embedded")])
+def test_every_evaluation_keeps_the_method_it_was_told(command: str, preset: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through each CLI: --weights-format goes into the invocation its record and resume hint are built from, so
+    the command that continues it reads the file as the first did; a random-init command drops it."""
+    from typer.testing import CliRunner
+
+    import classification.cli
+    import moco_core.cli
+    from cli import app
+
+    told: list[dict[str, Any]] = []
+
+    def launched(cfg: Any, print_config: bool, nproc: int, fn: Any, *args: Any) -> None:
+        told.append(args[-1])  # the invocation: each command passes it last
+
+    monkeypatch.setattr(classification.cli, "print_or_launch", launched)
+    monkeypatch.setattr(moco_core.cli, "print_or_launch", launched)
+    weights = tmp_path / "w.pth"
+    weights.write_bytes(b"")
+    result = CliRunner().invoke(app, [*command.split(), str(weights), "-c", preset, "--weights-format", "dino",
+                                      "--data", str(tmp_path), "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    (asked,) = told
+    assert asked["command"] == command and asked["options"]["weights_format"] == "dino"
+    resume = command_line(asked, weights=str(weights), resume=True)
+    assert resume == f"moco {command} {weights} -c {preset} --data {tmp_path} --weights-format dino --resume"
+    assert "--weights-format" not in command_line(asked, weights="random", arch="resnet50")

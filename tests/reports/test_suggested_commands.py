@@ -129,3 +129,48 @@ def test_a_semi_supervised_table_suggests_the_random_init_of_its_subset(write_re
     (found,) = suggestions((out / "report.html").read_text()).values()
     assert found == [f"moco eval finetune random --arch resnet18 -c finetune_32px --data /data/digits --labels 10% "
                      f"--set optim.batch_size=14 --output-dir {runs}/finetune_32px_labels10pct/random_resnet18"]
+
+
+def test_the_method_a_file_was_read_as_goes_with_its_commands_not_with_random_init(
+        shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that does not say its method is read as --weights-format names it: the command a stopped evaluation
+    prints names it again (without it, that command stops at "does not say which method"), the record keeps it,
+    and the report's random-init suggestion, which has no method, leaves it out and still runs."""
+    import signal
+
+    import classification.knn as knn
+    from tests.layouts import torchvision_weights
+
+    monkeypatch.delenv("MOCO_SMOKE", raising=False)
+    weights = torchvision_weights(tmp_path / "resnet18.pth")
+    out = tmp_path / "runs" / "dino"
+    write = knn.write_record
+
+    def stopped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop, as the scores are written
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(knn, "write_record", stopped)
+    first = CliRunner().invoke(app, ["eval", "knn", str(weights), "-c", "knn_32px", "--data", str(shapes_root),
+                                     "--k", "5", "--device", "cpu", "--weights-format", "dino", "--set",
+                                     "data.workers=0", "--output-dir", str(out)])
+    assert first.exit_code == 143, first.output
+    prefix = "stopped by SIGTERM during the evaluation; continue with: "
+    hint = first.output.strip().splitlines()[-1].removeprefix(prefix)
+    assert hint == (f"moco eval knn {weights} -c knn_32px --data {shapes_root} --device cpu --k 5 --weights-format "
+                    f"dino --set data.workers=0 --output-dir {out}"), first.output
+    monkeypatch.setattr(knn, "write_record", write)
+    again = CliRunner().invoke(app, hint.split()[1:])
+    assert again.exit_code == 0, again.output
+    record = json.loads((out / "result.json").read_text())
+    assert record["invocation"]["options"]["weights_format"] == "dino"
+    assert record["backbone"]["pretrain"]["method"] == "dino"
+    report = tmp_path / "report"
+    assert CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--out", str(report)]).exit_code == 0
+    (suggested,) = suggestions((report / "report.html").read_text()).values()
+    assert suggested == [f"moco eval knn random --arch resnet18 -c knn_32px --data {shapes_root} --device cpu --k 5 "
+                         f"--set data.workers=0 --output-dir {tmp_path / 'runs' / 'random_resnet18'}"]
+    floor = CliRunner().invoke(app, suggested[0].split()[1:])
+    assert floor.exit_code == 0, floor.output
+    assert "weights_format" not in json.loads(
+        (tmp_path / "runs" / "random_resnet18" / "result.json").read_text())["invocation"]["options"]
