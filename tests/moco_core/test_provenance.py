@@ -108,3 +108,38 @@ def test_a_record_of_a_smoke_pretraining_is_marked_in_any_mode(tmp_path: Path,
     assert json.loads(write_record(tmp_path / "b.json", backbone=smoked, **kwargs).read_text())["smoke"] is True
     monkeypatch.setenv("MOCO_SMOKE", "1")
     assert json.loads(write_record(tmp_path / "c.json", backbone=real, **kwargs).read_text())["smoke"] is True
+
+
+def test_weights_a_smoke_run_wrote_before_checkpoints_said_so_are_marked_by_its_run_json(
+        shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read through moco_core/model/weights (issue 47's readers): a checkpoint of ours without its ``smoke`` field
+    (written before it was) is a smoke run's where the run.json beside it says so, and the kNN record of it, made
+    in real mode, is marked, and so is its row in the report; the same checkpoint beside a real run's run.json is
+    not."""
+    import torch
+    from typer.testing import CliRunner
+
+    from cli import app
+    from tests.layouts import official_checkpoint
+
+    monkeypatch.delenv("MOCO_SMOKE", raising=False)
+    for name, smoked in (("old_smoke", True), ("old_real", False)):
+        run = tmp_path / name
+        run.mkdir()
+        obj = torch.load(official_checkpoint(run / "checkpoint_last.pth.tar"), weights_only=False)
+        obj.update(format="moco-suite", method="moco", epoch=1, config={"data": {"path": "embedded"},
+                                                                        "optim": {"epochs": 1}})
+        torch.save(obj, run / "checkpoint_last.pth.tar")
+        (run / "run.json").write_text(json.dumps({"starts": [{"smoke": True} if smoked else {}]}))
+        result = CliRunner().invoke(app, ["eval", "knn", str(run), "-c", "knn_32px", "--data", str(shapes_root),
+                                          "--k", "5", "--device", "cpu", "--set", "data.workers=0", "--output-dir",
+                                          str(tmp_path / "e" / name)])
+        assert result.exit_code == 0, result.output
+        record = json.loads((tmp_path / "e" / name / "result.json").read_text())
+        assert record["backbone"]["pretrain"]["smoke"] is smoked and record.get("smoke", False) is smoked
+    report = CliRunner().invoke(app, ["report", str(tmp_path / "e"), "--out", str(tmp_path / "r")])
+    assert report.exit_code == 0, report.output
+    rows = {(r["pretraining"], r["smoke"]) for r in csv.DictReader(io.StringIO(
+        (tmp_path / "r" / "report.csv").read_text())) if r["origin"] == "ours"}
+    assert {smoked for _, smoked in rows} == {"yes", "no"} and len(rows) == 2, rows
+    assert "\\[smoke\\]" in (tmp_path / "r" / "report.md").read_text()
