@@ -66,7 +66,8 @@ def studies_line(report: Report) -> str | None:
     """With several studies: which, each with its records (``moco report --only NAME`` reports one)."""
     if len(report.studies) < 2:
         return None
-    found = "; ".join(f"{s.name} ({s.description}; {len(s.records)} records)" for s in report.studies)
+    found = "; ".join(f"{s.name} ({s.description}" + (f"; {len(s.records)} records)" if s.records else ")")
+                      for s in report.studies)  # a transfer study counts its suite runs in its description
     shown = "" if len(report.sections) == len(report.studies) else \
         f" This report holds {', '.join(s.study.name for s in report.sections)}."
     return (f"{len(report.studies)} studies found, each in a section of its own: {found}.{shown} moco report --only "

@@ -88,7 +88,8 @@ def build_report(roots: Sequence[str], published: list[PublishedRow] | None = No
     skipped += transfer_skipped
     studies = find_studies(records, roots)
     if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.transfer's)
-        studies.append(Study(TRANSFER_STUDY, "moco eval transfer's suites", ()))
+        runs = len({t.run for t in trials})
+        studies.append(Study(TRANSFER_STUDY, f"moco eval transfer's suites: {runs} suite run{'s' * (runs != 1)}", ()))
     chosen = studies
     if only:
         names = {s.name for s in studies}
