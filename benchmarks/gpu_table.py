@@ -88,6 +88,42 @@ def decoder_rows(decoders: dict[str, Any]) -> list[tuple[str, str, str]]:
     return shown
 
 
+def logreg_rows(logreg: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """benchmarks/logreg_sweep.py (issue 49): the 45-value sweep and refit, ours on the device beside scikit-learn's
+    on the host's CPU, each problem's seconds and test top-1; the frozen extraction's images/s."""
+    if not logreg:
+        return [("transfer sweep (`benchmarks/logreg_sweep.py`)", "-", "not run")]
+    shown = []
+    for name, row in logreg.get("problems", {}).items():
+        ours, sk = row["ours"], row.get("sklearn")
+        shape = f"{row['train']:,} x {row['dim']}, {row['classes']} classes"
+        now = f"{ours['total_s_extrapolated']:.1f} s, test {ours['test_top1']:.2f}"
+        if sk:
+            now += (f"; scikit-learn {sk['total_s_extrapolated']:.1f} s ({sk['note']}), test {sk['test_top1']:.2f}; "
+                    f"{row['speedup']:.1f}x")
+        shown.append((f"transfer sweep, 45 L2 values + refit, {name} ({shape})", "-", now))
+    ext = logreg.get("extraction")
+    if ext:
+        shown.append((f"frozen extraction, {ext['arch']} {ext['image_size']} px, batch {ext['batch']}, "
+                      f"{ext['precision']}", "-", rate(ext["images_per_s"])))
+    return shown
+
+
+def grid_rows(grid: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """benchmarks/head_grid.py (issue 48): each setting's one head against the grid, images/s and the time ratio."""
+    if not grid:
+        return [("linear head grid (`benchmarks/head_grid.py`)", "-", "not run")]
+    shown = []
+    for setting in grid.get("settings", []):
+        one, many = setting["one_head"], setting["grid"]
+        memory = (f"; peak {one['peak_memory_mib'] / 1024:.1f} / {many['peak_memory_mib'] / 1024:.1f} GiB"
+                  if "peak_memory_mib" in one and "peak_memory_mib" in many else "")
+        shown.append((f"head grid: {setting['setting']}, 1 head / {many['heads']} heads, images/s (time ratio)", "-",
+                      f"{rate(one['images_per_s'])} / {rate(many['images_per_s'])} "
+                      f"({setting['time_ratio']:.2f}x){memory}"))
+    return shown
+
+
 def tail(out: Path, name: str) -> str:
     path = out / f"{name}.log"
     lines = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
@@ -176,6 +212,8 @@ def main() -> None:
         *v3_rows(v3, "vit_base"),
         *v3_rows(v3_r50, "resnet50"),
         *demo_rows(out),
+        *logreg_rows(load(out, "logreg")),
+        *grid_rows(load(out, "head_grid")),
     ]
     device = (compiled.get("machine") or eager.get("machine") or {}).get("cuda_device") or data.get("device", "?")
     env = (out / "env.log").read_text().strip().splitlines() if (out / "env.log").is_file() else []
@@ -188,7 +226,8 @@ def main() -> None:
     report = {"device": device, "env": env, "rows": [{"what": n, "before": b, "now": v} for n, b, v in rows],
               "step_compiled": compiled, "step_eager": eager, "step_plain_compiled": plain, "step_eager_nchw": nchw,
               "data": data, "decoders": load(out, "decoders"), "real": real,
-              "real_after_compile": settled, "mocov3_vit": v3, "mocov3_r50": v3_r50}
+              "real_after_compile": settled, "mocov3_vit": v3, "mocov3_r50": v3_r50,
+              "logreg": load(out, "logreg"), "head_grid": load(out, "head_grid")}
     (out / "report.json").write_text(json.dumps(report, indent=1))
 
 
