@@ -102,13 +102,13 @@ for f in report/report.csv report/report.md demo.json; do [ -f "$DEMO/$f" ] && c
 # Each evaluation's result.json, so that the trials a stopped demo finished still count.
 [ -d "$DEMO" ] && (cd "$DEMO" && find . -name result.json | tar czf "$OUT/demo_results.tgz" -T -)
 # Issue 49: the transfer protocol's 45-value L-BFGS sweep on the GPU beside scikit-learn's on this machine's CPU
-# (where it is installed), and the frozen extraction's images/s. Issue 48: one linear head against the 52-head grid
-# on one frozen pass (ResNet-50 and ViT-B/16, batch 1,024). $LOGREG_ARGS and $GRID_ARGS shrink them.
+# (where it is installed), and the frozen extraction's images/s; before it, issue 48: one linear head against the
+# 52-head grid on one frozen pass (ResNet-50 and ViT-B/16, batch 1,024). $LOGREG_ARGS and $GRID_ARGS shrink them.
 sk=(); "$PY" -c "import sklearn" 2>/dev/null || sk=(--skip-sklearn)
-read -r -a logreg_args <<<"${LOGREG_ARGS:---device cuda --problems small,food101 --budget 40 --images 4096 --batch 256}"
-stage logreg 150 "$PY" benchmarks/logreg_sweep.py "${logreg_args[@]}" "${sk[@]}"
 read -r -a grid_args <<<"${GRID_ARGS:---device cuda --gpu}"
 stage head_grid 120 "$PY" benchmarks/head_grid.py "${grid_args[@]}"
+read -r -a logreg_args <<<"${LOGREG_ARGS:---device cuda --problems small,food101 --budget 30 --images 4096 --batch 256}"
+stage logreg 120 "$PY" benchmarks/logreg_sweep.py "${logreg_args[@]}" "${sk[@]}"
 stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
 stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none
 stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup 3

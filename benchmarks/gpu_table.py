@@ -118,7 +118,8 @@ def grid_rows(grid: dict[str, Any]) -> list[tuple[str, str, str]]:
         one, many = setting["one_head"], setting["grid"]
         memory = (f"; peak {one['peak_memory_mib'] / 1024:.1f} / {many['peak_memory_mib'] / 1024:.1f} GiB"
                   if "peak_memory_mib" in one and "peak_memory_mib" in many else "")
-        shown.append((f"head grid: {setting['setting']}, 1 head / {many['heads']} heads, images/s (time ratio)", "-",
+        shown.append((f"head grid: {many.get('arch', '')} {setting['setting']}, 1 head / {many['heads']} heads, "
+                      "images/s (time ratio)", "-",
                       f"{rate(one['images_per_s'])} / {rate(many['images_per_s'])} "
                       f"({setting['time_ratio']:.2f}x){memory}"))
     return shown
