@@ -55,8 +55,9 @@ class Fit:
     evaluations: int = 0  # of the objective and its gradient (each two matrix products over the features)
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
-        """Decision values (N, K) of features ``x`` (N, D): logits, or each class's binary margin."""
-        return x.double() @ self.weight.t() + self.bias
+        """Decision values (N, K) of features ``x`` (N, D): logits, or each class's binary margin, on ``x``'s device
+        (features already on the GPU are scored there)."""
+        return x.double() @ self.weight.to(x.device).t() + self.bias.to(x.device)
 
 
 def objective(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, y: torch.Tensor, C: float) -> float:
