@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from classification.frozen.logreg import LAMBDAS, _Problem, fit_torch, objective, refit, sweep
+from classification.frozen.logreg import LAMBDAS, Fit, _Problem, fit_torch, objective, refit, sweep
 from classification.frozen.metrics import map11, mean_per_class, top1
 
 sklearn = pytest.importorskip("sklearn")
@@ -114,3 +114,13 @@ def test_the_sweep_chooses_what_sklearn_chooses(name: str) -> None:
     assert max(abs(a - b) for a, b in zip(ours.scores, ref.scores, strict=True)) <= 2.0  # the whole val curve agrees
     curve = ours.curve()
     assert len(curve) == 45 and curve[0]["lambda"] == pytest.approx(1e-6) and curve[0]["C"] == pytest.approx(1e6)
+
+
+def test_a_fit_scores_features_on_their_own_device() -> None:
+    """The weights live on the CPU; features already on an accelerator (the H200 benchmark moves them once) are
+    scored there. The meta device stands in for CUDA: the old code multiplied across devices."""
+    fit = Fit(torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]], dtype=torch.float64),
+              torch.tensor([0.5, -0.5], dtype=torch.float64), C=1.0, iterations=1, converged=True)
+    assert fit.scores(torch.ones(4, 3)).tolist() == [[3.5, -0.5]] * 4  # 1 + 2 + 0.5; 1 - 1 - 0.5
+    on_meta = fit.scores(torch.ones(4, 3, device="meta"))
+    assert on_meta.device.type == "meta" and on_meta.shape == (4, 2) and on_meta.dtype == torch.float64
