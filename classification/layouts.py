@@ -28,6 +28,7 @@ import numpy as np
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
 from moco_core.data.matfile import read_mat
+from moco_core.user_files import LIST_LIMIT, inside, read_bytes, read_text
 
 FLOWERS, PETS = "flowers-102", "oxford-iiit-pet"
 
@@ -94,7 +95,8 @@ def _pets(root: Path) -> Listed:
     parsed = []
     for path in lists:
         rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = read_text(path, limit=LIST_LIMIT, what="data.path: Pets list", error=ConfigError)
+        for number, line in enumerate(text.splitlines(), 1):
             fields = line.split()
             if not fields or line.startswith("#"):
                 continue
@@ -106,7 +108,9 @@ def _pets(root: Path) -> Listed:
         parsed.append(rows)
     ids = sorted(names)
     index = {c: i for i, c in enumerate(ids)}
-    train, val = ([(str(root / "images" / f"{name}.jpg"), index[c]) for name, c in rows] for rows in parsed)
+    train, val = ([(str(inside(root / "images", f"{name}.jpg", what=f"data.path: {path}: image",
+                               error=ConfigError)), index[c]) for name, c in rows]
+                  for rows, path in zip(parsed, lists, strict=True))
     return Listed(PETS, root, train, val, [names[c] for c in ids], lists)
 
 
@@ -119,7 +123,8 @@ def content_digest(root: Path, files: list[str], annotations: list[Path] = ()) -
         digest.update(f"{rel}\0{size}\n".encode("utf-8", "surrogateescape"))
     for path in annotations:
         digest.update(f"{os.path.relpath(path, root)}\0".encode("utf-8", "surrogateescape"))
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256(read_bytes(path, limit=LIST_LIMIT, what="data.path: annotation file",
+                                                error=ConfigError)).digest())
     return digest.hexdigest()
 
 

@@ -30,6 +30,7 @@ from moco_core.checkpoint import LINEAR_LAST, snapshot_name
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.run.rundir import LOCK
+from moco_core.user_files import CONFIG_LIMIT, read_text
 
 SNAPSHOT = re.compile(r"checkpoint_(\d{4,})\.pth\.tar")
 
@@ -43,9 +44,9 @@ class FollowEnded(UserError):
 def schedule(run_dir: Path) -> tuple[int, int]:
     """(run.keep_every, optim.epochs) of the run's config.yaml."""
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        cfg = yaml.safe_load(read_text(run_dir / "config.yaml", limit=CONFIG_LIMIT, what="config.yaml"))
         return int(cfg["run"]["keep_every"]), int(cfg["optim"]["epochs"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+    except (UserError, yaml.YAMLError, KeyError, TypeError, ValueError):
         raise ConfigError(f"{run_dir}: not a pretraining run directory (no readable config.yaml)") from None
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
+from moco_core.user_files import LIST_LIMIT, inside, read_bytes
 
 PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
@@ -76,17 +77,23 @@ def fraction_subset(samples: list[tuple[str, int]], labels: str, seed: int) -> S
 
 
 def read_subset_file(path: Path) -> tuple[list[str], int]:
-    """The distinct names of a SimCLR-format list, in file order, and how many lines repeated an earlier name."""
+    """The distinct names of a SimCLR-format list, in file order, and how many lines repeated an earlier name.
+
+    The list is read through :mod:`moco_core.user_files`: a regular file of at most LIST_LIMIT bytes (never
+    ``/dev/zero`` or a FIFO), each name relative (:func:`moco_core.user_files.inside`: no absolute name, none that
+    climbs out with ``..``)."""
+    data = read_bytes(path, limit=LIST_LIMIT, what="data.subset: file", error=ConfigError)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"data.subset: {path} not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"data.subset: {path} cannot be read as a text file of image names ({err})") from None
+        lines = data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"data.subset: {path} cannot be read as a text file of image names (not UTF-8 at byte "
+                          f"{err.start})") from None
     names = [line.strip() for line in lines if line.strip()]
     if not names:
         raise ConfigError(f"data.subset: {path} names no image (expected one file name a line, such as "
                           f"n01440764_10026.JPEG, as SimCLR's 1percent.txt)")
+    for name in names:  # a name is a file of train/<class>/: one that leaves the dataset is a mistake, said once
+        inside("train/<class>", name, what=f"data.subset: {path}: name", error=ConfigError)
     distinct = list(dict.fromkeys(os.path.basename(n) for n in names))
     return distinct, len(names) - len(distinct)
 
@@ -114,7 +121,8 @@ def file_subset(samples: list[tuple[str, int]], path: Path, *, unreadable: list[
     lost = [n for n in names if n not in where]
     if lost:
         notes.append(f"{len(lost)} listed images are unreadable and left out (first: {show_value(lost[0])})")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(read_bytes(path, limit=LIST_LIMIT, what="data.subset: file",
+                                       error=ConfigError)).hexdigest()
     record = {"kind": "file", "file": path.name, "sha256": digest, "names": len(names), "images": len(chosen),
               "of": len(samples)}
     return Subset([samples[i] for i in chosen], record,

@@ -25,6 +25,7 @@ from moco_core.checkpoint import FINETUNE_LAST, LAST, LINEAR_LAST
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.run import preemption
+from moco_core.user_files import read_json
 
 COMMANDS = ("pretrain", "eval linear", "eval finetune", "eval voc", "eval coco", "eval keypoints", "eval lvis",
             "eval cityscapes", "eval semseg", "eval snapshots")
@@ -164,8 +165,8 @@ def run_moco(argv: list[str]) -> int:
 
 def read_record(run_dir: Path) -> dict[str, Any]:
     try:
-        record = json.loads((run_dir / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = read_json(run_dir / RECORD, what="job record")
+    except UserError:  # none yet, or not one this module wrote: no state to resume from
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -24,6 +24,7 @@ import yaml
 
 from moco_core import smoke
 from moco_core.errors import UserError, show
+from moco_core.user_files import CONFIG_LIMIT, read_text, regular_file
 
 logger = logging.getLogger("moco.config")
 
@@ -294,8 +295,8 @@ def preset_path(name_or_path: str, command: str | None = None) -> Path:
         return shipped
     if path.is_dir():
         raise ConfigError(f"config: {path} is a directory; give a YAML file or a preset name")
-    if as_path or path.exists():
-        raise ConfigError(f"config file not found: {path}")
+    if as_path or path.exists():  # missing, or a FIFO or device: said as such, never opened
+        regular_file(path, what="config file", error=ConfigError)
     known = presets_for(command) if command else sorted(p.stem for p in PRESETS.glob("*.yaml"))
     raise ConfigError(f"unknown config preset {show(name_or_path)}{did_you_mean(name_or_path, known)} (presets: "
                       f"{', '.join(known)})")
@@ -357,11 +358,7 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = (), cls: type | None = None)
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: _base_ chain loops")
-    try:
-        data = load_yaml(path.read_text(), str(path)) or {}
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err.__class__.__name__})") \
-            from None
+    data = load_yaml(read_text(path, limit=CONFIG_LIMIT, what="config file", error=ConfigError), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     base = data.pop("_base_", None)

@@ -4,10 +4,10 @@ exhaust memory or leave the dataset.
 - :func:`regular_file`: the path must be a regular file (after links): a FIFO would wait for ever, ``/dev/zero``
   would grow without end, a directory is a mistake. Checked before anything opens it.
 - :func:`read_bytes` / :func:`read_text`: at most ``limit`` bytes; a larger file is refused, never read whole.
-- :func:`parse_json` / :func:`read_json`: JSON whose numbers fit what Python, NumPy and torch hold (an integer of
-  at most 64 bits, a finite float where the text wrote a finite one): Python's own parser turns a 5,000-digit
-  integer into ``ValueError: Exceeds the limit (4300 digits)`` and a 400-digit one into an int that overflows at
-  the first ``float()``; nesting too deep for the parser is malformed too.
+- :func:`parse_json` / :func:`read_json` / :func:`parse_json_lines`: JSON whose numbers fit what Python, NumPy and
+  torch hold (an integer of at most 64 bits, a finite float where the text wrote a finite one): Python's own parser
+  turns a 5,000-digit integer into ``ValueError: Exceeds the limit (4300 digits)`` and a 400-digit one into an int
+  that overflows at the first ``float()``; nesting too deep for the parser is malformed too.
 - :func:`inside`: a file name read from a file (``file_name`` of an annotation, a line of a split list) joined to
   its folder, refused when it is absolute or climbs out with ``..``.
 
@@ -33,6 +33,7 @@ MiB = 1 << 20
 ANNOTATION_LIMIT = 4096 * MiB
 LIST_LIMIT = 256 * MiB
 RECORD_LIMIT = 64 * MiB
+CONFIG_LIMIT = 16 * MiB  # a YAML config (the presets are a few KiB; expanding aliases is bounded apart)
 INT_BITS = 64  # an integer literal must fit a signed 64-bit integer (torch.long, numpy.int64)
 
 
@@ -102,19 +103,38 @@ def _parse_float(text: str) -> float:
 
 
 def parse_json(text: str | bytes, *, what: str = "JSON", error: type[UserError] = UserError) -> Any:
-    """JSON ``text`` parsed, its numbers checked (see the module docstring); malformed text is ``error``."""
+    """JSON ``text`` parsed, its numbers checked (see the module docstring); malformed text is ``error``, whose
+    message is ``"{what}: malformed JSON (why)"`` (``"malformed JSON (why)"`` when ``what`` is empty)."""
+    said = f"{what}: malformed JSON" if what else "malformed JSON"
     try:
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
     except _NumberError as err:
-        raise error(f"{what}: malformed JSON ({err})") from None
+        raise error(f"{said} ({err})") from None
     except json.JSONDecodeError as err:
-        raise error(f"{what}: malformed JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        raise error(f"{said} ({err.msg}: line {err.lineno} column {err.colno})") from None
     except UnicodeDecodeError as err:
-        raise error(f"{what}: malformed JSON (not UTF-8 at byte {err.start})") from None
+        raise error(f"{said} (not UTF-8 at byte {err.start})") from None
     except RecursionError:
-        raise error(f"{what}: malformed JSON (nested too deep)") from None
+        raise error(f"{said} (nested too deep)") from None
     except ValueError as err:  # anything else the parser or int() refuses
-        raise error(f"{what}: malformed JSON ({err})") from None
+        raise error(f"{said} ({err})") from None
+
+
+def parse_json_lines(text: str | bytes) -> tuple[list[Any], int]:
+    """The values of a JSON-lines text (``metrics.jsonl``: one JSON value a line; blank lines skipped), and how
+    many lines were malformed (:func:`parse_json`) and left out: a log a killed run cut mid-line, or one edited by
+    hand, is read for what it holds. Bytes are decoded as UTF-8, an undecodable byte spoiling its line only."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    values, malformed = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            values.append(parse_json(line, what=""))
+        except UserError:
+            malformed += 1
+    return values, malformed
 
 
 def read_json(path: str | os.PathLike[str], *, limit: int = RECORD_LIMIT, what: str = "JSON file",

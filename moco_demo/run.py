@@ -23,10 +23,12 @@ from typing import Any
 
 from moco_core import checkpoint, smoke
 from moco_core.commands import invocation
+from moco_core.errors import UserError
 from moco_core.run.preemption import Stopper
 from moco_core.run.progress import LINE
 from moco_core.run.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
+from moco_core.user_files import read_json
 
 # Every evaluation the demo can run, by its embedded preset (``<task>_embedded``; linear: lincls_embedded). The
 # default is the paper's headline protocol; the rest of Table 6 and fine-tuning are opt-in (--tasks), so the
@@ -55,8 +57,9 @@ class Demo:
         self.done = 0
         self.times: list[StepTime] = []
         path = output_dir / "demo.json"
-        before = json.loads(path.read_text()).get("steps", []) if path.is_file() else []
-        self.before = {t["name"]: t["seconds"] for t in before if isinstance(t, dict) and "name" in t}
+        before = self._steps_before(path)
+        self.before = {t["name"]: float(t["seconds"]) for t in before if isinstance(t, dict) and "name" in t
+                       and isinstance(t.get("seconds"), int | float) and not isinstance(t["seconds"], bool)}
 
     def step(self, name: str, run: Callable[[], object], *, done: bool = False) -> None:
         self.done += 1
@@ -76,6 +79,16 @@ class Demo:
         print(f"{prefix}: {took:.0f} s", file=sys.stderr, flush=True)
         self.times.append(StepTime(name, took, False))
         self._save_times()
+
+    @staticmethod
+    def _steps_before(path: Path) -> list:
+        """The steps an earlier demo in this folder timed (demo.json); none where it is missing or malformed."""
+        try:
+            saved = read_json(path, what="demo.json") if path.exists() else {}
+        except UserError:
+            return []
+        steps = saved.get("steps", []) if isinstance(saved, dict) else []
+        return steps if isinstance(steps, list) else []
 
     def _save_times(self) -> None:
         times = {"steps": [t.__dict__ for t in self.times], "total_s": sum(t.seconds for t in self.times)}

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import io
-import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
 
+from moco_core.errors import UserError  # noqa: E402
+from moco_core.user_files import LIST_LIMIT, parse_json_lines, read_bytes  # noqa: E402
 from reports.safe_text import printable  # noqa: E402
 from reports.tables import METRIC_HEADERS, AblationData, fmt_sweep  # noqa: E402
 
@@ -35,7 +37,8 @@ class Curves:
     loss: list[tuple[float, float]] = field(default_factory=list)
     accuracy: list[tuple[float, float]] = field(default_factory=list)
     knn: list[tuple[float, float]] = field(default_factory=list)
-    unreadable: int = 0
+    unreadable: int = 0  # lines that are not JSON objects with numbers a float holds: skipped
+    problem: str | None = None  # why the file itself was not read (not a regular file, too large)
 
     @property
     def empty(self) -> bool:
@@ -109,23 +112,24 @@ def ablation_figure(data: AblationData) -> Figure:
 
 
 def read_curves(path: Path) -> Curves:
-    """Step lines ("loss", "accuracy", "epoch", "step") and kNN lines ("knn_top1") of a pretraining metrics.jsonl."""
+    """Step lines ("loss", "accuracy", "epoch", "step") and kNN lines ("knn_top1") of a pretraining metrics.jsonl.
+
+    The file is read through :mod:`moco_core.user_files` (a regular file, at most LIST_LIMIT bytes); a line that is
+    not a JSON object whose numbers fit 64-bit integers and finite floats is counted in ``unreadable`` and skipped,
+    as a file that cannot be read is reported in ``problem``: a report is never stopped by a run's log."""
     curves = Curves()
-    lines: list[dict] = []
-    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            curves.unreadable += 1
-            continue
-        if isinstance(line, dict):
-            lines.append(line)
+    try:
+        text = read_bytes(path, limit=LIST_LIMIT, what="metrics file")
+    except UserError as err:
+        curves.problem = str(err)
+        return curves
+    values, curves.unreadable = parse_json_lines(text)
+    lines = [v for v in values if isinstance(v, dict)]
+    curves.unreadable += len(values) - len(lines)
     per_epoch = _steps_per_epoch(lines)
     for line in lines:
         epoch = line.get("epoch")
-        if not isinstance(epoch, int | float):
+        if not _is_number(epoch):
             continue
         if _is_number(line.get("knn_top1")):
             curves.knn.append((epoch + 1.0, float(line["knn_top1"])))
@@ -138,14 +142,15 @@ def read_curves(path: Path) -> Curves:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite int or float (not a bool): NaN and Infinity, which JSON lines may hold, are not plotted."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _steps_per_epoch(lines: list[dict]) -> float | None:
     """From the first end-of-epoch line ("epoch_loss"): its step / (epoch + 1)."""
     for line in lines:
         if "epoch_loss" in line and _is_number(line.get("step")) and _is_number(line.get("epoch")):
-            return line["step"] / (line["epoch"] + 1) if line["step"] > 0 else None
+            return line["step"] / (line["epoch"] + 1) if line["step"] > 0 and line["epoch"] >= 0 else None
     return None
 
 

@@ -17,13 +17,14 @@ holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moco_core.errors import UserError
+from moco_core.user_files import RECORD_LIMIT, parse_json, read_bytes
 from reports.pretraining import (
     ABSENT_METHODS,
     EVAL_ADDED_NEUTRAL,
@@ -59,7 +60,7 @@ ENGINES = ("detectron2", "torchvision")
 DEFAULT_VOC_MODEL = "R50-C4"
 DEFAULT_K = 200  # moco eval knn's neighbours (InstDisc's): a kNN table of another k says so
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """Why one record cannot be used (becomes a :class:`Skipped`)."""
 
 
@@ -163,16 +164,10 @@ def load_records(roots: Iterable[str]) -> tuple[list[Record], list[Skipped]]:
 
 
 def read_json(file: Path) -> Any:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise RecordError(f"unreadable: {err}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RecordError(f"malformed JSON: {err}") from None
-    except RecursionError:
-        raise RecordError("JSON nested too deeply to be a record") from None
+    """The decoded record (:mod:`moco_core.user_files`: a regular file of at most RECORD_LIMIT bytes, numbers that
+    fit 64-bit integers and finite floats); RecordError says why not."""
+    data = read_bytes(file, limit=RECORD_LIMIT, what="record", error=RecordError)
+    return parse_json(data, what="", error=RecordError)
 
 
 # --------------------------------------------------------------------------------------------------------- parsing

@@ -72,12 +72,11 @@ def sweep_cli(
 
 def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers: int, quiet: bool) -> Any:
     """evaluate(checkpoint, out_dir, extra, seed) -> (record path, metrics) for the chosen evaluation."""
-    import json
-
     from classification.knn import knn_eval
     from classification.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
     from moco_core.config import replace
     from moco_core.data.augment import eval_resize
+    from moco_core.user_files import read_json
 
     def knn(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
         # center crops at the pretraining scale, as the pretraining's kNN monitor takes them
@@ -92,6 +91,6 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
         cfg = replace(protocol, run={"output_dir": str(out), "seed": seed})
         resume = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted sweep left part-way
         record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra, resume=resume)
-        return record, json.loads(record.read_text())["metrics"]
+        return record, read_json(record, what="record")["metrics"]
 
     return knn if kind == "knn" else linear

@@ -20,7 +20,6 @@ of one ``sweep`` field as trials of that point.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from moco_core import checkpoint
 from moco_core.config import VIT_ARCHS, ConfigError, PretrainConfig, replace, validated
 from moco_core.errors import NonFiniteLossError
 from moco_core.run.preemption import Stopper
+from moco_core.user_files import LIST_LIMIT, parse_json_lines, read_bytes, read_json
 
 # The swept parameter as the command names it -> as records and the report name it
 RECORD_NAMES = {"K": "queue_size", "m": "momentum"}
@@ -122,9 +122,10 @@ def epoch_losses(run_dir: Path) -> list[float]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    rows, _ = parse_json_lines(read_bytes(path, limit=LIST_LIMIT, what="metrics file"))
     # null: an epoch whose steps had no negative (an empty queue's one-step epoch) has no loss to judge by
-    return [row["epoch_loss"] for row in rows if isinstance(row.get("epoch_loss"), (int, float))]
+    return [row["epoch_loss"] for row in rows
+            if isinstance(row, dict) and isinstance(row.get("epoch_loss"), (int, float))]
 
 
 def training_failure(cfg: PretrainConfig, run_dir: Path) -> str | None:
@@ -188,7 +189,8 @@ def _point(cfg: PretrainConfig, param: str, value: float, output_dir: Path, eval
     record, metrics = None, {}
     if (eval_dir / "result.json").is_file():
         record = eval_dir / "result.json"
-        metrics = json.loads(record.read_text()).get("metrics", {})
+        done = read_json(record, what="record")
+        metrics = done.get("metrics", {}) if isinstance(done, dict) else {}
     elif (run_dir / checkpoint.LAST).is_file():
         stopper.doing = f"the evaluation of {point_dir}"
         record, metrics = evaluate(run_dir / checkpoint.LAST, eval_dir, extra, seed)

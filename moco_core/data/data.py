@@ -25,6 +25,7 @@ from PIL import Image
 from moco_core import distributed
 from moco_core.data.image_files import check_image, load_rgb, reason
 from moco_core.errors import UserError, show
+from moco_core.user_files import parse_json_lines
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -324,10 +325,11 @@ class DecodeFailures:
             return None
         try:
             counts: dict[tuple[str, str], int] = {}
-            for line in taken.read_text(encoding="utf-8", errors="replace").splitlines():
+            notes, _ = parse_json_lines(taken.read_bytes())  # whole lines of ours; a torn one is left out
+            for note in notes:
                 with contextlib.suppress(ValueError, TypeError):
-                    path, reason = json.loads(line)
-                    counts[(path, reason)] = counts.get((path, reason), 0) + 1
+                    path, reason = note
+                    counts[(str(path), str(reason))] = counts.get((str(path), str(reason)), 0) + 1
         finally:
             taken.unlink(missing_ok=True)
         if not counts:

@@ -5,18 +5,20 @@
 images of both splits are under ``ROOT/train_val2018/<supercategory>/<category id>/<hash>.jpg``, and each
 ``file_name`` names its image from ROOT (``train_val2018/Plantae/7477/3b60c948....jpg``). 8,142 categories,
 437,513 train and 24,426 val images. Labels are the category ids in increasing order: id ``k`` is class ``k`` for
-the official files, whose ids are 0..8141.
+the official files, whose ids are 0..8141. The files are read through :mod:`moco_core.user_files`: numbers beyond
+64 bits are malformed JSON, and a ``file_name`` that is absolute or climbs out of ROOT with ``..`` is refused
+(:func:`moco_core.user_files.inside`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from moco_core.data.data import DatasetError
 from moco_core.errors import show
+from moco_core.user_files import ANNOTATION_LIMIT, inside, read_json
 
 TRAIN_JSON = "train2018.json"
 VAL_JSON = "val2018.json"
@@ -32,10 +34,7 @@ def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DatasetError(f"data.path: {path.parent} has {TRAIN_JSON if path.name == VAL_JSON else VAL_JSON} but "
                            f"no {path.name} (iNaturalist 2018's layout needs both)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DatasetError(f"{path}: not readable as JSON ({str(err).splitlines()[0][:120]})") from None
+    data = read_json(path, limit=ANNOTATION_LIMIT, what="iNaturalist annotation file", error=DatasetError)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "annotations")):
         raise DatasetError(f"{path}: not an iNaturalist annotation file (needs lists 'images' and 'annotations')")
     return data
@@ -44,15 +43,16 @@ def _read(path: Path) -> dict[str, Any]:
 def _samples(root: Path, data: dict[str, Any], where: Path) -> list[tuple[str, int]]:
     """(absolute image path, category id) for each image of one split, in the file's order of images."""
     try:
-        files = {int(im["id"]): str(im["file_name"]) for im in data["images"]}
+        files = {int(im["id"]): im["file_name"] for im in data["images"]}
         labels = {int(a["image_id"]): int(a["category_id"]) for a in data["annotations"]}
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise DatasetError(f"{where}: an image or annotation lacks {err} (images need id and file_name, "
                            f"annotations image_id and category_id)") from None
     unlabelled = [i for i in files if i not in labels]
     if unlabelled:
         raise DatasetError(f"{where}: {len(unlabelled)} image(s) have no annotation (first: id {unlabelled[0]})")
-    samples = [(str(root / name), labels[i]) for i, name in files.items()]
+    samples = [(str(inside(root, name, what=f"{where}: image {i}: file_name", error=DatasetError)), labels[i])
+               for i, name in files.items()]
     missing = [p for p, _ in samples if not os.path.isfile(p)]
     if missing:
         raise DatasetError(f"{where}: {len(missing)} of its {len(samples)} images are missing (first: "
@@ -72,7 +72,7 @@ def inat_splits(root: Path) -> tuple[list[tuple[str, int]], list[tuple[str, int]
     try:
         ids = sorted({int(c["id"]) for c in categories} if isinstance(categories, list) and categories
                      else {label for _, label in train})
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise DatasetError(f"{root / TRAIN_JSON}: a category lacks its id") from None
     index = {category: k for k, category in enumerate(ids)}
     unknown = sorted({label for _, label in train + val if label not in index})

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from moco_core.errors import UserError
+from moco_core.user_files import LIST_LIMIT, read_bytes
 
 MI_MATRIX, MI_COMPRESSED = 14, 15
 NUMERIC = {1: "i1", 2: "u1", 3: "i2", 4: "u2", 5: "i4", 6: "u4", 7: "f4", 9: "f8", 12: "i8", 13: "u8"}
@@ -30,7 +31,7 @@ class MatFileError(UserError):
 
 def read_mat(path: Path) -> dict[str, np.ndarray]:
     """Every real numeric array of ``path`` by its name, shaped as MATLAB stores it (column-major)."""
-    data = Path(path).read_bytes()
+    data = read_bytes(path, limit=LIST_LIMIT, what="MAT-file", error=MatFileError)
     if len(data) < 128 or data[:6] != b"MATLAB":
         raise MatFileError(f"{path}: not a MATLAB MAT-file")
     if b"MATLAB 7.3" in data[:116]:

@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from moco_core.data.data import DatasetError
+from moco_core.user_files import ANNOTATION_LIMIT, read_json
 
 CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross")
 SHAPES_VERSION: int = 3
@@ -269,5 +270,4 @@ def load_annotations(root: Path, split: str) -> dict[str, Any]:
         raise FileNotFoundError(
             f"no shapes annotations at {path}; create the dataset with ensure_shapes() or generate_shapes()"
         )
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path, limit=ANNOTATION_LIMIT, what="shapes annotations")

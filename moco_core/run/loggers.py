@@ -74,9 +74,10 @@ def wandb_mode() -> str | None:
 
 
 class Wandb:
-    """A W&B run in ``RUN_DIR/wandb/``, named after the run directory, with the resolved config."""
+    """A W&B run in ``RUN_DIR/wandb/``, named after the run directory, with the resolved config. ``quiet``
+    (``--quiet``): W&B prints nothing, in no colour (its banner, its run summary, its notes)."""
 
-    def __init__(self, run_dir: Path, *, start: int, config: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, *, start: int, config: dict[str, Any], quiet: bool = False) -> None:
         import wandb
 
         id_file = run_dir / WANDB_ID
@@ -84,7 +85,11 @@ class Wandb:
         run_id = id_file.read_text().strip() if resumed else secrets.token_hex(4)  # W&B's id alphabet: [a-z0-9]
         write_text_atomic(id_file, run_id + "\n")
         # W&B copies the console by default, which would record the progress line's redraws: off unless asked for.
-        settings = None if os.environ.get("WANDB_CONSOLE") else wandb.Settings(console="off")
+        options: dict[str, Any] = {} if os.environ.get("WANDB_CONSOLE") else {"console": "off"}
+        if quiet:
+            options.update(silent=True, quiet=True, show_info=False, show_warnings=False, show_errors=False,
+                           show_colors=False, show_emoji=False)
+        settings = wandb.Settings(**options) if options else None
         self.run = wandb.init(dir=str(run_dir), id=run_id, name=run_dir.resolve().name, resume="allow",
                               project=os.environ.get("WANDB_PROJECT", "moco"), config=config, mode=wandb_mode(),
                               settings=settings)
@@ -100,10 +105,11 @@ class Loggers:
     """The loggers of ``names``, opened for a run that continues after ``start``; each dropped with one warning
     the first time it fails."""
 
-    def __init__(self, names: tuple[str, ...], run_dir: Path, *, start: int, config: dict[str, Any]) -> None:
+    def __init__(self, names: tuple[str, ...], run_dir: Path, *, start: int, config: dict[str, Any],
+                 quiet: bool = False) -> None:
         self.open: dict[str, _Logger] = {}
         makers = {"tensorboard": lambda: TensorBoard(run_dir, start=start),
-                  "wandb": lambda: Wandb(run_dir, start=start, config=config)}
+                  "wandb": lambda: Wandb(run_dir, start=start, config=config, quiet=quiet)}
         for name in names:
             try:
                 self.open[name] = makers[name]()

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from moco_core.checkpoint import CheckpointError, write_failure
+from moco_core.errors import UserError
 from moco_core.run.loggers import Loggers
 from moco_core.run.rundir import write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
+from moco_core.user_files import LIST_LIMIT, parse_json, read_bytes
 
 
 def format_duration(seconds: float) -> str:
@@ -155,15 +157,15 @@ class MetricsWriter:
     pace and a run's ETA can be read back from the file alone.
 
     ``loggers`` (``run.loggers``) mirror each line's numbers (:mod:`moco_core.run.loggers`), from :meth:`start` on;
-    ``config`` is the resolved config they record. Used as a context manager: leaving it closes them (their buffers
-    flushed), on an error too.
+    ``config`` is the resolved config they record; ``quiet`` (``--quiet``): they print nothing either. Used as a
+    context manager: leaving it closes them (their buffers flushed), on an error too.
     """
 
     def __init__(self, path: Path, *, enabled: bool = True, loggers: tuple[str, ...] = (),
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, quiet: bool = False) -> None:
         self.path = path
         self.enabled = enabled
-        self.logger_names, self.config = loggers, config or {}
+        self.logger_names, self.config, self.quiet = loggers, config or {}, quiet
         self.loggers: Loggers | None = None
 
     def start(self, step: int) -> None:
@@ -174,16 +176,22 @@ class MetricsWriter:
         if self.path.exists():
             self._truncate_after(step)
         if self.logger_names:
-            self.loggers = Loggers(self.logger_names, self.path.parent, start=step, config=self.config)
+            self.loggers = Loggers(self.logger_names, self.path.parent, start=step, config=self.config,
+                                   quiet=self.quiet)
 
     def _truncate_after(self, step: int) -> None:
+        """Keep the lines of steps up to ``step``; a line that is not a JSON object of ours (the half line of a
+        process killed while writing it, a number beyond 64 bits) is dropped. The file is read through
+        :mod:`moco_core.user_files`: a run directory's metrics.jsonl that is a FIFO or huge is one line."""
         kept = []
-        for line in self.path.read_text(errors="replace").splitlines():
+        text = read_bytes(self.path, limit=LIST_LIMIT, what="metrics file")
+        for line in text.decode("utf-8", errors="replace").splitlines():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # the half line of a process killed while writing it
+                record = parse_json(line, what="")
+            except UserError:
                 continue
-            if isinstance(record, dict) and record.get("step", 0) <= step:
+            done = record.get("step", 0) if isinstance(record, dict) else None
+            if isinstance(done, int | float) and not isinstance(done, bool) and done <= step:
                 kept.append(line)
         write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 

@@ -24,6 +24,8 @@ import moco_core
 from moco_core import distributed, smoke
 from moco_core.checkpoint import write_atomic
 from moco_core.config import ConfigError
+from moco_core.errors import UserError
+from moco_core.user_files import RECORD_LIMIT, parse_json, read_bytes
 
 LOCK = ".moco.lock"
 
@@ -67,13 +69,8 @@ def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]
     run_dir.mkdir(parents=True, exist_ok=True)
     history_path = run_dir / "run.json"
     history: dict[str, Any] = {"starts": []}
-    if history_path.exists():
-        try:
-            history = json.loads(history_path.read_text())
-        except json.JSONDecodeError:  # written by a version without atomic writes, then killed mid-write
-            history = {"starts": [], "lost": "run.json was unreadable at a later start"}
-        except (OSError, UnicodeDecodeError):
-            history = {}
+    if os.path.lexists(history_path):
+        history = _read_history(history_path)
         if not isinstance(history, dict) or not isinstance(history.get("starts"), list):
             raise ConfigError(f"run.output_dir: {run_dir} holds a run.json that no moco run wrote; choose another "
                               f"--output-dir (nothing was written there)")
@@ -83,6 +80,22 @@ def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]
     history["starts"].append({**environment(), **extra})  # every start and resume is kept
     write_text_atomic(history_path, json.dumps(history, indent=2) + "\n")
     write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+
+def _read_history(path: Path) -> Any:
+    """run.json's content, read through :mod:`moco_core.user_files`: None for what no moco run wrote (not a regular
+    file, too large, not JSON); a torn one of ours (written by a version without atomic writes, then killed
+    mid-write: it starts as ours do) is started again, saying what was lost."""
+    try:
+        data = read_bytes(path, limit=RECORD_LIMIT, what="run.json")
+    except UserError:
+        return None
+    try:
+        return parse_json(data, what="")
+    except UserError:
+        if data.startswith(b'{\n  "starts": ['):
+            return {"starts": [], "lost": "run.json was unreadable at a later start"}
+        return None
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -129,10 +142,10 @@ def _holder(fd: int) -> str:
     """Who holds a lock file, as its holder wrote it: "pid 123 on host h since ... (moco pretrain ...)"."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        info = json.loads(os.read(fd, 4096).decode("utf-8", "replace"))
+        info = parse_json(os.read(fd, 4096).decode("utf-8", "replace"), what="")
         command = " ".join(str(a) for a in info.get("argv", []))[:120]
         return f"pid {info['pid']} on host {info['host']} since {info['started']} ({command})"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (UserError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return "another process"
 
 

@@ -61,7 +61,7 @@ def test_unreadable_bytes_are_skipped(write_record: WriteRecord, runs: Path) -> 
     (runs / "bin.result.json").parent.mkdir(parents=True, exist_ok=True)
     (runs / "bin.result.json").write_bytes(b"\xff\xfe\x00junk")
     records, skipped = load_records([str(runs)])
-    assert records == [] and "unreadable" in skipped[0].reason
+    assert records == [] and skipped[0].reason.startswith("malformed JSON (")
 
 
 def test_labels_of_baselines_and_ours(write_record: WriteRecord, runs: Path) -> None:
@@ -204,16 +204,15 @@ def test_labels_name_the_moco_version(write_record: WriteRecord, runs: Path) -> 
 
 def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
     """Reports run where only records are (no torch): the modules import nothing of ours but the torch-free
-    builder of suggested commands (moco_core.commands); the command's module, reports.cli, shares the one error
-    path (moco_core.errors, which escapes through moco_core.terminal)."""
+    modules of moco_core they share: the torch-free builder of suggested commands (moco_core.commands), the one error
+    path (moco_core.errors, which escapes through moco_core.terminal), the reader of files a user names
+    (moco_core.user_files) and the writer of file sets (moco_core.file_sets)."""
     ours = "('torch', 'torchvision', 'moco_core', 'classification', 'transfer', 'sweeps', 'moco_demo')"
-    code = ("import sys, reports.report, reports.render, reports.plots, reports.screenshot; "
-            f"bad = [m for m in sys.modules if m.split('.')[0] in {ours} and m not in "
-            "('moco_core', 'moco_core.commands')]; "
-            "import reports.cli; "
-            f"bad += [m for m in sys.modules if m.split('.')[0] in {ours} and m not in "
-            "('moco_core', 'moco_core.commands', 'moco_core.errors', 'moco_core.terminal')]; print(bad); "
-            "sys.exit(1 if bad else 0)")
+    shared = ("('moco_core', 'moco_core.commands', 'moco_core.errors', 'moco_core.terminal', 'moco_core.user_files', "
+              "'moco_core.file_sets')")
+    code = ("import sys, reports.report, reports.render, reports.plots, reports.screenshot, reports.cli; "
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {ours} and m not in {shared}]; "
+            "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -14,7 +14,6 @@ is clipped to it, a box with no area inside the image is an error.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -22,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from moco_core import user_files
 from moco_core.data.data import DatasetError, show_value
 
 logger = logging.getLogger("moco.transfer")
@@ -82,11 +82,8 @@ def _images(doc: dict[str, Any], image_root: Path, where: str) -> dict[int, dict
                                f"{show_value(width)} x {show_value(height)}")
         if iid in images:
             raise DatasetError(f"{where}: image id {iid} appears twice")
-        if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] == "..":
-            raise DatasetError(f"{where}: image {iid}: file_name {show_value(name)} leaves the image directory "
-                               f"(names are relative to it)")
-        images[iid] = {"file_name": os.path.join(image_root, name), "image_id": iid, "height": height,
-                       "width": width, "annotations": []}
+        path = user_files.inside(image_root, name, what=f"{where}: image {iid}: file_name", error=DatasetError)
+        images[iid] = {"file_name": str(path), "image_id": iid, "height": height, "width": width, "annotations": []}
     return images
 
 
@@ -219,17 +216,10 @@ def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>", annotation_
 
 
 def read_json(json_path: Path) -> Any:
-    """The parsed JSON of an annotation file; a one-line DatasetError when it is missing or malformed."""
-    try:
-        with Path(json_path).open("rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DatasetError(f"COCO annotation file not found: {json_path}") from None
-    except OSError as err:
-        raise DatasetError(f"cannot read {json_path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        text = " ".join(str(err).split())[:120]
-        raise DatasetError(f"{json_path}: malformed JSON ({text})") from None
+    """The parsed JSON of an annotation file (:func:`moco_core.user_files.read_json`: a regular file of at most
+    ANNOTATION_LIMIT bytes, numbers within 64 bits); a one-line DatasetError when it is missing or malformed."""
+    return user_files.read_json(json_path, limit=user_files.ANNOTATION_LIMIT, what="COCO annotation file",
+                                error=DatasetError)
 
 
 def load_coco(json_path: Path, image_root: Path, *, check_files: bool = True,

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from moco_core import user_files
 from moco_core.config import ConfigError
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError, show_value
@@ -109,13 +110,8 @@ def parse_lvis(doc: Any, image_root: Path, *, where: str = "<json>") -> tuple[li
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        with path.open("rb") as f:
-            return json.load(f)
-    except OSError as err:
-        raise DatasetError(f"cannot read {path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise DatasetError(f"{path}: malformed JSON ({' '.join(str(err).split())[:120]})") from None
+    return user_files.read_json(path, limit=user_files.ANNOTATION_LIMIT, what="LVIS annotation file",
+                                error=DatasetError)
 
 
 def load_lvis_data(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:

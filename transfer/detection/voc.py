@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from moco_core.data.data import DatasetError, show_value
+from moco_core.user_files import LIST_LIMIT, inside, read_bytes, read_text
 
 VOC_CLASSES: tuple[str, ...] = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -38,15 +39,15 @@ logger = logging.getLogger("moco.transfer")
 def read_split(root: Path, split: str) -> list[str]:
     """The image ids listed in ``root/ImageSets/Main/{split}.txt``, one per line (blank lines skipped)."""
     path = Path(root) / "ImageSets" / "Main" / f"{split}.txt"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DatasetError(f"cannot read split file {path}: {err.__class__.__name__}") from None
+    lines = read_text(path, limit=LIST_LIMIT, what="split file", error=DatasetError).splitlines()
     ids = []
     for number, line in enumerate(lines, 1):
         fields = line.split()
         if len(fields) > 1:
             raise DatasetError(f"{path}:{number}: expected one image id per line, found {show_value(line)}")
+        if fields:  # the rule of every name read from a file: nothing absolute, nothing that climbs out
+            inside(root, fields[0], what=f"{path}:{number}: image id", error=DatasetError)
+        # and an id names a file of Annotations/ and JPEGImages/: no folder part either
         if fields and (fields[0] in (".", "..") or "/" in fields[0] or "\\" in fields[0]):
             raise DatasetError(f"{path}:{number}: {show_value(fields[0])} is not an image id (ids name files in "
                                f"Annotations/ and JPEGImages/, never a path)")
@@ -144,10 +145,7 @@ def _object(obj: ET.Element, index: int, width: int, height: int, class_ids: dic
 def _parse(path: Path) -> ET.Element:
     """The ``<annotation>`` element of a VOC XML file; DatasetError for anything else."""
     where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise DatasetError(f"cannot read {where}: {err.strerror or err.__class__.__name__}") from None
+    data = read_bytes(path, limit=LIST_LIMIT, what="annotation file", error=DatasetError)
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:  # no DTDs: nothing to expand, no entity bombs
         raise DatasetError(f"{where}: XML with a DTD or entity declarations is not accepted")
     try:
