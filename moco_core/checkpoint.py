@@ -151,6 +151,8 @@ def state_mismatch(expected: dict[str, Any], given: dict[str, Any], *, limit: in
 def load_into(module: torch.nn.Module, state: dict[str, Any]) -> None:
     """``module.load_state_dict(state)`` (strict), with a CheckpointError naming the first mismatching keys and
     shapes (:func:`state_mismatch`) instead of torch's many-line error."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"the weights are a {type(state).__name__}, not a state dict of tensors")
     problem = state_mismatch(module.state_dict(), state)
     if problem:
         raise CheckpointError(problem)
@@ -180,6 +182,24 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def restore_resume_fields(saved: dict[str, Any], path: Path, *, position: str) -> tuple[int, list[dict[str, Any]]]:
+    """An evaluation checkpoint's ``position`` ("epoch", "iteration": how far it got), ``history`` and RNG states
+    (set here), each checked first: a field missing or of another kind is a one-line CheckpointError naming it,
+    and no RNG is changed."""
+    done, history, rng = saved.get(position), saved.get("history", []), saved.get("rng")
+    if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+        raise CheckpointError(f"{path}: its {position!r} is not a count of {position}s done ({type(done).__name__})")
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        raise CheckpointError(f"{path}: its 'history' is not a list of logged values")
+    if rng is not None:
+        try:
+            set_rng_state(rng)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:
+            raise CheckpointError(f"{path}: its 'rng' is not the RNG states a run writes "
+                                  f"({type(err).__name__})") from None
+    return done, history
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -57,6 +57,8 @@ def endless(loader: DataLoader, sampler: ResumableSampler, start: int = 0) -> It
     while True:
         sampler.set_epoch(epoch)
         sampler.start = skip * loader.batch_size  # read when the pass's iterator is made
+        if loader.generator is not None:  # the workers' seeds a function of the pass, resumed or not
+            loader.generator.manual_seed(getattr(sampler, "seed", 0) + epoch)
         yield from loader
         sampler.start, skip, epoch = 0, 0, epoch + 1
 

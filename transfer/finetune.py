@@ -22,6 +22,7 @@ from moco_core import checkpoint, distributed
 from moco_core.config import to_dict
 from moco_core.model.backbone import BackboneInfo
 from moco_core.model.batchnorm import sync_batchnorm_for
+from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.preemption import ResumableSampler
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.rundir import write_run_files
@@ -41,18 +42,19 @@ def sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def resume_from(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, what: str) -> int:
-    """Load the run directory's last checkpoint into ``model`` and ``optimizer``; the iterations it had done.
-    ``what`` names the model in errors ("detector", "segmentation network")."""
-    saved = checkpoint.load(run_dir / checkpoint.LAST)
+    """Load the run directory's last checkpoint into ``model`` and ``optimizer``, and set the RNG states it saved
+    (the random scales, crops and flips continue as they would have); the iterations it had done. ``what`` names
+    the model in errors ("detector", "segmentation network"). What does not fit is one line before any step."""
+    path = run_dir / checkpoint.LAST
+    saved = checkpoint.load(path)
     if saved.get("format") != CHECKPOINT_FORMAT:
-        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: not a transfer fine-tuning checkpoint")
+        raise checkpoint.CheckpointError(f"{path}: not a transfer fine-tuning checkpoint")
     try:
-        checkpoint.load_into(model, saved["model"])
+        checkpoint.load_into(model, saved.get("model"))
     except checkpoint.CheckpointError as err:
-        raise checkpoint.CheckpointError(f"{run_dir / checkpoint.LAST}: does not match the configured {what}: "
-                                         f"{err}") from None
-    optimizer.load_state_dict(saved["optimizer"])
-    return int(saved["iteration"])
+        raise checkpoint.CheckpointError(f"{path}: does not match the configured {what}: {err}") from None
+    load_optimizer_state(optimizer, saved.get("optimizer"), source=str(path), modules=[model])
+    return checkpoint.restore_resume_fields(saved, path, position="iteration")[0]
 
 
 def fine_tune(cfg: Any, model: nn.Module, train_set: Dataset, *, weights: str, info: BackboneInfo, run_dir: Path,
@@ -74,21 +76,25 @@ def fine_tune(cfg: Any, model: nn.Module, train_set: Dataset, *, weights: str, i
     if sampler is None:
         sampler = ResumableSampler(train_set, num_replicas=world, rank=distributed.rank(), shuffle=True,
                                    seed=cfg.run.seed, drop_last=True)
+    # The loader's own generator (seeded per pass by engine.endless) draws the workers' base seed: the global RNG,
+    # which the augmentations use and the checkpoint saves, is then touched by nothing but the data itself.
     loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, num_workers=cfg.data.workers,
                         collate_fn=collate, drop_last=True, pin_memory=device.type == "cuda",
-                        persistent_workers=cfg.data.workers > 0)
+                        persistent_workers=cfg.data.workers > 0, generator=torch.Generator())
     batches = engine.endless(loader, sampler, start)
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg))
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
+                            quiet=not show_progress)
     if main:
         write_run_files(run_dir, to_dict(cfg), {"weights": weights, "backbone_format": info.format, "engine":
                                                  "torchvision", "world_size": world, "device": str(device)})
         metrics.start(start)
 
     def save(done: int) -> None:
-        if main:
+        if main:  # the RNG states after iteration ``done``: what the next batch's augmentation draws from
             checkpoint.save_atomic({"iteration": done, "model": model.state_dict(), "optimizer":
                                     optimizer.state_dict(), "config": to_dict(cfg), "format": CHECKPOINT_FORMAT,
-                                    "backbone": dataclasses.asdict(info)}, run_dir / checkpoint.LAST)
+                                    "backbone": dataclasses.asdict(info), "rng": checkpoint.rng_state()},
+                                   run_dir / checkpoint.LAST)
 
     progress = Progress(s.iterations, done_steps=start, every=cfg.run.log_every, enabled=main and show_progress)
     with metrics:  # the loggers are closed (flushed) at the end, and on an error

@@ -32,6 +32,7 @@ from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, colla
 from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.methods import METHODS, Method, build_method, split_bn_groups
 from moco_core.model.optimizers import make_optimizer, resolve_optimizer
+from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.engine import EpochState, train_one_epoch
 from moco_core.run.knn import KnnMonitor
 from moco_core.run.naming import pretrain_dir
@@ -202,8 +203,8 @@ def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_
         holds = f"it holds {arch}, the config asks for {model_arch}" if arch and arch != model_arch else \
             f"the config asks for {model_arch}"
         raise checkpoint.CheckpointError(f"{path}: does not match the configured model ({holds}): {err}") from None
-    if "optimizer" in ckpt:
-        optimizer.load_state_dict(ckpt["optimizer"])
+    if "optimizer" in ckpt:  # ours and the official v1/v2 and v3 layouts: checked before any step
+        load_optimizer_state(optimizer, ckpt["optimizer"], source=str(path), modules=[method.module])
     epoch = int(ckpt.get("epoch", 0))
     step = int(ckpt.get("global_step", epoch * steps_per_epoch))
     config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
@@ -269,7 +270,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         refuse_other_mode(resume_path)
     run = _set_up(cfg, device, resume_path)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
-                            config=to_dict(cfg))
+                            config=to_dict(cfg), quiet=not show_progress)
     if distributed.is_main():
         write_run_files(run_dir, to_dict(cfg), {
             "world_size": distributed.world_size(), "device": str(device), "dataset": str(run.data_root),

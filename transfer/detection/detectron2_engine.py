@@ -53,6 +53,7 @@ from moco_core.checkpoint import CheckpointError
 from moco_core.config import to_dict
 from moco_core.errors import NonFiniteLossError
 from moco_core.model.backbone import BackboneInfo
+from moco_core.optimizer_state import checked_trainer_load
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.rundir import (
     require_fresh,
@@ -402,9 +403,14 @@ def _trainer(cfg: TransferConfig, d2cfg: CfgNode, model: nn.Module, device: torc
     amp = cfg.run.amp and device.type == "cuda"
     trainer = (AMPTrainer(trained, loader(), optimizer, precision=torch.bfloat16) if amp
                else SimpleTrainer(trained, loader(), optimizer))
+    # --resume: the checkpoint's optimizer state checked against this optimizer before detectron2 loads it (its
+    # own load_state_dict takes another optimizer's groups, and the first step fails in a traceback)
+    trainer.load_state_dict = checked_trainer_load(trainer.load_state_dict, optimizer, modules=[model],
+                                                   source=f"{run_dir}/last_checkpoint")
     checkpointer = DetectionCheckpointer(trained, str(run_dir), trainer=trainer)
     s = cfg.solver
-    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg))
+    metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
+                            quiet=not show_progress)
     steps = [hooks.IterationTimer(), hooks.LRScheduler(optimizer, build_lr_scheduler(d2cfg, optimizer))]
     if s.precise_bn_iters:  # after the last iteration, before the final checkpoint: the tested statistics
         steps.append(hooks.PreciseBN(0, trained, loader(), s.precise_bn_iters))
