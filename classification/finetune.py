@@ -40,6 +40,8 @@ from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.vit import is_vit
 from moco_core.model.weights.formats import IMAGENET, Normalisation, format_checks
+from moco_core.optimizer_state import load_optimizer_state
+from moco_core.run.knn import effective_k
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -298,8 +300,8 @@ def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_p
     started = time.perf_counter()
     progress = Progress(steps * cfg.optim.epochs, done_steps=first * steps, every=cfg.run.log_every,
                         enabled=main and show_progress)
-    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
-                       config=to_dict(cfg)) as metrics:
+    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
+                       quiet=not show_progress) as metrics:
         metrics.start(first * steps)
         for epoch in range(first, cfg.optim.epochs):
             loss, lr = _train_epoch(cfg, run, epoch, device, progress)
@@ -356,14 +358,13 @@ def _restore(path: Path, pretrained: str, run: _Setup, history: list[dict[str, f
     if saved.get("pretrained") != pretrained:
         raise ConfigError(f"--resume: {path} fine-tunes {saved.get('pretrained')!r}, not {pretrained!r}")
     try:
-        checkpoint.load_into(run.model, saved["model"])
-        run.optimizer.load_state_dict(saved["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as err:
-        raise checkpoint.CheckpointError(f"{path}: does not match this fine-tuning "
-                                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-    history += saved["history"]
-    checkpoint.set_rng_state(saved["rng"])
-    return int(saved["epoch"])
+        checkpoint.load_into(run.model, saved.get("model"))
+    except checkpoint.CheckpointError as err:
+        raise checkpoint.CheckpointError(f"{path}: does not match this fine-tuning's model: {err}") from None
+    load_optimizer_state(run.optimizer, saved.get("optimizer"), source=str(path), modules=[run.model])
+    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
+    history += saved_history
+    return epoch
 
 
 def protocol_note(cfg: FinetuneConfig) -> str:
@@ -391,7 +392,8 @@ def _write_result(cfg: FinetuneConfig, run: _Setup, history: list[dict[str, floa
                           backbone=run.info, dataset={**dataset_record(cfg.data.path, splits),
                                                       "layout": run.layout},
                           config=to_dict(cfg), history=history,
-                          extra={"wall_time_s": time.perf_counter() - started, "note": note, **extra})
+                          extra={"wall_time_s": time.perf_counter() - started, "note": note,
+                                 "topk": effective_k((1, 5), len(splits.classes)), **extra})
     print(f"{note}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at epoch "
           f"{best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}", file=sys.stderr)
     return record

@@ -16,7 +16,7 @@ from moco_core.config import load_config, require, run_checks
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.weights.formats import format_checks
-from moco_core.run.knn import KnnMonitor
+from moco_core.run.knn import KnnMonitor, effective_k
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_writable
 from moco_core.run.runtime import resolve_device
@@ -90,6 +90,6 @@ def knn_eval(
                           dataset=dataset_record(data.path, splits),
                           config={"k": k, "temperature": temperature, "crop_size": data.crop_size,
                                   "resize": data.resize, "seed": seed, **subset},
-                          extra=extra)
+                          extra={"topk": effective_k((1, 5), len(splits.classes)), **(extra or {})})
     print(f"knn (k={k}, T={temperature}): " + " ".join(f"{n} {v:.2f}" for n, v in metrics.items()), file=sys.stderr)
     return record, metrics

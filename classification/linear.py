@@ -34,7 +34,8 @@ from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
 from moco_core.model.weights.formats import format_checks
-from moco_core.run.knn import topk_accuracy
+from moco_core.optimizer_state import load_optimizer_state
+from moco_core.run.knn import effective_k, topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -176,15 +177,16 @@ def freeze_all_but_fc(model: nn.Module) -> list[nn.Parameter]:
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bool,
              num_classes: int) -> dict[str, float]:
-    """Top-1/top-5 (%) over the whole validation set, summed across ranks."""
+    """Top-1/top-5 (%) over the whole validation set, summed across ranks. With fewer than 5 classes top-5 is
+    top-``num_classes`` (:func:`moco_core.run.knn.topk_accuracy`: 100% for every class the model scores)."""
     model.eval()
     counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, images
     for images, target, _ in loader:
         with autocast(device, amp):
             scores = model(images.to(device, non_blocking=True)).float()
-        acc = topk_accuracy(scores, target.to(device), (1, min(5, num_classes)))
+        acc = topk_accuracy(scores, target.to(device), (1, 5))
         n = target.shape[0]
-        counts += torch.tensor([acc["top1"] * n / 100, list(acc.values())[1] * n / 100, n], device=device,
+        counts += torch.tensor([acc["top1"] * n / 100, acc["top5"] * n / 100, n], device=device,
                                dtype=torch.float64)
     if distributed.world_size() > 1:
         torch.distributed.all_reduce(counts)
@@ -250,7 +252,7 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
                                                  "world_size": distributed.world_size(), "device": str(device)})
     history: list[dict[str, float]] = []
-    first = _restore(run_dir / LINEAR_LAST, pretrained, classifier(run.model), run.optimizer, history) if resume else 0
+    first = _restore(run_dir / LINEAR_LAST, pretrained, run.model, run.optimizer, history) if resume else 0
     # every epoch done but no result.json: killed before writing it, which is done now
     if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
@@ -258,8 +260,8 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
     step, started = first * len(run.train_loader), time.perf_counter()
     progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
                         enabled=main and show_progress)
-    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
-                       config=to_dict(cfg)) as metrics:
+    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
+                       quiet=not show_progress) as metrics:
         metrics.start(step)
         for epoch in range(first, cfg.optim.epochs):
             step, loss, lr = _train_epoch(cfg, run, epoch, step, device, progress)
@@ -401,32 +403,30 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
                           backbone=run.info, dataset=dataset_record(cfg.data.path, run.splits),
                           config=to_dict(cfg), history=history,
                           extra={"sanity_check": "passed", "wall_time_s": time.perf_counter() - started,
-                                 "note": note, **extra})
+                                 "note": note, "topk": effective_k((1, 5), len(run.splits.classes)), **extra})
     print(f"{note}: top1 {result['top1']:.2f} top5 {result['top5']:.2f} (best top1 {best['top1']:.2f} at "
           f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
           file=sys.stderr)
     return record
 
 
-def _restore(path: Path, pretrained: str, fc: nn.Module, optimizer: torch.optim.Optimizer,
+def _restore(path: Path, pretrained: str, model: nn.Module, optimizer: torch.optim.Optimizer,
              history: list[dict[str, float]]) -> int:
-    """Load an evaluation's last epoch (fc, optimizer, history, RNG) from ``path``; the epochs it had done."""
+    """Load an evaluation's last epoch (fc, optimizer, history, RNG) from ``path``; the epochs it had done. What
+    does not fit this evaluation is a one-line CheckpointError before any step."""
     saved = checkpoint.load(path)
     if saved.get("format") != "moco-linear":
         raise checkpoint.CheckpointError(f"{path}: not a linear evaluation checkpoint")
     if saved.get("pretrained") != pretrained:
         raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
     try:
-        checkpoint.load_into(fc, saved["fc"])
-        optimizer.load_state_dict(saved["optimizer"])
+        checkpoint.load_into(classifier(model), saved.get("fc"))
     except checkpoint.CheckpointError as err:
         raise checkpoint.CheckpointError(f"{path}: does not match this evaluation's classifier: {err}") from None
-    except (RuntimeError, ValueError, KeyError) as err:
-        raise checkpoint.CheckpointError(f"{path}: does not match this evaluation "
-                                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-    history += saved["history"]
-    checkpoint.set_rng_state(saved["rng"])
-    return int(saved["epoch"])
+    load_optimizer_state(optimizer, saved.get("optimizer"), source=str(path), modules=[model])
+    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
+    history += saved_history
+    return epoch
 
 
 class _FeatureHead(nn.Module):

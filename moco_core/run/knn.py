@@ -61,10 +61,21 @@ def knn_scores(
 
 
 def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[str, float]:
-    """Top-k accuracies in %, e.g. {'top1': 61.2, 'top5': 84.0}; k larger than the class count counts as it."""
-    ranked = scores.topk(min(max(ks), scores.shape[1]), dim=1).indices  # (M, kmax)
+    """Top-k accuracies in %, e.g. {'top1': 61.2, 'top5': 84.0}, one key ``top{k}`` for each k of ``ks``, over
+    ``scores`` (M, C) and ``labels`` (M,).
+
+    Fewer classes than k (C < k): top-k is top-C, the prediction a hit when its true class is among all C scored,
+    so top-5 of a 1- to 5-class problem is 100% for every label the classifier scores (:func:`effective_k` says
+    which k was used; the records write it as ``topk``). A label outside [0, C) (a validation class the training
+    data had no column for) is never a hit. No image (M = 0) gives NaN."""
+    ranked = scores.topk(min(max(ks), scores.shape[1]), dim=1).indices  # (M, min(kmax, C))
     hits = ranked == labels.unsqueeze(1)
     return {f"top{k}": hits[:, :k].any(dim=1).float().mean().item() * 100.0 for k in ks}
+
+
+def effective_k(ks: tuple[int, ...], num_classes: int) -> dict[str, int]:
+    """The k each ``top{k}`` of :func:`topk_accuracy` is computed with over ``num_classes`` classes: min(k, C)."""
+    return {f"top{k}": min(k, num_classes) for k in ks}
 
 
 class KnnMonitor:
@@ -114,4 +125,4 @@ class KnnMonitor:
             raise UserError("kNN: the encoder's features are not finite (NaN or inf): its weights or BN statistics "
                             "are broken; no accuracy can be measured")
         scores = knn_scores(queries, bank, bank_labels, self.num_classes, k=self.k, temperature=self.temperature)
-        return topk_accuracy(scores, labels, (1, min(5, self.num_classes)))
+        return topk_accuracy(scores, labels, (1, 5))
