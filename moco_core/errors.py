@@ -7,6 +7,7 @@ and exit with its ``exit_code``. The message is made one line and bounded here, 
 
 from __future__ import annotations
 
+import re
 import reprlib
 import sys
 
@@ -21,7 +22,22 @@ class UserError(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
+        super().__init__(one_line(from_worker(message)))
+
+
+_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback \(most recent call last\):\n")
+
+
+def from_worker(message: object) -> object:
+    """The message a UserError raised in a DataLoader worker had there. torch raises it again in the main process
+    with the worker's whole traceback as its message ("Caught DatasetError in DataLoader worker process 0.
+    Original Traceback ..."), which would print as a traceback; its last line, ``module.Class: message``, is the
+    error the user is owed. Any other message is returned as it is."""
+    if not isinstance(message, str) or not _WORKER.match(message):
+        return message
+    last = message.rstrip().rsplit("\n", 1)[-1]
+    name, colon, said = last.partition(": ")
+    return said if colon and " " not in name else message
 
 
 class NonFiniteLossError(UserError, RuntimeError):

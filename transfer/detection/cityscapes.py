@@ -103,7 +103,7 @@ def _dicts(pairs: list[tuple[Path, Path]]) -> list[dict[str, Any]]:
         try:
             with Image.open(instances) as png:
                 ids = np.asarray(png, dtype=np.int64)
-        except (OSError, SyntaxError, ValueError) as err:
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:  # the pixel limit too
             raise DatasetError(f"{instances} is not a readable PNG ({err.__class__.__name__})") from None
         if ids.ndim != 2:
             raise DatasetError(f"{instances}: expected a single-channel id map, found shape {ids.shape}")

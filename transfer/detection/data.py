@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from moco_core.data.data import DatasetError
+from moco_core.data.image_files import reason
 from transfer.detection.keypoints import flip_keypoints, keypoint_targets
 from transfer.engine import read_rgb
 
@@ -58,7 +60,11 @@ class DetectionDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
         record = self.dicts[index]
-        image = read_rgb(record["file_name"])
+        try:
+            image = read_rgb(record["file_name"])
+        except Exception as err:  # passed the header check (check_image_sizes), fails to decode: cut short
+            raise DatasetError(f"{record['file_name']} does not decode ({reason(err)}); the detection sets stop "
+                               f"at an unreadable image, as at start-up: replace or remove it") from None
         if not self.train:
             return image, {}, index
         objects = [a for a in record["annotations"] if not a.get("iscrowd")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +34,11 @@ from torch.utils.data import Dataset
 from moco_core import smoke
 from moco_core.config import ConfigError
 from moco_core.data import shapes
-from moco_core.data.data import DatasetError, show_value
+from moco_core.data.data import DatasetError, report_undecodable, show_value
+from moco_core.data.image_files import reason
+from moco_core.user_files import LIST_LIMIT, inside, read_text
 from transfer.engine import read_rgb
+from transfer.segmentation.pairs import Sample, skipped_warning, verify_pairs
 
 VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
@@ -54,12 +57,6 @@ _CITYSCAPES = re.compile(r"cityscapes_fine_sem_seg_(\w+)")
 _CUSTOM = re.compile(r"([^:]+):([^:]+)")
 
 
-@dataclass(frozen=True)
-class Sample:
-    image: Path
-    label: Path
-
-
 @dataclass
 class SegmentationData:
     """The training and test samples, with what the network and the evaluation need."""
@@ -70,6 +67,7 @@ class SegmentationData:
     test: list[Sample]
     class_names: tuple[str, ...]
     label_map: tuple[int, ...] | None  # label value -> class index (Cityscapes label ids -> train ids), or None
+    warnings: list[str] = field(default_factory=list)  # one line per set whose unusable pairs were skipped
 
 
 def dataset_root(path: str) -> Path:
@@ -111,7 +109,14 @@ def load_data(path: str, train: str, test: str, classes: tuple[str, ...] = ()) -
         names = tuple(classes)
         pairs = [_custom(root, n) for n in (train, test)]
         name = f"custom: {train}"
-    return SegmentationData(root, name, pairs[0], pairs[1], names, label_map)
+    checked, warnings = [], []
+    for samples, which, set_name in zip(pairs, ("train", "test"), (train, test), strict=True):
+        kept, skipped = verify_pairs(samples, f"{which} set {set_name}")
+        checked.append(kept)
+        line = skipped_warning(skipped, f"{which} set {set_name}", len(samples))
+        if line:
+            warnings.append(line)
+    return SegmentationData(root, name, checked[0], checked[1], names, label_map, warnings)
 
 
 def _kind(name: str) -> str:
@@ -140,12 +145,17 @@ def _voc(root: Path, split: str) -> list[Sample]:
     if not labels.is_dir():
         labels = devkit / "SegmentationClass"
     samples = []
-    for line in listing.read_text(encoding="utf-8").splitlines():
+    text = read_text(listing, limit=LIST_LIMIT, what="split list", error=DatasetError)
+    for number, line in enumerate(text.splitlines(), 1):
         parts = line.split()
+        here = f"{listing}:{number}:"  # every name read from the list stays in the devkit (inside)
         if len(parts) == 1:
-            samples.append(Sample(devkit / "JPEGImages" / f"{parts[0]}.jpg", labels / f"{parts[0]}.png"))
+            samples.append(Sample(inside(devkit / "JPEGImages", f"{parts[0]}.jpg", what=f"{here} image id",
+                                         error=DatasetError),
+                                  inside(labels, f"{parts[0]}.png", what=f"{here} image id", error=DatasetError)))
         elif len(parts) == 2:  # DeepLab's lists: "/JPEGImages/<id>.jpg /SegmentationClassAug/<id>.png"
-            samples.append(Sample(devkit / parts[0].lstrip("/"), devkit / parts[1].lstrip("/")))
+            samples.append(Sample(*(inside(devkit, part.lstrip("/"), what=f"{here} path", error=DatasetError)
+                                    for part in parts)))
         elif parts:
             raise DatasetError(f"{listing}: line {show_value(line)} is neither an image id nor an image and a label")
     return _checked(samples, str(listing))
@@ -202,6 +212,11 @@ class SegmentationDataset(Dataset):
     to ``crop_size`` with the mean colour (0 once normalised) and ``ignore_index``, cropped at a random place to
     ``crop_size`` square and flipped with ``flip_prob``. Test: the whole image at its own size. With
     ``num_classes``, a label value that is neither a class nor ``ignore_index`` is a DatasetError.
+
+    The pairs passed the header check (:mod:`transfer.segmentation.pairs`); one that still fails to decode (a file
+    cut short after its header) is warned of once per process and, in training, replaced by the next pair; in the
+    test it is an empty item (a (3, 0, 0) image, a (0, 0) mask) whose ``"unreadable"`` says why, which the test
+    leaves out of the score and counts.
     """
 
     def __init__(self, samples: list[Sample], *, train: bool, label_map: tuple[int, ...] | None = None,
@@ -216,8 +231,32 @@ class SegmentationDataset(Dataset):
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
-        sample = self.samples[index]
-        image, label = read_rgb(str(sample.image)), read_label(sample.label, self.label_map)
+        for step in range(len(self.samples) if self.train else 1):
+            position = (index + step) % len(self.samples)
+            sample = self.samples[position]
+            path = sample.image  # the file being read, named if it fails
+            try:
+                image = read_rgb(str(path))
+                path = sample.label
+                label = self._label(sample, image)
+            except DatasetError:
+                raise
+            except Exception as err:  # a corrupt file can fail to decode in many ways
+                why = reason(err)
+                report_undecodable(str(path), "the next pair" if self.train else "nothing (left out of the score)",
+                                   why)
+                if not self.train:
+                    return (torch.zeros(3, 0, 0), {"mask": torch.zeros(0, 0, dtype=torch.int64),
+                                                   "unreadable": f"{path.name} ({why})"}, index)  # type: ignore
+                continue
+            if self.train:
+                image, label = self.augment(image, label)
+            return image, {"mask": label}, index
+        raise DatasetError(f"none of the {len(self.samples)} training pairs could be decoded")
+
+    def _label(self, sample: Sample, image: torch.Tensor) -> torch.Tensor:
+        """The (H, W) label of a pair whose (3, H, W) image is read, its size and values checked."""
+        label = read_label(sample.label, self.label_map)
         if image.shape[1:] != label.shape:
             raise DatasetError(f"{sample.label}: {tuple(label.shape)} pixels, its image {sample.image} "
                                f"{tuple(image.shape[1:])}")
@@ -226,9 +265,7 @@ class SegmentationDataset(Dataset):
             if wrong.numel():
                 raise DatasetError(f"{sample.label}: label value {int(wrong.max())} is neither a class (0-"
                                    f"{self.num_classes - 1}) nor the ignore index {self.ignore_index}")
-        if self.train:
-            image, label = self.augment(image, label)
-        return image, {"mask": label}, index
+        return label
 
     def augment(self, image: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Random scale, pad, crop and flip: (3, H, W), (H, W) -> (3, C, C), (C, C)."""

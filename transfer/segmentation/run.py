@@ -68,6 +68,9 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     cfg = with_normalisation(cfg, info.normalisation)  # the network normalises its input as the weights expect
     d, i = cfg.data, cfg.input
     data = load_data(str(d.path), d.train, d.test, d.classes)
+    if distributed.is_main():
+        for line in data.warnings:
+            print(f"warning: {line}", file=sys.stderr)
     network = build_network(cfg, resnet, len(data.class_names))
     if len(data.train) < cfg.solver.batch_size:
         raise DatasetError(f"{d.train}: {len(data.train)} training images, fewer than a batch of "
@@ -82,6 +85,10 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     matrix = test(cfg, model, data, device, show_progress=show_progress)
     if not distributed.is_main():
         return run_dir / "result.json"
+    if not matrix.sum():  # every pixel ignored or void: no IoU, no accuracy to report
+        raise DatasetError(f"test set {d.test}: no labelled pixel in its {len(data.test)} label maps (every value is "
+                           f"the ignore index {d.ignore_index} or outside the {len(data.class_names)} classes): "
+                           f"mIoU is undefined; no result recorded")
     results = scores(matrix.numpy(), data.class_names)
     return _record(run_dir, cfg, data, info, results, history, started=started, train_time=train_time, extra=extra)
 
@@ -89,7 +96,8 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
 @torch.no_grad()
 def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: torch.device, *,
          show_progress: bool | str = False) -> torch.Tensor:
-    """The (K, K) confusion matrix of the test split over all processes (each predicts every world-th image)."""
+    """The (K, K) confusion matrix of the test split over all processes (each predicts every world-th image). A
+    pair that did not decode is left out, with one warning line counting them (main process)."""
     model.eval()
     dataset = SegmentationDataset(data.test, train=False, label_map=data.label_map,
                                   ignore_index=cfg.data.ignore_index, num_classes=len(data.class_names))
@@ -99,11 +107,22 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
     matrix = torch.zeros(k, k, dtype=torch.int64)
     progress = Progress(len(shard), every=cfg.run.log_every * 5, enabled=distributed.is_main() and show_progress,
                         label="test")
+    unreadable: list[str] = []
     for step, (images, targets, _) in enumerate(loader, 1):
+        if "unreadable" in targets[0]:
+            unreadable.append(targets[0]["unreadable"])
+            continue
         with autocast(device, cfg.run.amp):
             logits = model(images[0][None].to(device))  # (1, K, H, W) at the image's own size
         matrix += confusion_matrix(targets[0]["mask"], logits.argmax(1)[0].cpu(), k)
         progress.update(step, 0, 1, images=step)
+    left_out = [name for names in distributed.all_gather_objects(unreadable) for name in names]
+    if len(left_out) == len(dataset):
+        raise DatasetError(f"test set {cfg.data.test}: none of its {len(dataset)} pairs decoded (first: {left_out[0]})")
+    if left_out and distributed.is_main():
+        print(f"warning: test set {cfg.data.test}: {len(left_out)} of {len(dataset)} pairs did not decode and are "
+              f"left out of the score: {', '.join(left_out[:5])}{' and more' if len(left_out) > 5 else ''}",
+              file=sys.stderr)
     return sum(distributed.all_gather_objects(matrix), torch.zeros_like(matrix))
 
 
