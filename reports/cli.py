@@ -66,9 +66,11 @@ def report_cli(
     written = []
     for page, where in pages:
         try:
-            written += write_report(page, where, chosen)
-        except OSError as err:
-            raise _fail(f"cannot write the report to {where}: {err}") from None
+            written += write_report(page, where, chosen,
+                                    warn=lambda line: print(f"warning: {line}", file=sys.stderr))
+        except OSError as err:  # written as a set: nothing of the new report is there, the previous one is whole
+            raise _fail(f"cannot write the report to {where}: {err.strerror or err}; nothing was changed there "
+                        f"(the previous report, if any, is whole)") from None
         print(to_markdown(page))
     print(skipped_line(report.skipped))
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -14,9 +14,10 @@ import base64
 import csv
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from moco_core.file_sets import write_set
 from reports.records import Skipped
 from reports.report import CSV_COLUMNS, FILE_NAMES, Curve, Report
 from reports.safe_text import csv_cell, printable
@@ -255,7 +256,8 @@ def figure(png: bytes, caption: str) -> str:
             f"<figcaption>{h(caption)}</figcaption></figure>")
 
 
-def to_html(report: Report) -> str:
+def to_html(report: Report, warn: Callable[[str], None] = lambda line: None) -> str:
+    """The HTML report; ``warn`` is told, in one line each, of a metrics.jsonl not read or read in part."""
     from reports import plots
 
     out = ['<!DOCTYPE html>', '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{h(TITLE)}</title>",
@@ -281,7 +283,7 @@ def to_html(report: Report) -> str:
                 out.append(figure(plots.ablation_png(table.ablation), table.ablation.title))
             out.append("</section>")
         if section.curves:
-            out += _curves_html(section.curves, head)
+            out += _curves_html(section.curves, head, warn)
     if report.skipped:
         out += ["<section>", "<h2>Skipped records</h2>",
                 *html_table((Column("File"), Column("Reason")),
@@ -291,9 +293,10 @@ def to_html(report: Report) -> str:
     return "\n".join(out)
 
 
-def _curves_html(found: list[Curve], head: str) -> list[str]:
+def _curves_html(found: list[Curve], head: str, warn: Callable[[str], None]) -> list[str]:
     """The pretraining curves of one study: a figure per run that logged two points or more (a plot of one point
-    shows nothing: said in a line instead), captioned with the metrics file's path as the report's reader has it."""
+    shows nothing: said in a line instead), captioned with the metrics file's path as the report's reader has it;
+    ``warn`` is told, in one line each, of a metrics.jsonl not read or read in part."""
     from reports import plots
 
     out = ["<section>", f"<{head}>Pretraining curves</{head}>",
@@ -301,6 +304,9 @@ def _curves_html(found: list[Curve], head: str) -> list[str]:
     single = []
     for curve in found:
         curves = plots.read_curves(curve.path)
+        if curves.problem or curves.unreadable:
+            warn(curves.problem or f"{curve.path}: {curves.unreadable} unreadable lines skipped (each not a JSON "
+                                   f"object, or a number beyond 64-bit integers and floats)")
         if curves.empty:
             continue
         if plots.most_points(curves, curve.linear) < 2:
@@ -315,13 +321,13 @@ def _curves_html(found: list[Curve], head: str) -> list[str]:
     return [*out, "</section>"]
 
 
-def write_report(report: Report, out: Path, formats: Sequence[str]) -> list[Path]:
-    """Write report.<format> for each format into ``out``; returns the files written."""
-    writers = {"md": to_markdown, "csv": to_csv, "tex": to_latex, "html": to_html}
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for fmt in formats:
-        path = out / FILE_NAMES[fmt]
-        path.write_text(writers[fmt](report), encoding="utf-8", newline="")
-        written.append(path)
-    return written
+def write_report(report: Report, out: Path, formats: Sequence[str],
+                 warn: Callable[[str], None] = lambda line: None) -> list[Path]:
+    """Write report.<format> for each format into ``out`` as one set (:func:`moco_core.file_sets.write_set`): every
+    file is rendered, then written under a temporary name, then renamed; a write that fails (a full disk) leaves the
+    previous report whole. The report files of formats not asked for are removed with it: the folder never holds
+    a report.md of this report beside a report.html of an earlier one. Returns the files written."""
+    writers = {"md": to_markdown, "csv": to_csv, "tex": to_latex, "html": lambda r: to_html(r, warn)}
+    texts = {FILE_NAMES[fmt]: writers[fmt](report).encode("utf-8") for fmt in formats}
+    write_set(out, texts, remove=[name for name in FILE_NAMES.values() if name not in texts])
+    return [out / name for name in texts]
