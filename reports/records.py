@@ -6,8 +6,10 @@ fields -- becomes a :class:`Skipped` with the reason, never an exception and nev
 
 Required: ``schema`` "moco.result", ``version`` 1, ``task`` (linear, finetune, knn, voc, coco, semseg), ``protocol``,
 ``backbone.format``, ``backbone.arch``, ``dataset.path``, and -- unless ``status`` is "failed" -- the task's
-metrics as finite numbers (:data:`TASK_METRICS`). ``sweep``, when present, must name a known parameter, a number and
-a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is optional here.
+metrics as percentages, finite numbers in [0, 100] (:data:`TASK_METRICS`). ``sweep``, when present, must name a known
+parameter, a number and a mechanism. Everything else (``config``, ``history``, ``code_version``, extra keys) is
+optional here. The file is read through :mod:`moco_core.user_files`: numbers beyond 64-bit integers or finite
+floats make it malformed JSON.
 
 Records of task ``voc`` and ``coco`` are not produced by the code yet; their reader follows the schema as
 specified: ``metrics`` holds ``AP50``/``AP``/``AP75`` (and optionally ``per_class_AP50``) for VOC and
@@ -267,7 +269,7 @@ def _metrics(data: dict[str, Any], task: str, *, required: bool) -> tuple[dict[s
     for name in TASK_METRICS[task]:
         value = _number(raw.get(name))
         if value is not None:
-            metrics[name] = value
+            metrics[name] = _percent(value, f"metric {name!r}")
         elif required:
             problem = "missing" if name not in raw else "not a finite number"
             raise RecordError(f"metric {name!r} {problem} (task {task})")
@@ -284,8 +286,16 @@ def _per_class(raw: Any) -> dict[str, float]:
         number = _number(value)
         if number is None:
             raise RecordError(f"metric per_class_AP50[{name!r}] is not a finite number")
-        per_class[str(name)] = number
+        per_class[str(name)] = _percent(number, f"metric per_class_AP50[{name!r}]")
     return per_class
+
+
+def _percent(value: float, what: str) -> float:
+    """``value`` if it is a percentage (every metric of every task is: accuracy, AP, IoU); a number a record
+    cannot hold (1e308 as a top-1) would otherwise reach the tables, whose means and deviations overflow."""
+    if not 0 <= value <= 100:
+        raise RecordError(f"{what} is {value:.6g}, not a percentage in [0, 100]")
+    return value
 
 
 def _detection_setting(data: dict[str, Any], task: str,
