@@ -61,7 +61,7 @@ def find_listed(root: Path) -> Listed | None:
 
 def _flowers(root: Path) -> Listed:
     labels_file, splits_file = root / "imagelabels.mat", root / "setid.mat"
-    if not splits_file.is_file():
+    if not os.path.lexists(splits_file):  # there but not a regular file: said where it is read
         raise ConfigError(f"data.path: {root} has imagelabels.mat but no setid.mat (Flowers-102's splits)")
     labels = read_mat(labels_file).get("labels")
     splits = read_mat(splits_file)
@@ -88,7 +88,7 @@ def _flowers(root: Path) -> Listed:
 
 def _pets(root: Path) -> Listed:
     lists = [root / "annotations" / "trainval.txt", root / "annotations" / "test.txt"]
-    if not lists[1].is_file():
+    if not os.path.lexists(lists[1]):  # there but not a regular file: said where it is read
         raise ConfigError(f"data.path: {root} has annotations/trainval.txt but no annotations/test.txt (Pets' "
                           f"test split)")
     names: dict[int, str] = {}

@@ -29,7 +29,7 @@ from moco_core import checkpoint, distributed
 from moco_core.checkpoint import LINEAR_LAST
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.data import DecodeFailures
-from moco_core.errors import NonFiniteLossError
+from moco_core.errors import NonFiniteLossError, UserError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
@@ -42,6 +42,7 @@ from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_device
 from moco_core.run.schedule import short_schedule
+from moco_core.user_files import regular_file
 
 
 @dataclass(frozen=True)
@@ -115,15 +116,19 @@ def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
         parse_labels(d.labels)  # a one-line error naming data.labels
     return [(d.labels is None or d.subset is None, "data.labels",
              "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
-            (d.subset is None or _is_file(d.subset), "data.subset", f"{d.subset!r}: no such file"),
+            (d.subset is None or not _not_a_file(d.subset), "data.subset", _not_a_file(d.subset or "")),
             (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
 
 
-def _is_file(path: str) -> bool:
+def _not_a_file(path: str) -> str:
+    """Why ``path`` is no list to read (missing, a device such as /dev/zero, a FIFO, a folder), or ""."""
     try:
-        return Path(path).expanduser().is_file()
+        regular_file(Path(path).expanduser(), what="file")
+    except UserError as err:
+        return str(err)
     except (OSError, ValueError):  # a NUL byte, a name too long
-        return False
+        return f"{path!r}: no such file"
+    return ""
 
 
 def load_linear_config(config: str | None, overrides: list[str],

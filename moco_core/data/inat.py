@@ -31,7 +31,7 @@ def is_inat_layout(root: Path) -> bool:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not os.path.lexists(path):  # there but not a regular file (a FIFO, a link to a device): read_json says so
         raise DatasetError(f"data.path: {path.parent} has {TRAIN_JSON if path.name == VAL_JSON else VAL_JSON} but "
                            f"no {path.name} (iNaturalist 2018's layout needs both)")
     data = read_json(path, limit=ANNOTATION_LIMIT, what="iNaturalist annotation file", error=DatasetError)
