@@ -6,7 +6,8 @@ left stops in one line.
 :func:`moco_core.data.image_files.open_header` (not empty, identified by PIL, not of zero size, within PIL's
 decompression-bomb limit: a 20000 x 20000 label PNG of 388 KB is refused from its header), the label map must be
 an 8-bit palette or grey image (class indices, not a colour picture) and of the image's size once the image's
-EXIF orientation is applied (as :func:`transfer.engine.read_rgb` reads it). A file that passes and still fails to
+EXIF orientation is applied (as :func:`transfer.engine.read_rgb` reads it; a PNG's only where its header holds it,
+which spares decoding every PNG here). A file that passes and still fails to
 decode (cut short after its header) is handled where it is read: a training pair is replaced by the next one, a
 test pair is left out of the score, each counted (:class:`transfer.segmentation.datasets.SegmentationDataset`).
 """
@@ -38,7 +39,9 @@ def pair_problem(sample: Sample) -> tuple[str, str] | None:
     try:
         with open_header(sample.image) as image:
             size = image.size
-            if image.getexif().get(_EXIF_ORIENTATION) in _QUARTER_TURNS:
+            # A PNG's EXIF is read by decoding it whole unless its eXIf chunk came before the pixels: only then
+            if (image.format != "PNG" or "exif" in image.info) and \
+                    image.getexif().get(_EXIF_ORIENTATION) in _QUARTER_TURNS:
                 size = size[::-1]
     except Exception as err:  # a file can fail to open in many ways: each is a reason to skip it
         return str(sample.image), reason(err)
