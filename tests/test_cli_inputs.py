@@ -207,7 +207,7 @@ def test_one_bad_record_is_skipped_not_fatal_to_the_report(hostile: dict[str, st
     (records / "deep.result.json").write_bytes(Path(hostile["deep.json"]).read_bytes())
     result = runner.invoke(app, ["report", str(records), "-o", str(tmp_path / "out"), "--formats", "md"])
     assert result.exit_code == 0, result.output
-    assert "deep.result.json (JSON nested too deeply to be a record)" in result.output
+    assert "deep.result.json (malformed JSON (nested too deep))" in result.output
     assert (tmp_path / "out" / "report.md").is_file()
 
 
