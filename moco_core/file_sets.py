@@ -12,6 +12,7 @@ A checkpoint is one file and has :func:`moco_core.checkpoint.write_atomic`; this
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -74,15 +75,19 @@ def _commit(directory: Path, temporary: dict[str, Path], remove: list[str]) -> N
             (directory / name).unlink(missing_ok=True)
             changed.append(name)
     except BaseException:
-        for name in [*temporary, *remove]:
+        for name in changed:  # put back what was changed
             if name in kept:
                 os.replace(kept.pop(name), directory / name)
-            elif name in changed:
+            else:
                 (directory / name).unlink(missing_ok=True)
+        for name in list(kept):  # moved aside (no hard links) and not changed yet: moved back
+            if not os.path.lexists(directory / name):
+                os.replace(kept.pop(name), directory / name)
         raise
     finally:
         for path in [*temporary.values(), *kept.values()]:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a leftover costs space, not the set: never an error of its own
+                path.unlink(missing_ok=True)
     _sync(directory)
 
 
