@@ -288,14 +288,15 @@ def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_p
         require_same_mode(run_dir)
     failures = DecodeFailures(run_dir / ".undecodable")
     run = _set_up(cfg, pretrained, device, failures)
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
+    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
     history: list[dict[str, float]] = []
     first = _restore(run_dir / FINETUNE_LAST, pretrained, run, history) if resume else 0
     if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / FINETUNE_LAST} are done already; raise "
                           f"it to extend the fine-tuning")
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
     steps = len(run.train_loader)
     started = time.perf_counter()
     progress = Progress(steps * cfg.optim.epochs, done_steps=first * steps, every=cfg.run.log_every,

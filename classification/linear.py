@@ -253,15 +253,16 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
         require_same_mode(run_dir)
     failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     run = _set_up(cfg, pretrained, device, failures)
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
+    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
     history: list[dict[str, float]] = []
     first = _restore(run_dir / LINEAR_LAST, pretrained, run.model, run.optimizer, history) if resume else 0
     # every epoch done but no result.json: killed before writing it, which is done now
     if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
         raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
                           f"to extend the evaluation")
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
     step, started = first * len(run.train_loader), time.perf_counter()
     progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
                         enabled=main and show_progress)
