@@ -213,7 +213,7 @@ def test_a_failing_logger_is_dropped_with_one_warning_and_the_run_goes_on(
         shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     broken, working = _Recorder(fail_at=2), _Recorder()
     monkeypatch.setattr(loggers, "TensorBoard", lambda run_dir, start: broken)
-    monkeypatch.setattr(loggers, "Wandb", lambda run_dir, start, config: working)
+    monkeypatch.setattr(loggers, "Wandb", lambda run_dir, start, config, quiet=False: working)
     run_dir = tmp_path / "run"
     pretrain(tiny_config(shapes_root, run_dir, optim={"epochs": 1},
                          run={"output_dir": str(run_dir), "loggers": ("tensorboard", "wandb")}), show_progress=False)
@@ -229,7 +229,7 @@ def test_a_logger_that_cannot_start_is_skipped_and_one_that_runs_is_closed_on_an
         shapes_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     working = _Recorder()
 
-    def no_network(run_dir: Path, start: int, config: dict) -> None:
+    def no_network(run_dir: Path, start: int, config: dict, quiet: bool = False) -> None:
         raise ConnectionError("wandb.init timed out")
 
     monkeypatch.setattr(loggers, "TensorBoard", lambda run_dir, start: working)
