@@ -15,6 +15,7 @@ the ``pool`` a split is drawn from where none is shipped (:mod:`classification.s
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,24 @@ def _inside(folder: Path, name: str, listed_in: Path) -> str:
     return str(user_files.inside(folder, name, what=f"file name in {listed_in}", error=SuiteDataError))
 
 
+def whole_number(value: Any, path: Path, what: str) -> int:
+    """``value`` (a list file's text, a pickled or MAT-file number) as an int that fits 64 bits; anything else
+    (``'abc'``, ``'1.5'``, a 5,000-digit number that ``int()`` refuses past Python's digit limit, NaN, 1e300) is
+    one line naming ``what`` in ``path``."""
+    number: int | None = None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)
+    elif isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.isascii() and 0 < len(value.lstrip("-")) <= 19 \
+            and value.lstrip("-").isdigit():
+        number = int(value)
+    if number is None or not -(1 << 63) <= number < 1 << 63:
+        shown = f"an integer of {number.bit_length()} bits" if number is not None else repr(value)[:40]
+        raise SuiteDataError(f"{path}: {what} {shown} is not a whole number of 64 bits")
+    return number
+
+
 def _index(classes: list[str], name: str, path: Path) -> int:
     try:
         return classes.index(name)
@@ -147,7 +166,7 @@ def _cifar(root: Path, folder: str, batches: dict[str, list[str]], meta: str, na
                     not isinstance(targets, list) or len(targets) != data.shape[0]:
                 raise SuiteDataError(f"{base / name}: expected 'data' (N, 3072) and N '{labels}'")
             arrays.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-            samples += [(f"{base / name}#{i}", int(t)) for i, t in enumerate(targets)]
+            samples += [(f"{base / name}#{i}", whole_number(t, base / name, "label")) for i, t in enumerate(targets)]
             out.annotations.append(base / name)
         setattr(out, split, Split(samples, np.ascontiguousarray(np.concatenate(arrays)).astype(np.uint8)))
     return out
@@ -204,9 +223,11 @@ def stanford_cars(root: Path) -> Found:
     out = Found(base, [str(c) for c in np.atleast_1d(mat(meta)["class_names"]).tolist()], annotations=[meta])
     for split, annos, folder in (("train", base / "devkit" / "cars_train_annos.mat", "cars_train"),
                                  ("test", base / "cars_test_annos_withlabels.mat", "cars_test")):
-        rows = np.atleast_1d(mat(annos)["annotations"])
-        setattr(out, split, Split([(_inside(base / folder, str(a["fname"]), annos), int(a["class"]) - 1)
-                                   for a in rows]))
+        rows = np.atleast_1d(mat(annos).get("annotations"))
+        if rows.dtype.names is None or not {"fname", "class"} <= set(rows.dtype.names):
+            raise SuiteDataError(f"{annos}: expected a struct array 'annotations' with 'fname' and 'class'")
+        setattr(out, split, Split([(_inside(base / folder, str(a["fname"]), annos),
+                                    whole_number(a["class"], annos, "class") - 1) for a in rows]))
         out.annotations.append(annos)
     return out
 
@@ -248,10 +269,11 @@ def oxford_pets(root: Path) -> Found:
             fields = line.split()
             if line.startswith("#"):
                 continue
-            if len(fields) < 2 or not fields[1].isdigit():
+            if len(fields) < 2:
                 raise SuiteDataError(f"{path}: {line[:60]!r} is not '<image> <class> ...'")
-            rows.append((_inside(base / "images", f"{fields[0]}.jpg", path), int(fields[1])))
-            names.setdefault(int(fields[1]), fields[0].rsplit("_", 1)[0])
+            number = whole_number(fields[1], path, "class")
+            rows.append((_inside(base / "images", f"{fields[0]}.jpg", path), number))
+            names.setdefault(number, fields[0].rsplit("_", 1)[0])
         parsed[split] = rows
     ids = sorted(names)
     index = {c: i for i, c in enumerate(ids)}
@@ -280,10 +302,14 @@ def flowers102(root: Path) -> Found:
     labels, ids = read_mat(files[0]).get("labels"), read_mat(files[1])
     if labels is None or not {"trnid", "valid", "tstid"} <= ids.keys():
         raise SuiteDataError(f"{base}: imagelabels.mat needs 'labels', setid.mat 'trnid', 'valid', 'tstid'")
-    labels = labels.reshape(-1).astype(np.int64)
+    labels = np.asarray(labels).reshape(-1)
+    if labels.size == 0 or not np.issubdtype(labels.dtype, np.number) or not np.isfinite(labels).all() \
+            or (labels != np.round(labels)).any() or labels.min() < 1 or labels.max() > 1 << 20:
+        raise SuiteDataError(f"{files[0]}: 'labels' must be class numbers from 1 (whole, finite, at most {1 << 20})")
+    labels = labels.astype(np.int64)
     out = Found(base, [f"{c:03d}" for c in range(1, int(labels.max()) + 1)], annotations=files)
     for split, key in (("train", "trnid"), ("val", "valid"), ("test", "tstid")):
-        numbers = [int(i) for i in ids[key].reshape(-1)]
+        numbers = [whole_number(i, files[1], key) for i in ids[key].reshape(-1)]
         if any(not 1 <= i <= len(labels) for i in numbers):
             raise SuiteDataError(f"{files[1]}: {key} names images beyond the {len(labels)} labelled")
         setattr(out, split, Split([(str(base / "jpg" / f"image_{i:05d}.jpg"), int(labels[i - 1]) - 1)
@@ -323,13 +349,17 @@ def cub200(root: Path) -> Found:
     tables = {}
     for name in ("images", "image_class_labels", "train_test_split", "classes"):
         tables[name] = _pairs(base / f"{name}.txt")
-    classes = [tables["classes"][k] for k in sorted(tables["classes"], key=int)]
+    def number(key: str, table: str) -> int:
+        return whole_number(key, base / f"{table}.txt", "number")
+
+    classes = [tables["classes"][k] for k in sorted(tables["classes"], key=lambda k: number(k, "classes"))]
     out = Found(base, classes, annotations=[base / f"{n}.txt" for n in tables])
     for split, flag in (("train", "1"), ("test", "0")):
-        ids = [i for i in sorted(tables["images"], key=int) if tables["train_test_split"].get(i) == flag]
+        ids = [i for i in sorted(tables["images"], key=lambda k: number(k, "images"))
+               if tables["train_test_split"].get(i) == flag]
         labels = tables["image_class_labels"]
-        if any(not labels.get(i, "").isdigit() for i in ids):
+        if any(i not in labels for i in ids):
             raise SuiteDataError(f"{base / 'image_class_labels.txt'}: an image of images.txt has no class number")
         setattr(out, split, Split([(_inside(base / "images", tables["images"][i], base / "images.txt"),
-                                    int(labels[i]) - 1) for i in ids]))
+                                    number(labels[i], "image_class_labels") - 1) for i in ids]))
     return out

@@ -78,9 +78,34 @@ def hold_out(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     return train.take(sorted(kept)), train.take(sorted(val))
 
 
+def check_labels(spec: Spec, found: Found) -> None:
+    """Every label a reader found names one of the dataset's classes: a class index in [0, K), or for multi-label
+    data K values of 1 / 0 / -1. A list file's class 0 where classes count from 1, or a CIFAR batch's label 10 of
+    ten classes, would otherwise be trained on as a class of its own, or crash the solver."""
+    k = len(found.classes)
+    if k == 0:
+        raise SuiteDataError(f"{spec.name}: {found.folder} names no class")
+    for name in ("pool", "train", "val", "test"):
+        part = getattr(found, name)
+        for path, label in part.samples if part is not None else []:
+            if isinstance(label, tuple):
+                fits = len(label) == k and all(isinstance(v, int) and v in (-1, 0, 1) for v in label)
+            else:
+                fits = isinstance(label, int) and not isinstance(label, bool) and 0 <= label < k
+            if not fits:
+                try:
+                    shown = str(label)[:40]
+                except ValueError:  # an int past Python's digit limit
+                    shown = "a number beyond 4300 digits"
+                raise SuiteDataError(f"{spec.name}: {name} image {path} has label {shown}, not one of its {k} "
+                                     f"classes (an index 0 to {k - 1}; multi-label: {k} values of 1, 0, -1)")
+
+
 def resolve(spec: Spec, found: Found, path: Path, *, seed: int, val_fraction: float) -> Splits:
     """The dataset's splits: read back from ``path`` when it exists (a resumed run), else shipped or drawn, and
-    written to ``path``; the provenance names each split's origin, the seed and the file's SHA-256."""
+    written to ``path``; the provenance names each split's origin, the seed and the file's SHA-256. The labels
+    are checked first (:func:`check_labels`)."""
+    check_labels(spec, found)
     how: dict[str, str] = {}
     if found.pool is not None and spec.draw is not None:
         found.train, found.test = draw_pool(found.pool, *spec.draw, seed)
