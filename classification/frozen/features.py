@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +39,7 @@ from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
 from moco_core.run.progress import LINE, Progress, format_duration
 from moco_core.run.runtime import autocast
+from moco_core.user_files import parse_json
 
 # Bump when what extract_features computes for the same key changes (it is part of every key).
 FEATURES_FORMAT = 1
@@ -239,17 +241,25 @@ def read_feature_file(path: Path, key: dict[str, Any]) -> FeatureSet:
     """The features in ``path``, checked: its key must be ``key`` and its payload whole (length and SHA-256);
     raises :class:`_Unusable` otherwise."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for ever, a folder is no file
+            raise _Unusable("not a regular file")
         with open(path, "rb") as f:
             if f.read(len(_MAGIC)) != _MAGIC:
                 raise _Unusable("not a feature cache file of this version")
             line = f.readline(_HEADER_LIMIT)
-            try:
-                header = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            try:  # numbers past 64 bits or a double, nesting too deep: damaged, as malformed JSON is
+                header = parse_json(line, what="")
+            except UserError:
                 raise _Unusable("its header is damaged") from None
-            if not isinstance(header, dict) or not isinstance(header.get("bytes"), int):
+            size = os.fstat(f.fileno()).st_size
+            if not isinstance(header, dict) or not isinstance(header.get("bytes"), int) \
+                    or isinstance(header["bytes"], bool) or not 0 <= header["bytes"] <= size:
                 raise _Unusable("its header is damaged")
-            if _canonical(header.get("key", {})) != _canonical(key):
+            try:
+                same = _canonical(header.get("key", {})) == _canonical(key)
+            except (TypeError, ValueError, RecursionError):  # NaN or Infinity in the key: none of ours
+                raise _Unusable("its header is damaged") from None
+            if not same:
                 raise _Unusable("it holds the features of another key")
             payload = f.read(header["bytes"] + 1)
     except OSError as err:
