@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from moco_core.errors import UserError
+from moco_core.user_files import regular_file
 
 FORMAT_VERSION = 1
 LAST = "checkpoint_last.pth.tar"
@@ -310,9 +311,7 @@ def load(path: str | Path, *, stand_ins: tuple[tuple[type, str], ...] = ()) -> d
     checkpoints pickle). Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, and for
     pickles that would need any other object to load.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    path = regular_file(path, what="checkpoint", error=CheckpointError)  # missing, a FIFO, a device, a folder
     plainly = not_a_pickle(path)
     if plainly:
         raise CheckpointError(f"{path}: not a checkpoint: {plainly}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,38 @@ def _method(found: Found, weights_format: str | None, path: Path) -> tuple[str, 
 
 
 def pretrain_facts(weights: Weights) -> dict[str, Any]:
-    """The record's ``backbone.pretrain``: the method and who named it, and what the file says of its training."""
-    facts = {k: v for k, v in weights.found.facts.items() if k != "method"}
+    """The record's ``backbone.pretrain``: the method and who named it, and what the file says of its training
+    (:func:`plain_data`: a pickle may hold anything where a number is expected); a checkpoint of ours from before
+    checkpoints said smoke is a smoke run's by its run.json."""
+    facts = {k: plain_data(v) for k, v in weights.found.facts.items() if k != "method"}
     if facts.get("smoke") is False and smoke.recorded(weights.path.parent):  # ours from before the field
         facts["smoke"] = True
     return {"method": weights.method, "stated_by": weights.stated_by, **facts}
+
+
+FACT_DEPTH = 32  # nesting kept of a checkpoint's pickled config (ours is 3 deep)
+
+
+def plain_data(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON that every reader of a record takes (moco_core.user_files.parse_json): an integer past
+    64 bits (JSON takes it, Python's int() and the report do not), a NaN or infinite float, or nesting past
+    FACT_DEPTH become None; a tensor or any other object its type's name. What a checkpoint says of its training
+    is kept as far as it is data."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < 1 << 63 else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth >= FACT_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {_plain_key(k): plain_data(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v, depth + 1) for v in value]
+    return type(value).__name__
+
+
+def _plain_key(key: Any) -> str:
+    plain = plain_data(key, FACT_DEPTH)  # a scalar, or None for an int past 64 bits, or a type's name
+    return key if isinstance(key, str) else str(plain) if plain is not None else type(key).__name__

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from moco_core import checkpoint
-from moco_core.user_files import read_json
+from moco_core.user_files import read_json, regular_file
 
 # the globals read as stand-ins, and who pickles them
 STAND_IN_NAMES = (
@@ -72,8 +72,7 @@ def is_safetensors(path: Path) -> bool:
 
 def read_file(path: Path) -> WeightsFile:
     """The file's content: safetensors (with the JSON beside it) or a weights-only pickle with the stand-ins."""
-    if not path.is_file():
-        raise checkpoint.CheckpointError(f"checkpoint not found: {path}")
+    regular_file(path, what="checkpoint", error=checkpoint.CheckpointError)  # a FIFO would wait, a device not end
     if path.suffix == ".safetensors" or is_safetensors(path):
         return _read_safetensors(path)
     return WeightsFile(path, "pickle", checkpoint.load(path, stand_ins=STAND_INS))

@@ -12,14 +12,16 @@ preprocessor's ``image_mean``/``image_std``) where it states one, else the metho
 
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
 from moco_core import checkpoint
+from moco_core.errors import UserError
 from moco_core.model.weights import dinov2, plain, resnet_names, vit_names
 from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.formats import Normalisation
 from moco_core.model.weights.layout import Found
+from moco_core.user_files import parse_json
 
 # the metadata keys moco convert writes into a .safetensors file (transfer/convert.py)
 METADATA_METHOD, METADATA_ENCODER, METADATA_NORMALISATION = "moco.method", "moco.encoder", "moco.normalisation"
@@ -82,9 +84,9 @@ def _stated_normalisation(weights: WeightsFile) -> Normalisation | None:
     """The input statistics the file states: moco convert's metadata, timm's ``pretrained_cfg``, or transformers'
     preprocessor; None where none is stated."""
     if METADATA_NORMALISATION in weights.metadata:
-        try:
-            given = json.loads(weights.metadata[METADATA_NORMALISATION])
-        except json.JSONDecodeError:
+        try:  # a number past 64 bits or a double is malformed here too, not a ValueError from int()
+            given = parse_json(weights.metadata[METADATA_NORMALISATION], what="")
+        except UserError:
             given = None
         return _normalisation(given, "stated by the file") if isinstance(given, dict) else None
     pretrained = weights.config.get("pretrained_cfg")
@@ -102,6 +104,8 @@ def _normalisation(given: dict[str, Any], name: str) -> Normalisation | None:
                                                           for x in v) for v in (mean, std))
     if not ok:
         return None
+    if not all(math.isfinite(x) for x in (*mean, *std)):  # NaN and Infinity parse as JSON constants
+        raise checkpoint.CheckpointError(f"the file's normalisation ({name}) is not finite: mean {mean}, std {std}")
     if any(x <= 0 for x in std):
         raise checkpoint.CheckpointError(f"the file's normalisation ({name}) has a std of {std}: not > 0")
     return Normalisation(given.get("name") if isinstance(given.get("name"), str) else name,
