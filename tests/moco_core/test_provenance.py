@@ -54,8 +54,8 @@ def test_a_smoke_mark_travels_to_every_record_and_the_report_keeps_it_apart(shap
     markdown = (tmp_path / "report" / "report.md").read_text()
     name = shapes_root.name
     titles = [line for line in markdown.splitlines() if line.startswith("## kNN")]
-    assert titles == [f"## kNN classification (weighted kNN): {name}", f"## kNN classification (weighted kNN): "
-                      f"{name}, smoke runs (MOCO\\_SMOKE=1: shortened; numbers mean nothing)"]  # the smoke row apart
+    assert titles == [f"## kNN classification (weighted kNN, k 5): {name}", f"## kNN classification (weighted kNN, "
+                      f"k 5): {name}, smoke runs (MOCO\\_SMOKE=1: shortened; numbers mean nothing)"]  # smoke apart
     real, smoke_table = markdown.split(titles[1])
     assert "random init (R18) " in real and "[smoke]" not in real
     assert f"MoCo v2 (R18, 1 ep, {name})" in smoke_table and "\\[smoke\\]" in smoke_table
@@ -68,7 +68,7 @@ def test_a_smoke_mark_travels_to_every_record_and_the_report_keeps_it_apart(shap
     assert mixed.returncode == 0, mixed.stderr
     markdown = (tmp_path / "mixed" / "report.md").read_text()
     assert [line for line in markdown.splitlines() if line.startswith("## kNN")] == [
-        f"## kNN classification (weighted kNN): {name}"]  # asked: one table, the smoke row marked
+        f"## kNN classification (weighted kNN, k 5): {name}"]  # asked: one table, the smoke row marked
     assert f"MoCo v2 (R18, 1 ep, {name})" in markdown and "\\[smoke\\]" in markdown
 
 
