@@ -77,6 +77,13 @@ def linear_cli(
     cached_features: Annotated[bool, typer.Option(
         "--cached-features", help="Train fc on features extracted once (fast; NOT the paper's protocol, and "
         "labelled so).")] = False,
+    grid: Annotated[bool, typer.Option(
+        "--grid", help="Train a grid of linear heads (DINOv2's 13 lrs x features) on one frozen pass a batch and "
+        "report the one chosen on held-out train images (protocol linear-grid, NOT the paper's); presets "
+        "lincls_grid, lincls_grid_embedded imply it.")] = False,
+    robustness: Annotated[str | None, typer.Option(
+        help="With --grid: a folder holding ImageNet-V2, -A, -R, -Sketch and ReaL's real.json as released; the "
+        "chosen head is scored on each found (robustness.root).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in its output directory from "
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
@@ -90,6 +97,14 @@ def linear_cli(
     from classification.linear import load_linear_config, protocol_preset
 
     try:
+        if grid or robustness is not None or _is_grid(config):
+            if cached_features:
+                raise ConfigError("--cached-features: the grid reads the frozen backbone once a batch already; "
+                                  "give --grid or --cached-features, not both")
+            _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, flags={
+                "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
+                "robustness": {"root": robustness}, "run": {"output_dir": output_dir, "device": device}})
+            return
         if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "
                   f"another", file=sys.stderr)
@@ -105,6 +120,29 @@ def linear_cli(
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
         "cached_features": cached_features, "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
     print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume, asked)
+
+
+def _is_grid(config: str | None) -> bool:
+    from classification.frozen.grid_config import is_grid_config
+
+    return is_grid_config(config)
+
+
+def _grid_cli(pretrained: str, config: str | None, overrides: list[str], nproc: int, quiet: bool, resume: bool,
+              print_config: bool, output_dir: str | None, flags: dict[str, Any]) -> None:
+    """``moco eval linear --grid`` (or a grid preset): its config, then one process per --nproc."""
+    from classification.frozen.grid_config import load_grid_config
+
+    cfg = load_grid_config(config, overrides, flags=flags)
+    cfg = _subset_output_dir(with_output_dir(cfg, config, "linear_grid", pretrained, cfg.arch, "--arch"), output_dir)
+    print_or_launch(cfg, print_config, nproc, run_grid, cfg, pretrained, quiet, resume)
+
+
+def run_grid(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
+    """One process of ``moco eval linear --grid``: one-line user errors (rank 0), exit code 2 (1: diverged)."""
+    from classification.frozen.grid import grid_eval
+
+    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
 
 
 def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,

@@ -389,8 +389,9 @@ _PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), 
                     "densepose": ("densepose_",),
                     "detection": ("voc_", "coco_", "keypoints_", "lvis_", "cityscapes_", "densepose_"),
                     "semseg": ("semseg_",), "finetune": ("finetune_",), "transfer": ("transfer_",)}
-COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "KnnConfig": "knn", "TransferConfig": "detection",
-            "SemsegConfig": "semseg", "FinetuneConfig": "finetune", "TransferSuiteConfig": "transfer"}
+COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "GridConfig": "linear", "KnnConfig": "knn",
+            "TransferConfig": "detection", "SemsegConfig": "semseg", "FinetuneConfig": "finetune",
+            "TransferSuiteConfig": "transfer"}
 
 
 def presets_for(command: str) -> list[str]:

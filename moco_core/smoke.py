@@ -59,6 +59,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "augment.crop_size": 32, "data.workers": 0, "run.log_every": 1,
     },
     "LinearConfig": _LINEAR,
+    "GridConfig": _LINEAR,
     "FinetuneConfig": _LINEAR,
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,
@@ -70,6 +71,7 @@ SIZES: dict[str, dict[str, Any]] = {
 LENGTHS = {
     "PretrainConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "LinearConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
+    "GridConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "FinetuneConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
     "TransferConfig": ("solver.iterations", lambda n: min(n, 2)),
     "SemsegConfig": ("solver.iterations", lambda n: min(n, 2)),

@@ -1,0 +1,356 @@
+"""``moco eval linear --grid``: a grid of linear heads (:mod:`classification.frozen.heads`) trained on one frozen
+forward pass a batch, one head chosen on held-out train images (:mod:`classification.frozen.selection`), that head
+reported on val and on ImageNet's robustness sets (:mod:`classification.robustness`).
+
+The backbone is read at its taps (:mod:`classification.frozen.taps`) in eval mode under ``torch.no_grad``: BN
+statistics never move and no gradient reaches it, and the sanity check at the end (the paper protocol's, from
+:mod:`classification.linear`) proves that no backbone tensor changed. Train images are DINOv2's head training
+crops (RandomResizedCrop + flip; the paper protocol's train transform); the held-out split, val and the
+robustness sets are read as center crops. Each epoch ends with a checkpoint (``grid_last.pth.tar``: the heads, the
+optimizer, the history, the RNG), from which ``--resume`` continues; the lock, ``--nproc`` (the heads wrapped in
+DDP, each rank a shard of every batch) and one-line errors are the paper protocol's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from classification.frozen.grid_config import GridConfig, protocol_name
+from classification.frozen.heads import LR_SCALING, HeadGrid, grid_specs, head_hits, head_losses, scaled_lr, set_lr
+from classification.frozen.selection import choose, holdout_split
+from classification.frozen.taps import FeatureTaps, available_taps, default_tap
+from classification.linear import sanity_check
+from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
+from classification.splits import Splits, dataset_record, load_splits
+from moco_core import checkpoint, distributed
+from moco_core.config import ConfigError, replace, to_dict
+from moco_core.data.augment import build_eval_transform
+from moco_core.data.data import DecodeFailures, ImageDataset
+from moco_core.errors import NonFiniteLossError
+from moco_core.model.backbone import BackboneInfo, load_backbone
+from moco_core.model.vit import classifier_name, is_vit
+from moco_core.run.naming import evaluation_dir
+from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.records import write_record
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.runtime import autocast, resolve_device
+
+GRID_LAST = "grid_last.pth.tar"  # the heads, optimizer, history and RNG after the last finished epoch
+# what must not change between a run and its --resume: the heads' shapes and the images they train on
+_RESUME_KEYS = ("arch", "grid", "optim", "select", "data")
+
+
+def grid_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool | str = True,
+              extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
+    """Train the grid on ``pretrained`` (a checkpoint, a run directory or "random"); returns the record's path."""
+    device = resolve_device(cfg.run.device)
+    if cfg.run.output_dir is None:
+        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "linear_grid", pretrained, cfg.arch)})
+    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
+        return _grid_eval(cfg, pretrained, device, show_progress, extra or {}, resume)
+
+
+@dataclass
+class _Run:
+    """What the epochs of one grid evaluation work with (built by :func:`_set_up`)."""
+
+    model: nn.Module  # the backbone as loaded (its own fc or head never runs)
+    info: BackboneInfo
+    initial: dict[str, torch.Tensor]  # every backbone tensor as loaded: the sanity check compares against it
+    taps: FeatureTaps
+    heads: HeadGrid
+    trained: nn.Module  # the heads, wrapped in DDP with several processes
+    optimizer: torch.optim.Optimizer
+    sampler: DistributedSampler
+    train_loader: DataLoader
+    select_loader: DataLoader | None  # the held-out images (None: selection on val)
+    val_loader: DataLoader
+    splits: Splits
+    selection_split: dict[str, Any]
+    sets: list[ImageSet]
+    real: RealLabels | None
+
+
+def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_progress: bool | str,
+               extra: dict[str, Any], resume: bool) -> Path:
+    main = distributed.is_main()
+    run_dir = Path(cfg.run.output_dir)
+    if not resume:
+        hint = "pass --resume to continue it, or choose another --output-dir"
+        require_fresh(run_dir, ("result.json",), "a finished evaluation", hint)
+        require_fresh(run_dir, (GRID_LAST,), "an unfinished grid evaluation", hint)
+    failures = DecodeFailures(run_dir / ".undecodable")
+    run = _set_up(cfg, pretrained, device, failures)
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
+    history: list[dict[str, Any]] = []
+    first = _restore(run_dir / GRID_LAST, cfg, pretrained, run, history) if resume else 0
+    if first >= cfg.optim.epochs and (run_dir / "result.json").exists():
+        raise ConfigError(f"--resume: {run_dir} holds a finished grid evaluation (its cosine schedule ended at "
+                          f"epoch {first}); choose another --output-dir for a new one")
+    total = cfg.optim.epochs * len(run.train_loader)
+    step, started = first * len(run.train_loader), time.perf_counter()
+    progress = Progress(total, done_steps=step, every=cfg.run.log_every, enabled=main and show_progress)
+    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
+                       config=to_dict(cfg)) as metrics:
+        metrics.start(step)
+        for epoch in range(first, cfg.optim.epochs):
+            step, losses = _train_epoch(cfg, run, epoch, step, total, device, progress)
+            finite = [x for x in losses if math.isfinite(x)]
+            if not finite:
+                raise NonFiniteLossError(f"every head of the grid diverged by epoch {epoch + 1}; lower grid.lrs")
+            history.append({"epoch": epoch, "loss": losses, "lr_factor": run.optimizer.param_groups[0]["lr"]
+                            / run.optimizer.param_groups[0]["start_lr"]})
+            metrics.write(epoch=epoch, step=step, loss_best=min(finite), loss_mean=sum(finite) / len(finite),
+                          diverged=len(losses) - len(finite))
+            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: head losses {min(finite):.3f} .. "
+                             f"{max(finite):.3f}" + (f", {len(losses) - len(finite)} diverged"
+                                                     if len(finite) < len(losses) else ""))
+            note = failures.report(f"epoch {epoch + 1}") if main else None
+            if note:
+                print(f"warning: {note}", file=sys.stderr)
+            if main:
+                checkpoint.save_atomic({"format": "moco-linear-grid", "epoch": epoch + 1,
+                                        "heads": run.heads.state_dict(), "optimizer": run.optimizer.state_dict(),
+                                        "history": history, "pretrained": pretrained,
+                                        "rng": checkpoint.rng_state(), "config": to_dict(cfg)}, run_dir / GRID_LAST)
+    result = _select_and_score(cfg, run, history, device, progress)
+    sanity_check(run.model, run.info, run.initial)
+    if not main:
+        return run_dir / "result.json"
+    return _write_result(cfg, run, history, result, run_dir, started, extra)
+
+
+def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: DecodeFailures) -> _Run:
+    """The splits (train less the held-out images), the robustness sets, the frozen backbone, its taps, the heads
+    and their optimizer; one-line errors for what cannot run, before any training."""
+    world, rank = distributed.world_size(), distributed.rank()
+    if cfg.optim.batch_size % world:
+        raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
+    splits = load_splits(cfg.data, augment=True, failures=failures)
+    evaluate = build_eval_transform(cfg.data.crop_size, resize=cfg.data.resize)
+    train, held, record = splits.train.samples, [], {"kind": "val (the reported set)", "images": len(splits.val)}
+    if cfg.select.split == "holdout":
+        train, held, record = holdout_split(train, cfg.select.holdout_fraction, cfg.select.seed, splits.root)
+        if not held:
+            raise ConfigError(f"select.holdout_fraction: no class of the {len(splits.train)} train images has 2 "
+                              f"images to hold one out; choose on val (select.split=val) or give more images")
+    sets, real, missing = [], None, []
+    if cfg.robustness.root is not None:
+        sets, real, missing = find_sets(Path(cfg.robustness.root).expanduser(), cfg.robustness.sets,
+                                        splits.classes, [s for s, _ in splits.val.samples])
+    for note in missing if distributed.is_main() else ():
+        print(f"note: robustness {note}", file=sys.stderr)
+    torch.manual_seed(cfg.run.seed)
+    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+                                crop_option="--set data.crop_size={0} --set data.resize={0}")
+    head = classifier_name(model) + "."  # the model's own fc or head: never run here, left out of the check
+    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
+    model = model.to(device).eval().requires_grad_(False)  # frozen: BN in eval mode, no gradient
+    try:
+        taps = FeatureTaps(model, cfg.grid.taps or (available_taps(model) if is_vit(model) else (default_tap(model),)))
+    except ValueError as err:
+        raise ConfigError(f"grid.taps: {err}") from None
+    heads = HeadGrid(grid_specs(taps.taps, cfg.grid.lrs), taps.dims(cfg.data.crop_size), len(splits.classes))
+    heads = heads.to(device)
+    optimizer = torch.optim.SGD(heads.param_groups(cfg.optim.batch_size), lr=0.0, momentum=cfg.optim.momentum,
+                                weight_decay=cfg.optim.weight_decay)
+    local = cfg.optim.batch_size // world
+    train_set = ImageDataset(train, splits.train.transform, failures)
+    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed)
+    train_loader = DataLoader(train_set, batch_size=local, sampler=sampler, num_workers=cfg.data.workers,
+                              pin_memory=device.type == "cuda")
+
+    def shard(samples: list[tuple[str, int]]) -> DataLoader:  # a disjoint share per rank: summed counts are exact
+        dataset = ImageDataset(samples, evaluate, failures)
+        return DataLoader(Subset(dataset, range(rank, len(dataset), world)), batch_size=local,
+                          num_workers=cfg.data.workers)
+
+    trained: nn.Module = heads
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(heads, device_ids=[device.index] if device.type == "cuda"
+                                                      else None)
+    return _Run(model, info, initial, taps, heads, trained, optimizer, sampler, train_loader,
+                shard(held) if held else None, shard(splits.val.samples), splits, record, sets, real)
+
+
+def _features(run: _Run, images: torch.Tensor, device: torch.device, amp: bool) -> dict[str, torch.Tensor]:
+    """Every tap of one batch, from one frozen pass (bf16 under autocast), as fp32 for the heads."""
+    with torch.no_grad(), autocast(device, amp):
+        out = run.taps(images.to(device, non_blocking=True))
+    return {tap: value.float() for tap, value in out.items()}
+
+
+def _train_epoch(cfg: GridConfig, run: _Run, epoch: int, step: int, total: int, device: torch.device,
+                 progress: Progress) -> tuple[int, list[float]]:
+    """One epoch of every head; (steps done so far, each head's mean loss over the epoch)."""
+    run.sampler.set_epoch(epoch)
+    summed = torch.zeros(len(run.heads.specs), dtype=torch.float64, device=device)
+    batches = 0
+    for images, target, _ in run.train_loader:
+        factor = set_lr(run.optimizer, step, total)  # cosine per iteration, as DINOv2's scheduler
+        features = _features(run, images, device, cfg.run.amp)
+        losses = head_losses(run.trained(features), target.to(device))  # (H,)
+        run.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        run.optimizer.step()
+        summed += losses.detach().double()
+        batches += 1
+        step += 1
+        if progress.enabled and (step % cfg.run.log_every == 0 or step == total):  # .min() syncs: only to show it
+            progress.update(step, epoch, cfg.optim.epochs, best_head_loss=losses.detach().nan_to_num(math.inf)
+                            .min().item(), lr_factor=factor)
+    return step, (summed / max(batches, 1)).tolist()
+
+
+@torch.no_grad()
+def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
+              keep: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Top-1 and top-5 (%) of every head over ``loader``'s images, summed across ranks: (H, 2); with ``keep``, the
+    top-1 prediction of every head for every image of the dataset, gathered from every rank: (N, H) in dataset
+    order."""
+    counts = torch.zeros(len(run.heads.specs) + 1, 2, dtype=torch.float64, device=device)  # last row: images
+    indices, predictions = [], []
+    for images, target, index in loader:
+        logits = run.heads(_features(run, images, device, amp))  # (H, N, C)
+        target = target.to(device)
+        counts[:-1] += head_hits(logits, target)
+        counts[-1] += target.shape[0]
+        if keep:
+            indices.append(index)
+            predictions.append(logits.argmax(2).t().cpu())  # (N, H)
+    if distributed.world_size() > 1:
+        torch.distributed.all_reduce(counts)
+    kept = None
+    if keep:
+        parts = distributed.all_gather_objects((torch.cat(indices), torch.cat(predictions)))
+        order = torch.cat([i for i, _ in parts])
+        kept = torch.empty_like(torch.cat([p for _, p in parts]))
+        kept[order] = torch.cat([p for _, p in parts])
+    return 100.0 * counts[:-1] / counts[-1, 0].clamp(min=1), kept
+
+
+def _select_and_score(cfg: GridConfig, run: _Run, history: list[dict[str, Any]], device: torch.device,
+                      progress: Progress) -> dict[str, Any]:
+    """Every head on the selection split and on val; the chosen head; its robustness scores."""
+    usable = [math.isfinite(x) for x in history[-1]["loss"]]
+    held = None
+    if run.select_loader is not None:
+        progress.message(f"scoring {len(run.heads.specs)} heads on the {run.selection_split['images']} held-out "
+                         f"train images")
+        held, _ = _evaluate(run, run.select_loader, device, cfg.run.amp)
+    progress.message(f"scoring {len(run.heads.specs)} heads on val")
+    val, predictions = _evaluate(run, run.val_loader, device, cfg.run.amp, keep=run.real is not None)
+    chosen = choose((held if held is not None else val)[:, 0].tolist(), usable)
+    best_on_val = choose(val[:, 0].tolist(), usable)
+    table = [{"head": spec.name, "tap": spec.tap, "lr": spec.lr,
+              "lr_scaled": scaled_lr(spec.lr, cfg.optim.batch_size), "diverged": not usable[i],
+              **({"holdout_top1": held[i, 0].item(), "holdout_top5": held[i, 1].item()} if held is not None else {}),
+              "val_top1": val[i, 0].item(), "val_top5": val[i, 1].item()} for i, spec in enumerate(run.heads.specs)]
+    metrics = {"top1": val[chosen, 0].item(), "top5": val[chosen, 1].item()}
+    robustness = _robustness(cfg, run, chosen, predictions, device, progress)
+    metrics.update({name: scores["top1"] for name, scores in ((r["metric"], r) for r in robustness.values())})
+    return {"metrics": metrics, "table": table, "chosen": chosen, "best_on_val": best_on_val,
+            "robustness": robustness}
+
+
+@torch.no_grad()
+def _robustness(cfg: GridConfig, run: _Run, chosen: int, predictions: torch.Tensor | None,
+                device: torch.device, progress: Progress) -> dict[str, dict[str, Any]]:
+    """The chosen head's top-1 on each robustness set found (the 200-class sets through their class lists) and
+    on ReaL's labels of val."""
+    spec, head = run.heads.specs[chosen], run.heads.heads[chosen]
+    taps = FeatureTaps(run.model, (spec.tap,))
+    world, rank = distributed.world_size(), distributed.rank()
+    evaluate = build_eval_transform(cfg.data.crop_size, resize=cfg.data.resize)
+    out: dict[str, dict[str, Any]] = {}
+    for image_set in run.sets:
+        progress.message(f"scoring head {spec.name} on {image_set.name} ({len(image_set.samples)} images)")
+        dataset = ImageDataset(image_set.samples, evaluate)
+        loader = DataLoader(Subset(dataset, range(rank, len(dataset), world)),
+                            batch_size=cfg.optim.batch_size // world, num_workers=cfg.data.workers)
+        counts = torch.zeros(2, dtype=torch.float64, device=device)
+        for images, target, _ in loader:
+            with autocast(device, cfg.run.amp):
+                features = taps(images.to(device, non_blocking=True))[spec.tap].float()
+            predicted = restricted_predictions(head(features), image_set.classes)
+            counts += torch.tensor([(predicted == target.to(device)).sum().item(), target.shape[0]], device=device,
+                                   dtype=torch.float64)
+        if world > 1:
+            torch.distributed.all_reduce(counts)
+        out[image_set.name] = {"metric": image_set.metric, "path": str(image_set.path), "images": len(dataset),
+                               "classes": len(image_set.classes or run.splits.classes),
+                               "top1": 100.0 * (counts[0] / counts[1]).item()}
+    if run.real is not None and predictions is not None:
+        val_order = predictions[:, chosen]  # (N_val,) in val order
+        out["imagenet-real"] = {"metric": "imagenet_real_top1", "path": str(run.real.path),
+                                "images": len(run.real.labels), "unlabelled_left_out": run.real.unlabelled,
+                                "top1": real_accuracy(val_order, run.real)}
+    return out
+
+
+def _write_result(cfg: GridConfig, run: _Run, history: list[dict[str, Any]], result: dict[str, Any],
+                  run_dir: Path, started: float, extra: dict[str, Any]) -> Path:
+    """The heads, and the record (main process); a summary line."""
+    chosen, specs = result["chosen"], run.heads.specs
+    checkpoint.save_atomic({"format": "moco-linear-grid-heads", "heads": run.heads.state_dict(),
+                            "specs": [(s.tap, s.lr) for s in specs], "chosen": specs[chosen].name,
+                            "classes": run.splits.classes, "arch": run.info.arch}, run_dir / "grid_final.pth.tar")
+    on = cfg.select.split
+    where = (f"chosen on {run.selection_split['images']} train images held out (seed {cfg.select.seed})"
+             if on == "holdout" else "chosen on val, the reported set (optimistic: not an honest selection)")
+    note = (f"linear head grid ({len(specs)} heads: {len(run.taps.taps)} features x {len(cfg.grid.lrs)} lrs, "
+            f"{cfg.optim.epochs} epochs), {where}; not the paper's protocol")
+    selection = {"on": "held-out train split" if on == "holdout" else "val (the reported set)",
+                 "split": run.selection_split, "chosen": specs[chosen].name,
+                 "best_on_val": specs[result["best_on_val"]].name, "lr_scaling": LR_SCALING}
+    record = write_record(run_dir / "result.json", task="linear", protocol=protocol_name(cfg),
+                          metrics=result["metrics"], backbone=run.info,
+                          dataset=dataset_record(cfg.data.path, run.splits), config=to_dict(cfg),
+                          history=history,
+                          extra={"selection": selection, "grid": result["table"],
+                                 "robustness": result["robustness"], "sanity_check": "passed",
+                                 "wall_time_s": time.perf_counter() - started, "note": note, **extra})
+    robust = " ".join(f"{name} {r['top1']:.2f}" for name, r in result["robustness"].items())
+    print(f"{note}: head {specs[chosen].name}: top1 {result['metrics']['top1']:.2f} top5 "
+          f"{result['metrics']['top5']:.2f}{'; ' + robust if robust else ''} in "
+          f"{format_duration(time.perf_counter() - started)}; sanity check passed", file=sys.stderr)
+    return record
+
+
+def _restore(path: Path, cfg: GridConfig, pretrained: str, run: _Run, history: list[dict[str, Any]]) -> int:
+    """Load the grid's last epoch (heads, optimizer, history, RNG) from ``path``; the epochs it had done."""
+    saved = checkpoint.load(path)
+    if saved.get("format") != "moco-linear-grid":
+        raise checkpoint.CheckpointError(f"{path}: not a grid evaluation checkpoint")
+    if saved.get("pretrained") != pretrained:
+        raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
+    now, then = _resumable(to_dict(cfg)), _resumable(saved["config"])
+    changed = [key for key in _RESUME_KEYS if then.get(key) != now[key]]
+    if changed:
+        raise ConfigError(f"--resume: {changed[0]} differs from the run in {path.parent} (a grid resumes with the "
+                          f"settings it started with)")
+    try:
+        checkpoint.load_into(run.heads, saved["heads"])
+        run.optimizer.load_state_dict(saved["optimizer"])
+    except (checkpoint.CheckpointError, RuntimeError, ValueError, KeyError) as err:
+        raise checkpoint.CheckpointError(f"{path}: does not match this grid ({str(err).splitlines()[0]})") from None
+    history += saved["history"]
+    checkpoint.set_rng_state(saved["rng"])
+    return int(saved["epoch"])
+
+
+def _resumable(config: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a config a resumed grid must share with its start (data.workers may differ)."""
+    data = {k: v for k, v in (config.get("data") or {}).items() if k != "workers"}
+    return {**{k: config.get(k) for k in _RESUME_KEYS}, "data": data}

@@ -1,0 +1,127 @@
+"""The configuration of ``moco eval linear --grid``: the heads, their training, how one is chosen, the data and
+the robustness sets. Defaults are DINOv2's linear evaluation (facebookresearch/dinov2 ``eval/linear.py``)
+where it has one, and this suite's where DINOv2's would select on the reported set."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from classification.frozen.heads import DINOV2_LRS
+from classification.frozen.taps import RESNET_TAPS, VIT_TAPS
+from classification.linear import subset_checks
+from classification.robustness import SETS
+from classification.splits import LinearDataConfig
+from moco_core.config import load_config, require, run_checks
+
+
+@dataclass(frozen=True)
+class GridHeadsConfig:
+    lrs: tuple[float, ...] = DINOV2_LRS  # per 256 images, times global batch / 256 (DINOv2's 13 and its rule)
+    # The features read, each fed to one head per lr. Empty: by backbone, a ViT's cls, cls+avg, cls4, cls4+avg
+    # (DINOv2's last 1 or 4 blocks, with or without the patch average); a ResNet's layer4 (the paper's feature);
+    # earlier ResNet stages (layer3, layer2, layer1) when named here.
+    taps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GridOptimConfig:
+    batch_size: int = 1024  # global; DINOv2: 128 a GPU on 8 GPUs (its lrs assume 1,024, dinov2 issue 232)
+    epochs: int = 10  # DINOv2: 12,500 iterations of 1,024 images, 10 ImageNet epochs
+    momentum: float = 0.9  # DINOv2's SGD
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    # "holdout": the head with the best top-1 on a split held out from train (classification/frozen/selection.py)
+    # "val": on val, the reported set (DINOv2's default): optimistic, and labelled so in the record and the report
+    split: Literal["holdout", "val"] = "holdout"  # the split the head is chosen on
+    holdout_fraction: float = 0.1  # of each class's train images (DINOv2's logistic regression holds out 10%)
+    seed: int = 0  # draws the held-out split; not run.seed, so trials of other seeds select on the same images
+
+
+@dataclass(frozen=True)
+class RobustnessConfig:
+    root: str | None = None  # a folder holding the sets as released (classification/robustness.py); None: none
+    sets: tuple[str, ...] = tuple(SETS)
+
+
+@dataclass(frozen=True)
+class GridRunConfig:
+    output_dir: str | None = None  # None: runs/<preset>/<weights>, runs/linear_grid/<weights> without a preset
+    device: str = "auto"
+    seed: int = 0  # draws the heads' initial weights and the order of the train images
+    amp: bool = True  # bf16 autocast of the backbone on CUDA; the heads train in fp32 (as DINOv2's .float())
+    log_every: int = 10
+    loggers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """``moco eval linear --grid``: many linear heads on one frozen pass, one chosen on held-out data."""
+
+    arch: str | None = None  # None: read from the weights ("random" needs it)
+    grid: GridHeadsConfig = field(default_factory=GridHeadsConfig)
+    optim: GridOptimConfig = field(default_factory=GridOptimConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    # DINOv2's heads train on RandomResizedCrop(224) + flip and are evaluated on Resize(256) + CenterCrop(224)
+    data: LinearDataConfig = field(default_factory=LinearDataConfig)
+    robustness: RobustnessConfig = field(default_factory=RobustnessConfig)
+    run: GridRunConfig = field(default_factory=GridRunConfig)
+
+
+def protocol_name(cfg: GridConfig) -> str:
+    """The record's ``protocol``: "linear-grid" (chosen on held-out train images), or
+    "linear-grid-selected-on-val" (chosen on the reported set: a table of its own, never beside the other)."""
+    return "linear-grid" if cfg.select.split == "holdout" else "linear-grid-selected-on-val"
+
+
+def validate_grid(cfg: GridConfig) -> GridConfig:
+    g, o, s, d = cfg.grid, cfg.optim, cfg.select, cfg.data
+    bad_lr = next((lr for lr in g.lrs if not 0 < lr < math.inf), None)
+    known = (*RESNET_TAPS, *VIT_TAPS)
+    bad_tap = next((t for t in g.taps if t not in known and not t.removesuffix("+avg").removeprefix("cls").isdigit()),
+                   None)
+    root = cfg.robustness.root
+    require([
+        (bool(g.lrs), "grid.lrs", "must name at least one learning rate"),
+        (bad_lr is None, "grid.lrs", f"each must be finite and > 0, got {bad_lr}"),
+        (len(set(g.lrs)) == len(g.lrs), "grid.lrs", f"{list(g.lrs)} names a value twice"),
+        (bad_tap is None, "grid.taps", f"unknown feature {bad_tap!r} (a ResNet's: {', '.join(RESNET_TAPS)}; a "
+         f"ViT's: {', '.join(VIT_TAPS)})"),
+        (len(set(g.taps)) == len(g.taps), "grid.taps", f"{list(g.taps)} names a feature twice"),
+        (o.batch_size >= 1, "optim.batch_size", f"must be >= 1, got {o.batch_size}"),
+        (o.epochs >= 1, "optim.epochs", f"must be >= 1, got {o.epochs}"),
+        (0 <= o.momentum < math.inf and 0 <= o.weight_decay < math.inf, "optim", "momentum and weight_decay must be "
+         "finite and >= 0"),
+        (0 < s.holdout_fraction <= 0.5, "select.holdout_fraction", f"must be in (0, 0.5], got "
+         f"{s.holdout_fraction}"),
+        (s.seed >= 0, "select.seed", f"must be >= 0, got {s.seed}"),
+        (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
+        (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "
+         f"{d.resize}"),
+        (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
+        (root is None or Path(root).expanduser().is_dir(), "robustness.root", f"{root!r}: no such folder"),
+        (len(set(cfg.robustness.sets)) == len(cfg.robustness.sets), "robustness.sets", "names a set twice"),
+        (all(n in SETS for n in cfg.robustness.sets), "robustness.sets", f"known sets: {', '.join(SETS)}"),
+        (cfg.run.log_every >= 1, "run.log_every", f"must be >= 1, got {cfg.run.log_every}"),
+        *subset_checks(d),
+        *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
+    ])
+    return cfg
+
+
+def load_grid_config(config: str | None, overrides: list[str], flags: dict[str, Any] | None = None) -> GridConfig:
+    """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result."""
+    return validate_grid(load_config(GridConfig, config, overrides, flags=flags))
+
+
+def is_grid_config(config: str | None) -> bool:
+    """Whether ``config`` (a preset or YAML file, ``_base_`` chains followed) configures a head grid: it has a
+    ``grid`` section (``lincls_grid``, ``lincls_grid_embedded``), which the paper's protocol has not."""
+    from moco_core.config import preset_path, read_yaml
+
+    return config is not None and "grid" in read_yaml(preset_path(config, "linear"))
