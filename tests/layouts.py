@@ -49,16 +49,22 @@ def _photo(rng: np.random.Generator, height: int, width: int) -> Image.Image:
     return Image.fromarray(coarse).resize((width, height), Image.BICUBIC)
 
 
-def imagenet_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2, seed: int = 0) -> Path:
-    """A 4-class ImageNet-layout folder of 40-60 px photograph-like JPEGs; returns ``root``."""
+def imagenet_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2, seed: int = 0, *,
+                    ilsvrc_val_names: bool = False) -> Path:
+    """A 4-class ImageNet-layout folder of 40-60 px photograph-like JPEGs; returns ``root``. ``ilsvrc_val_names``:
+    val images named as ILSVRC-2012's are (``ILSVRC2012_val_00000001.JPEG`` ...), numbered 1 .. N across the
+    classes in a shuffled order, as the released val archive numbers its 50,000 (ReaL's labels follow them)."""
     rng = np.random.default_rng(seed)
+    numbers = iter(np.random.default_rng([seed, 1]).permutation(len(WNIDS) * val_per_class) + 1)  # own stream
     for split, count in (("train", train_per_class), ("val", val_per_class)):
         for c, wnid in enumerate(WNIDS):
             folder = root / split / wnid
             folder.mkdir(parents=True, exist_ok=True)
             for i in range(count):
                 image = _photo(rng, int(rng.integers(40, 60)), int(rng.integers(40, 60)))
-                image.save(folder / f"{wnid}_{i}.JPEG", quality=90)
+                name = f"ILSVRC2012_val_{next(numbers):08d}.JPEG" if split == "val" and ilsvrc_val_names else \
+                    f"{wnid}_{i}.JPEG"
+                image.save(folder / name, quality=90)
             if split == "train" and c == 1:
                 _photo(rng, 48, 52).convert("L").save(folder / f"{wnid}_gray.JPEG", quality=90)
             if split == "train" and c == 2:
@@ -66,6 +72,54 @@ def imagenet_layout(root: Path, train_per_class: int = 5, val_per_class: int = 2
     buffer = io.BytesIO()
     _photo(rng, 48, 48).save(buffer, format="JPEG", quality=90)
     (root / "train" / WNIDS[0] / f"{WNIDS[0]}_truncated.JPEG").write_bytes(buffer.getvalue()[:200])
+    return root
+
+
+# ImageNet-A's and -R's file names as their archives hold them (the classification/robustness.py docstring)
+A_NAMES = ("0.000116_digital clock _ digital clock_0.865662.jpg", "0.003001_balloon _ balloon_0.4695473.jpg")
+R_NAMES = ("art_0.jpg", "cartoon_12.jpg", "sketch_3.jpg")
+A_CLASSES, R_CLASSES = (WNIDS[1], WNIDS[3]), (WNIDS[0], WNIDS[2], WNIDS[3])  # the 200-class sets: a subset each
+
+
+def robustness_layout(root: Path, imagenet: Path, seed: int = 0) -> Path:
+    """ImageNet's robustness sets under ``root`` as their archives extract, for the 4 classes of
+    :func:`imagenet_layout` (the first four of ImageNet-1k, so their indices are 0 .. 3 there too); returns
+    ``root``:
+
+    - ``imagenetv2-matched-frequency-format-val/<0..3>/<40 hex digits>.jpeg``, 3 a class;
+    - ``imagenet-a/README.txt`` and ``imagenet-a/<wnid>/`` for :data:`A_CLASSES`, named as :data:`A_NAMES`;
+    - ``imagenet-r/README.txt`` and ``imagenet-r/<wnid>/`` for :data:`R_CLASSES`, named as :data:`R_NAMES`;
+    - ``sketch/<wnid>/sketch_<n>.JPEG`` for all four classes, 2 a class;
+    - ``real.json``: 50,000 label lists (ReaL's length); for the val images of ``imagenet`` (named as ILSVRC's:
+      ``imagenet_layout(..., ilsvrc_val_names=True)``) their class, a second label on every third, and an empty
+      list (no label fits) on the first.
+    """
+    rng = np.random.default_rng(seed)
+    v2 = root / "imagenetv2-matched-frequency-format-val"
+    for index in range(len(WNIDS)):
+        (v2 / str(index)).mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            name = "".join(f"{b:02x}" for b in rng.integers(0, 256, 20))
+            _photo(rng, 48, 56).save(v2 / str(index) / f"{name}.jpeg", quality=90)
+    for folder, classes, names, readme in (
+            ("imagenet-a", A_CLASSES, A_NAMES, "ImageNet-A: 7,500 natural adversarial examples, 200 classes\n"),
+            ("imagenet-r", R_CLASSES, R_NAMES, "ImageNet-R: 30,000 renditions of 200 ImageNet classes\n")):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "README.txt").write_text(readme)
+        for wnid in classes:
+            (root / folder / wnid).mkdir(exist_ok=True)
+            for name in names:
+                _photo(rng, 44, 52).save(root / folder / wnid / name, quality=90)
+    for wnid in WNIDS:
+        (root / "sketch" / wnid).mkdir(parents=True, exist_ok=True)
+        for n in range(2):
+            _photo(rng, 52, 52).convert("L").convert("RGB").save(root / "sketch" / wnid / f"sketch_{n}.JPEG")
+    labels: list[list[int]] = [[i % 1000] for i in range(50000)]
+    val = sorted((imagenet / "val").glob("*/ILSVRC2012_val_*.JPEG"), key=lambda p: p.name)
+    for k, path in enumerate(val):
+        number, cls = int(path.stem.rsplit("_", 1)[1]), WNIDS.index(path.parent.name)
+        labels[number - 1] = [] if k == 0 else [cls, (cls + 1) % len(WNIDS)] if k % 3 == 0 else [cls]
+    (root / "real.json").write_text(json.dumps(labels))
     return root
 
 

@@ -14,6 +14,7 @@ DDP, each rank a shard of every batch) and one-line errors are the paper protoco
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from moco_core.model.vit import classifier_name, is_vit
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import autocast, resolve_device
 
 GRID_LAST = "grid_last.pth.tar"  # the heads, optimizer, history and RNG after the last finished epoch
@@ -76,6 +77,7 @@ class _Run:
     val_loader: DataLoader
     splits: Splits
     selection_split: dict[str, Any]
+    held_out: list[str]  # the held-out images' paths relative to the data's folder, sorted (holdout.txt)
     sets: list[ImageSet]
     real: RealLabels | None
 
@@ -93,6 +95,8 @@ def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_prog
     if main:
         write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
                                                  "world_size": distributed.world_size(), "device": str(device)})
+        if run.held_out:  # the split is not shipped with the data: kept with the run (its SHA-256 is the record's)
+            write_text_atomic(run_dir / "holdout.txt", "\n".join(run.held_out))
     history: list[dict[str, Any]] = []
     first = _restore(run_dir / GRID_LAST, cfg, pretrained, run, history) if resume else 0
     if first >= cfg.optim.epochs and (run_dir / "result.json").exists():
@@ -180,8 +184,9 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(heads, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
+    names = sorted(os.path.relpath(path, splits.root) if splits.root else path for path, _ in held)
     return _Run(model, info, initial, taps, heads, trained, optimizer, sampler, train_loader,
-                shard(held) if held else None, shard(splits.val.samples), splits, record, sets, real)
+                shard(held) if held else None, shard(splits.val.samples), splits, record, names, sets, real)
 
 
 def _features(run: _Run, images: torch.Tensor, device: torch.device, amp: bool) -> dict[str, torch.Tensor]:
