@@ -44,7 +44,7 @@ _DETECTION = {**_COMMON, "engine": "engine", "train": _PATHS, "test": _PATH, "se
 # The options of each evaluation a suggestion may carry over, by their names in the config of the CLI (kebab-case
 # on the command line): what changes what is measured, or where and on what it runs.
 OPTIONS: dict[str, dict[str, Any]] = {
-    "eval linear": {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT},
+    "eval linear": {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH},
     "eval finetune": {**_CLASSIFICATION, "nproc": _COUNT},
     "eval knn": {**_CLASSIFICATION, "k": _COUNT, "temperature": _NUMBER, "crop_size": _COUNT, "resize": _COUNT,
                  "batch_size": _COUNT, "seed": _COUNT},

@@ -18,6 +18,8 @@ from moco_core.commands import ARCHS, InvalidInvocation, command_line
 from reports.protocols import (
     EPOCH_TASKS,
     FINETUNE_PRESETS,
+    GRID_ON_VAL,
+    GRID_PROTOCOL,
     V3_PROTOCOL,
     finetune_data,
     preset_schedule,
@@ -38,7 +40,10 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
     """How a row of setting ``s`` was most likely evaluated, for records that do not say: the preset its protocol,
     data or schedule names, its data, its length where recorded, and its mode."""
     preset = None
-    if s.protocol == V3_PROTOCOL:
+    grid = s.protocol in (GRID_PROTOCOL, GRID_ON_VAL)
+    if grid:  # the grid's own presets (lincls_grid without one): a linear preset would not run the grid's recipe
+        preset = "lincls_grid_embedded" if s.dataset_path == "embedded" else None
+    elif s.protocol == V3_PROTOCOL:
         preset = v3_preset(arch, s.dataset_path)
     elif s.task == "finetune" and finetune_data(s):
         preset = FINETUNE_PRESETS[finetune_data(s)][0]
@@ -46,12 +51,14 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
         preset = "lincls_embedded" if s.task == "linear" else "knn_embedded"
     elif preset_schedule(s) == "embedded":
         preset = f"{s.task}_embedded"
-    overrides = []
+    overrides = ["select.split=val"] if s.protocol == GRID_ON_VAL else []
     if s.length is not None:
         overrides.append(f"{'optim.epochs' if s.task in EPOCH_TASKS else 'solver.iterations'}={s.length}")
     options: dict[str, Any] = {"data": s.dataset_path}
     if s.protocol == "linear-cached":
         options["cached_features"] = True
+    if grid:
+        options["grid"] = True
     if s.labels and re.fullmatch(r"\d{1,3}(\.\d+)?%", s.labels):  # a fraction drawn with the default seed
         options["labels"] = s.labels
     return {"command": f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,

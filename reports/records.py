@@ -57,6 +57,11 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "semseg": ("mIoU", "pixel_acc"),
 }
 TASK_ORDER = tuple(TASK_METRICS)
+# Metrics a record may carry beyond its task's, kept where they are finite numbers: the linear head grid's scores
+# on ImageNet's robustness sets (classification/robustness.py names them; tests/reports/test_grid.py checks it).
+OPTIONAL_METRICS: dict[str, tuple[str, ...]] = {
+    "linear": ("imagenet_v2_top1", "imagenet_a_top1", "imagenet_r_top1", "imagenet_sketch_top1", "imagenet_real_top1"),
+}
 SWEEP_PARAMS = ("queue_size", "momentum")
 ENGINES = ("detectron2", "torchvision")
 DEFAULT_VOC_MODEL = "R50-C4"
@@ -117,6 +122,7 @@ class Record:
     # How the evaluation was asked for (moco_core.commands.invocation): the commands suggested for its table are
     # built from it. Checked where a command is built, never trusted as text.
     invocation: dict[str, Any] | None = None
+    chosen: str | None = None  # a head grid's chosen head ("layer4 lr 1"; selection.chosen)
 
     @property
     def ok(self) -> bool:
@@ -208,10 +214,15 @@ def parse_record(data: Any, shown: str) -> Record:
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
         classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
         data_digest=digest if isinstance(digest, str) and digest else None,
-        k=_count(config.get("k")) if task == "knn" else None,
+        k=_count(config.get("k")) if task == "knn" else None, chosen=_chosen(data.get("selection")),
         smoke=data.get("smoke") is True or pretrain.get("smoke") is True,
         invocation=invocation if isinstance(invocation, dict) else None,
     )
+
+
+def _chosen(selection: Any) -> str | None:
+    chosen = selection.get("chosen") if isinstance(selection, dict) else None
+    return chosen if isinstance(chosen, str) and chosen else None
 
 
 def subset_label(subset: Any) -> str | None:
@@ -273,6 +284,10 @@ def _metrics(data: dict[str, Any], task: str, *, required: bool) -> tuple[dict[s
         elif required:
             problem = "missing" if name not in raw else "not a finite number"
             raise RecordError(f"metric {name!r} {problem} (task {task})")
+    for name in OPTIONAL_METRICS.get(task, ()):
+        value = _number(raw.get(name))
+        if value is not None:
+            metrics[name] = value
     return metrics, _per_class(raw.get("per_class_AP50")) if task == "voc" else {}
 
 

@@ -25,8 +25,8 @@ from reports.pretraining import Pretraining, method_rank
 from reports.protocols import length_key, paper_length
 from reports.records import DEFAULT_K, SWEEP_PARAMS, TASK_ORDER, Record, Sweep
 
-PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "finetune", "knn", "voc", "coco", "keypoints", "lvis",
-                  "cityscapes", "densepose")
+PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "linear-grid", "linear-grid-selected-on-val",
+                  "finetune", "knn", "voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class Entry:
     failures: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     n: int = 0  # successful trials
+    chosen: list[str] = field(default_factory=list)  # a head grid's chosen head, one per successful trial
     eval_recipe: str | None = None  # the evaluation config its trials share (None: they differ)
     smoke: bool = False  # its trials are smoke runs (MOCO_SMOKE=1, or of weights a smoke run made)
     invocation: dict[str, Any] | None = None  # how its first trial that says so was asked for (records.Record)
@@ -186,6 +187,7 @@ def _entry(trials: list[Record], setting: Setting) -> Entry:
                   eval_recipe=recipes.pop() if len(recipes) == 1 else None,
                   failures=[r.failure or "no reason given" for r in trials if not r.ok],
                   files=sorted(r.path for r in trials), smoke=any(r.smoke for r in trials),
+                  chosen=[r.chosen for r in ok if r.chosen],
                   invocation=next((r.invocation for r in trials if r.invocation is not None), None))
     for name in _ordered_union(r.metrics for r in ok):
         entry.metrics[name] = Stat(tuple(r.metrics[name] for r in ok if name in r.metrics))

@@ -38,7 +38,7 @@ from reports.protocols import (
     setting_title,
 )
 from reports.published import PublishedRow, beside, matching, matching_momentum, published_backbone
-from reports.records import TASK_METRICS
+from reports.records import OPTIONAL_METRICS, TASK_METRICS
 from reports.summary import (
     Entry,
     Setting,
@@ -56,7 +56,8 @@ METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", 
                   "segm_AP": "APmk", "segm_AP50": "APmk50", "segm_AP75": "APmk75",
                   "keypoints_AP": "APkp", "keypoints_AP50": "APkp50", "keypoints_AP75": "APkp75", "mIoU": "mIoU",
                   "dp_gps_AP": "APdp", "dp_gps_AP50": "APdp50", "dp_gps_AP75": "APdp75", "dp_gpsm_AP": "APdp (GPSm)",
-                  "pixel_acc": "pixel acc."}
+                  "pixel_acc": "pixel acc.", "imagenet_v2_top1": "IN-V2", "imagenet_a_top1": "IN-A",
+                  "imagenet_r_top1": "IN-R", "imagenet_sketch_top1": "IN-Sketch", "imagenet_real_top1": "IN-ReaL"}
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
 # MoCo v3's curves are tables of their own: its m is where a schedule starts, v1/v2's a constant (a table per
@@ -299,7 +300,8 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
 def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow],
                    expected: dict[tuple[str, ...], dict[str, Expected]],
                    published: list[PublishedRow] | None = None) -> Table:
-    metrics = TASK_METRICS[setting.task]
+    metrics = TASK_METRICS[setting.task] + tuple(m for m in OPTIONAL_METRICS.get(setting.task, ())
+                                                 if any(m in e.metrics for e in entries))
     reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
     rows: list[Row] = []
     notes: list[str] = []
@@ -316,7 +318,7 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         outside, applied = checked_flags(entry, expected)
         checked |= applied
         mine = own[id(entry)]
-        note = "; ".join(n for n in (failure_note(entry), *outside, _beside_note(mine)) if n)
+        note = "; ".join(n for n in (failure_note(entry), *outside, chosen_note(entry), _beside_note(mine)) if n)
         shown = (value_cell(mine.values.get(metrics[0])) if mine else Cell(MISSING),) if extra else ()
         rows.append(Row((row_label(entry, entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
                         "failed" if entry.failed else "ours"))
@@ -362,6 +364,15 @@ def _beside_note(row: PublishedRow | None) -> str:
     if row is None:
         return ""
     return f"published: {row.pretrain} ({row.schedule}), {source_note(row)}"
+
+
+def chosen_note(entry: Entry) -> str:
+    """A head grid's chosen heads, with how many trials chose each: "chosen: layer4 lr 1 (2 trials), layer4 lr 3"."""
+    counts: dict[str, int] = {}
+    for name in entry.chosen:
+        counts[name] = counts.get(name, 0) + 1
+    shown = ", ".join(f"{name} ({n} trials)" if n > 1 else name for name, n in counts.items())
+    return f"chosen: {shown}" if shown else ""
 
 
 def _per_class_table(setting: Setting, entries: list[Entry]) -> Table:

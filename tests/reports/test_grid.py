@@ -1,0 +1,69 @@
+"""The linear head grid in the report: a table of its own, apart from the paper's protocol and apart again when the
+head was chosen on val; the robustness columns; the chosen heads; and what reports restates of classification/
+(it imports no torch) agreeing with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reports.protocols import GRID_EPOCHS, GRID_ON_VAL, GRID_PROTOCOL
+from reports.records import OPTIONAL_METRICS
+from reports.render import to_csv, to_markdown
+from reports.report import build_report
+
+from .conftest import WriteRecord, base_record
+
+IMAGENET = {"path": "/data/imagenet", "classes": 1000}
+ROBUST = {"imagenet_v2_top1": 50.0, "imagenet_a_top1": 5.0, "imagenet_r_top1": 20.0, "imagenet_sketch_top1": 15.0,
+          "imagenet_real_top1": 68.0}
+
+
+def _grid(protocol: str, top1: float, chosen: str, **metrics: float) -> dict[str, Any]:
+    return base_record(protocol=protocol, dataset=IMAGENET, metrics={"top1": top1, "top5": 80.0, **metrics},
+                       config={"optim": {"epochs": 10}}, selection={"chosen": chosen, "on": "held-out train split"})
+
+
+def test_grid_rows_sit_in_tables_of_their_own(write_record: WriteRecord, runs: Path) -> None:
+    write_record("paper/result.json", dataset=IMAGENET, config={"optim": {"epochs": 100}})
+    for seed, (top1, head) in enumerate(((60.0, "layer4 lr 1"), (62.0, "layer4 lr 1"), (61.0, "layer4 lr 3"))):
+        write_record(f"grid/s{seed}/result.json", _grid(GRID_PROTOCOL, top1, head, **ROBUST))
+    write_record("grid_val/result.json", _grid(GRID_ON_VAL, 63.0, "layer4 lr 0.1", imagenet_v2_top1=51.0))
+    report = build_report([str(runs)])
+    titles = [t.title for t in report.tables]
+    assert titles == ["Linear classification (the paper's protocol, 100 epochs): imagenet",
+                      "Linear head grid (NOT the paper's protocol; 10 epochs, one head chosen on train images held "
+                      "out): imagenet",
+                      "Linear head grid (NOT the paper's protocol; 10 epochs, one head SELECTED ON VAL, the reported "
+                      "set: optimistic): imagenet"]
+    paper, grid, on_val = report.tables
+    assert len(paper.rows) == 1 and [c.name for c in paper.columns][:4] == ["Pretraining", "n", "top-1", "top-5"]
+    assert [c.name for c in grid.columns] == ["Pretraining", "n", "top-1", "top-5", "IN-V2", "IN-A", "IN-R",
+                                              "IN-Sketch", "IN-ReaL", "Note"]
+    (row,) = grid.rows
+    assert row.cells[1].text == "3" and row.cells[2].plain() == "61.0 ± 1.0" and row.cells[4].plain() == "50.0 ± 0.0"
+    assert row.cells[-1].text == "chosen: layer4 lr 1 (2 trials), layer4 lr 3"
+    assert "never on the set reported" in grid.subtitle and "optimistic" in on_val.subtitle
+    assert [c.name for c in on_val.columns] == ["Pretraining", "n", "top-1", "top-5", "IN-V2", "Note"]
+    text = to_markdown(report)
+    assert text.index("the paper's protocol, 100 epochs") < text.index("Linear head grid (NOT")
+    csv = to_csv(report)
+    assert f"linear:{GRID_ON_VAL}:/data/imagenet" in csv and '"imagenet_real_top1","","68.0"' in csv
+
+
+def test_the_random_init_hint_of_a_grid_runs_the_grid(write_record: WriteRecord, runs: Path) -> None:
+    write_record("grid/result.json", _grid(GRID_PROTOCOL, 60.0, "layer4 lr 1"))
+    write_record("grid_val/result.json", _grid(GRID_ON_VAL, 60.0, "layer4 lr 1"))
+    notes = [" ".join(t.notes) for t in build_report([str(runs)]).tables]
+    assert "moco eval linear random --arch resnet18 --data /data/imagenet --grid --set optim.epochs=10" in notes[0]
+    assert "--data /data/imagenet --grid --set select.split=val --set optim.epochs=10" in notes[1]
+
+
+def test_what_reports_restates_is_classifications() -> None:
+    from classification.frozen.grid_config import SelectConfig, load_grid_config, protocol_name
+    from classification.robustness import SETS
+
+    assert OPTIONAL_METRICS["linear"] == tuple(metric for _, metric in SETS.values())
+    cfg = load_grid_config("lincls_grid", ["data.path=x"])
+    assert cfg.optim.epochs == GRID_EPOCHS and protocol_name(cfg) == GRID_PROTOCOL
+    assert protocol_name(cfg.__class__(select=SelectConfig(split="val"))) == GRID_ON_VAL
