@@ -41,6 +41,7 @@ from tests.layouts import (
     inat_layout,
     official_checkpoint,
     pets_layout,
+    robustness_layout,
     simclr_subset_file,
     torchvision_weights,
 )
@@ -106,7 +107,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         **os.environ,
         "MOCO_SMOKE": "1", "MOCO_DATA_HOME": str(base / "data"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), str(stand_in), os.environ.get("PATH", "")]),
-        "IMAGENET": str(imagenet_layout(base / "imagenet")), "INAT": str(inat_layout(base / "inat")), "GPUS": "2",
+        "IMAGENET": str(imagenet_layout(base / "imagenet", ilsvrc_val_names=True)),
+        "INAT": str(inat_layout(base / "inat")), "GPUS": "2",
         "CKPT": str(official_checkpoint(base / "weights" / "moco_v2_200ep.pth.tar")),
         "TV_WEIGHTS": str(torchvision_weights(base / "weights" / "resnet-weights.pth")),
         "DETECTRON2_DATASETS": str(cityscapes_layout(voc_segmentation_layout(detection_layout(base / "datasets")))),
@@ -117,6 +119,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "MYSEG": str(custom_segmentation_layout(base / "myseg")),
         **other_methods(base / "weights"),
     }
+    env["ROBUSTNESS"] = str(robustness_layout(base / "robustness", Path(env["IMAGENET"])))
     env.pop("PYTHONPATH", None)  # the installed package, as a user has it
     return work, env
 
@@ -250,6 +253,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert 0 <= record["metrics"]["top1"] <= 100
         if "linear" in command:
             assert record["sanity_check"] == "passed"
+        if "--grid" in command or "lincls_grid" in command:
+            _check_grid(command, record)
         _check_data(command, record["dataset"], env)
         _check_weights(command, record["backbone"])
     elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, densepose, semseg
@@ -294,6 +299,19 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert (work / "runs/demo/report/report.md").is_file()
     else:
         raise AssertionError(f"no check for {command}")
+
+
+def _check_grid(command: str, record: dict) -> None:
+    """A grid names its heads and the one chosen, and where; with $ROBUSTNESS, the chosen head on every set."""
+    on_val = "select.split=val" in command
+    assert record["protocol"] == ("linear-grid-selected-on-val" if on_val else "linear-grid")
+    assert record["selection"]["chosen"] in [h["head"] for h in record["grid"]] and len(record["grid"]) == 13
+    held = record["dataset"]["classes"]  # 10% of 4-6 images a class: one image of each class held out
+    assert record["selection"]["split"]["images"] == (record["dataset"]["val_images"] if on_val else held)
+    if "$ROBUSTNESS" in command:
+        assert list(record["robustness"]) == ["imagenet-v2", "imagenet-a", "imagenet-r", "imagenet-sketch",
+                                              "imagenet-real"]
+        assert {"imagenet_v2_top1", "imagenet_real_top1"} <= record["metrics"].keys()
 
 
 LAYOUTS = {"$CIFAR10": "imagefolder (test/ as val)", "$FLOWERS": "flowers-102", "$PETS": "oxford-iiit-pet",

@@ -26,7 +26,16 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from classification.frozen.grid_config import GridConfig, protocol_name
-from classification.frozen.heads import LR_SCALING, HeadGrid, grid_specs, head_hits, head_losses, scaled_lr, set_lr
+from classification.frozen.heads import (
+    LR_SCALING,
+    HeadGrid,
+    grid_specs,
+    head_hits,
+    head_losses,
+    head_optimizer,
+    scaled_lr,
+    set_lr,
+)
 from classification.frozen.selection import choose, holdout_split
 from classification.frozen.taps import FeatureTaps, available_taps, default_tap
 from classification.linear import sanity_check
@@ -167,8 +176,8 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
         raise ConfigError(f"grid.taps: {err}") from None
     heads = HeadGrid(grid_specs(taps.taps, cfg.grid.lrs), taps.dims(cfg.data.crop_size), len(splits.classes))
     heads = heads.to(device)
-    optimizer = torch.optim.SGD(heads.param_groups(cfg.optim.batch_size), lr=0.0, momentum=cfg.optim.momentum,
-                                weight_decay=cfg.optim.weight_decay)
+    optimizer = head_optimizer(heads, cfg.optim.batch_size, momentum=cfg.optim.momentum,
+                               weight_decay=cfg.optim.weight_decay)
     local = cfg.optim.batch_size // world
     train_set = ImageDataset(train, splits.train.transform, failures)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=cfg.run.seed)
