@@ -84,6 +84,10 @@ def linear_cli(
     robustness: Annotated[str | None, typer.Option(
         help="With --grid: a folder holding ImageNet-V2, -A, -R, -Sketch and ReaL's real.json as released; the "
         "chosen head is scored on each found (robustness.root).")] = None,
+    shots: Annotated[str | None, typer.Option(
+        help="Few-shot instead: k labelled images a class, e.g. 1,5,10 (fewshot.shots): linear (logistic "
+        "regression on cached features, its strength chosen on held-out train images) and kNN.")] = None,
+    tries: Annotated[int | None, typer.Option(help="With --shots: draws of each k (fewshot.tries).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in its output directory from "
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
@@ -97,13 +101,14 @@ def linear_cli(
     from classification.linear import load_linear_config, protocol_preset
 
     try:
-        if grid or robustness is not None or _is_grid(config):
+        if grid or robustness is not None or shots is not None or tries is not None or _is_grid(config):
             if cached_features:
-                raise ConfigError("--cached-features: the grid reads the frozen backbone once a batch already; "
-                                  "give --grid or --cached-features, not both")
+                raise ConfigError("--cached-features: the grid and few-shot read the frozen backbone once a batch "
+                                  "already; give --grid or --shots, or --cached-features, not both")
             _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, flags={
                 "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
-                "robustness": {"root": robustness}, "run": {"output_dir": output_dir, "device": device}})
+                "robustness": {"root": robustness}, "fewshot": {"shots": _shots(shots), "tries": tries},
+                "run": {"output_dir": output_dir, "device": device}})
             return
         if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "
@@ -128,21 +133,40 @@ def _is_grid(config: str | None) -> bool:
     return is_grid_config(config)
 
 
+def _shots(text: str | None) -> tuple[int, ...] | None:
+    from classification.frozen.grid_config import parse_shots
+
+    return parse_shots(text)
+
+
 def _grid_cli(pretrained: str, config: str | None, overrides: list[str], nproc: int, quiet: bool, resume: bool,
               print_config: bool, output_dir: str | None, flags: dict[str, Any]) -> None:
-    """``moco eval linear --grid`` (or a grid preset): its config, then one process per --nproc."""
+    """``moco eval linear --grid`` (or a grid preset), or ``--shots``: its config, then one process per --nproc.
+    A few-shot run writes ``runs/<preset>_fewshot/<weights>`` when no --output-dir is given: beside the grid's."""
     from classification.frozen.grid_config import load_grid_config
+    from moco_core.config import replace
 
     cfg = load_grid_config(config, overrides, flags=flags)
     cfg = _subset_output_dir(with_output_dir(cfg, config, "linear_grid", pretrained, cfg.arch, "--arch"), output_dir)
+    if cfg.fewshot.shots and output_dir is None and not any(o.startswith("run.output_dir") for o in overrides):
+        out = Path(cfg.run.output_dir)
+        cfg = replace(cfg, run={"output_dir": str(out.parent.with_name(f"{out.parent.name}_fewshot") / out.name)})
+    if cfg.fewshot.shots and nproc > 1:
+        raise ConfigError("--nproc: --shots runs in one process (features are computed once, on one device)")
     print_or_launch(cfg, print_config, nproc, run_grid, cfg, pretrained, quiet, resume)
 
 
-def run_grid(cfg: object, pretrained: str, quiet: bool, resume: bool = False) -> None:
-    """One process of ``moco eval linear --grid``: one-line user errors (rank 0), exit code 2 (1: diverged)."""
+def run_grid(cfg: Any, pretrained: str, quiet: bool, resume: bool = False) -> None:
+    """One process of ``moco eval linear --grid`` (or ``--shots``): one-line user errors (rank 0), exit code 2 (1:
+    diverged)."""
+    if cfg.fewshot.shots:
+        from classification.frozen.shots import fewshot_eval
+
+        report_result(lambda: fewshot_eval(cfg, pretrained, show_progress=not quiet, resume=resume))
+        return
     from classification.frozen.grid import grid_eval
 
-    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume))  # type: ignore[arg-type]
+    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume))
 
 
 def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,

@@ -35,6 +35,7 @@ _PATHS = "paths"  # a list of texts, the option repeated
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
 _LABELS = re.compile(r"\d{1,3}(\.\d{1,6})?%")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,7}")
+_SHOTS = re.compile(r"\d{1,6}(,\d{1,6}){0,31}")  # k a class, e.g. 1,5,10
 _PRESET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 _COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _COUNT, "arch": "arch",
@@ -44,7 +45,8 @@ _DETECTION = {**_COMMON, "engine": "engine", "train": _PATHS, "test": _PATH, "se
 # The options of each evaluation a suggestion may carry over, by their names in the config of the CLI (kebab-case
 # on the command line): what changes what is measured, or where and on what it runs.
 OPTIONS: dict[str, dict[str, Any]] = {
-    "eval linear": {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH},
+    "eval linear": {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH,
+                    "shots": _SHOTS, "tries": _COUNT},
     "eval finetune": {**_CLASSIFICATION, "nproc": _COUNT},
     "eval knn": {**_CLASSIFICATION, "k": _COUNT, "temperature": _NUMBER, "crop_size": _COUNT, "resize": _COUNT,
                  "batch_size": _COUNT, "seed": _COUNT},
@@ -54,7 +56,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "eval semseg": {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT,
                     "seed": _COUNT, "nproc": _COUNT},
     "eval transfer": {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"),
-                      "shots": re.compile(r"\d{1,6}(,\d{1,6}){0,31}"), "tries": _COUNT, "seed": _COUNT},
+                      "shots": _SHOTS, "tries": _COUNT, "seed": _COUNT},
 }
 # --set keys a suggestion leaves out: where the run wrote (the suggestion names its own --output-dir)
 DROPPED_OVERRIDES = ("run.output_dir",)

@@ -59,7 +59,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "augment.crop_size": 32, "data.workers": 0, "run.log_every": 1,
     },
     "LinearConfig": _LINEAR,
-    "GridConfig": _LINEAR,
+    "GridConfig": {**_LINEAR, "fewshot.max_iter": 50},
     "FinetuneConfig": _LINEAR,
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,

@@ -36,9 +36,10 @@ class Row(Protocol):
     setting: Any  # the row's own: a semi-supervised table's rows differ in their labels
 
 
-def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
+def implied_invocation(s: Any, arch: str, shots: str | None = None) -> dict[str, Any]:
     """How a row of setting ``s`` was most likely evaluated, for records that do not say: the preset its protocol,
-    data or schedule names, its data, its length where recorded, and its mode."""
+    data or schedule names, its data, its length where recorded, and its mode; a few-shot row (``moco eval linear
+    --shots``) the k its table shows (``shots``: "1,5")."""
     preset = None
     grid = s.protocol in (GRID_PROTOCOL, GRID_ON_VAL)
     if grid:  # the grid's own presets (lincls_grid without one): a linear preset would not run the grid's recipe
@@ -51,7 +52,9 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
         preset = "lincls_embedded" if s.task == "linear" else "knn_embedded"
     elif preset_schedule(s) == "embedded":
         preset = f"{s.task}_embedded"
-    overrides = ["select.split=val"] if s.protocol == GRID_ON_VAL else []
+    fewshot = s.task == "fewshot"
+    # chosen on val, the reported set: the grid's and few-shot's protocols name it (classification/frozen)
+    overrides = ["select.split=val"] if s.protocol == GRID_ON_VAL or (fewshot and s.protocol != "fewshot") else []
     if s.length is not None:
         overrides.append(f"{'optim.epochs' if s.task in EPOCH_TASKS else 'solver.iterations'}={s.length}")
     options: dict[str, Any] = {"data": s.dataset_path}
@@ -59,9 +62,11 @@ def implied_invocation(s: Any, arch: str) -> dict[str, Any]:
         options["cached_features"] = True
     if grid:
         options["grid"] = True
+    if fewshot and shots:
+        options["shots"] = shots
     if s.labels and re.fullmatch(r"\d{1,3}(\.\d+)?%", s.labels):  # a fraction drawn with the default seed
         options["labels"] = s.labels
-    return {"command": f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,
+    return {"command": "eval linear" if fewshot else f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,
             "smoke": s.mark == "smoke"}
 
 
@@ -83,11 +88,19 @@ def random_init_command(s: Any, arch: str, rows: list[Row]) -> str:
     try:
         if arch not in ARCHS:
             raise InvalidInvocation("arch", "not a known arch")
-        implied = implied_invocation(getattr(source, "setting", None) or s, arch) if recorded is None else None
+        implied = (implied_invocation(getattr(source, "setting", None) or s, arch, _shots(of_arch))
+                   if recorded is None else None)
         return command_line(recorded if recorded is not None else implied, weights="random",
                             arch=arch, output_dir=beside(source.files[0], arch) if source.files else None)
     except InvalidInvocation as err:  # said by field name only: the value may be anything a file holds
         return f"(none for these rows: their record's {err.field} is not a value this suite knows)"
+
+
+def _shots(rows: list[Row]) -> str | None:
+    """The k of a few-shot table's rows ("1,5"), from their metrics' names (``<k>shot_linear_top1``)."""
+    ks = {int(name.split("shot_")[0]) for r in rows for name in getattr(r, "metrics", {})
+          if "shot_" in name and name.split("shot_")[0].isdigit()}
+    return ",".join(str(k) for k in sorted(ks)) or None
 
 
 def random_init_hint(s: Any, rows: list[Row]) -> str:

@@ -169,6 +169,10 @@ def setting_title(s: Setting) -> str:
         head = "kNN classification (weighted kNN)" if s.protocol == "knn" else f"kNN classification ({s.protocol})"
         if s.k is not None and s.k != 200:  # moco eval knn's default (InstDisc's) goes unsaid
             head = head.replace(")", f", k {s.k})", 1)
+    elif s.task == "fewshot":
+        where = "held-out train images" if s.protocol == "fewshot" else "VAL, the reported set: optimistic"
+        head = (f"Few-shot classification (k labelled images a class; linear: L2 logistic regression, its strength "
+                f"chosen on {where}; weighted kNN)")
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
         head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"
@@ -203,6 +207,10 @@ def setting_subtitle(s: Setting) -> str:
     text = f"Evaluation data: {s.dataset_path}{content}. Protocol: {s.protocol}."
     if s.protocol == "linear-cached":
         text += " fc trained on center-crop features extracted once; not comparable to the paper's numbers."
+    if s.task == "fewshot":
+        text += (" For each k, several draws of k train images a class (seeds in the records), read by a linear "
+                 "classifier and by kNN on the frozen backbone's center-crop features; each cell the mean over "
+                 "the pretraining's trials of the mean over the draws.")
     if s.protocol in (GRID_PROTOCOL, GRID_ON_VAL):
         text += (" Many linear heads (learning rates x features) trained together on one frozen pass a batch "
                  "(DINOv2's linear evaluation, arXiv 2304.07193); the row is the one head chosen, named in the note. ")
@@ -223,7 +231,7 @@ def setting_subtitle(s: Setting) -> str:
 
 def chance_note(s: Setting) -> str | None:
     """Top-1 and top-5 of guessing, for classification over a known number of classes."""
-    if s.task not in ("linear", "finetune", "knn") or not s.classes:
+    if s.task not in ("linear", "finetune", "knn", "fewshot") or not s.classes:
         return None
     top1, top5 = 100 / s.classes, 100 * min(5, s.classes) / s.classes
     return f"Chance level: top-1 {top1:.3g}%, top-5 {top5:.3g}% ({s.classes} classes)."

@@ -20,6 +20,7 @@ holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,10 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
     "densepose": ("dp_gps_AP", "dp_gps_AP50", "dp_gps_AP75", "dp_gpsm_AP", "bbox_AP"),  # DensePose's evaluator
     "semseg": ("mIoU", "pixel_acc"),
+    # moco eval linear --shots: "<k>shot_linear_top1", "<k>shot_knn_top1" for each k it ran (FEWSHOT_METRIC)
+    "fewshot": (),
 }
+FEWSHOT_METRIC = re.compile(r"(\d{1,6})shot_(linear|knn)_top1")
 TASK_ORDER = tuple(TASK_METRICS)
 # Metrics a record may carry beyond its task's, kept where they are finite numbers: the linear head grid's scores
 # on ImageNet's robustness sets (classification/robustness.py names them; tests/reports/test_grid.py checks it).
@@ -288,6 +292,11 @@ def _metrics(data: dict[str, Any], task: str, *, required: bool) -> tuple[dict[s
         value = _number(raw.get(name))
         if value is not None:
             metrics[name] = value
+    if task == "fewshot":
+        found = sorted((int(m[1]), m[2] == "knn", m[0]) for m in map(FEWSHOT_METRIC.fullmatch, raw) if m)
+        metrics.update({name: value for _, _, name in found if (value := _number(raw[name])) is not None})
+        if required and not metrics:
+            raise RecordError("no few-shot metric (<k>shot_linear_top1, <k>shot_knn_top1) (task fewshot)")
     return metrics, _per_class(raw.get("per_class_AP50")) if task == "voc" else {}
 
 

@@ -302,6 +302,8 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                    published: list[PublishedRow] | None = None) -> Table:
     metrics = TASK_METRICS[setting.task] + tuple(m for m in OPTIONAL_METRICS.get(setting.task, ())
                                                  if any(m in e.metrics for e in entries))
+    if setting.task == "fewshot":  # the k the rows ran, in their order (the records list them by k, linear first)
+        metrics = tuple(dict.fromkeys(m for e in entries for m in e.metrics))
     reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
     rows: list[Row] = []
     notes: list[str] = []
@@ -339,7 +341,7 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
     if pub:
         notes.append("Published rows (published.csv) match this setting; they are not part of our means, and their "
                      "differences are to the published supervised row.")
-    margins = margins_over_random(entries, metrics[0])
+    margins = margins_over_random(entries, metrics[0]) if metrics else []
     if margins:
         header = METRIC_HEADERS.get(metrics[0], metrics[0])
         notes.append(f"Above random init ({header}; SE, the standard error of the difference of the two means, "
@@ -353,9 +355,8 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         notes.append("The published column: each method's own number for that backbone (reports/published.csv; its "
                      "source in the row's note), from the method's own evaluation protocol, beside the rows of that "
                      "method; not part of our means.")
-    header = METRIC_HEADERS.get(metrics[0], metrics[0])
-    columns = (Column("Pretraining"), Column("n", True), *(Column(METRIC_HEADERS.get(m, m), True) for m in metrics),
-               *((Column(f"published {header}", True),) if extra else ()), Column("Note"))
+    columns = (Column("Pretraining"), Column("n", True), *(Column(metric_header(m), True) for m in metrics),
+               *((Column(f"published {metric_header(metrics[0])}", True),) if extra else ()), Column("Note"))
     return _drop_empty_note(Table(setting.key, setting_title(setting), columns, rows, setting_subtitle(setting),
                                   notes))
 
@@ -364,6 +365,14 @@ def _beside_note(row: PublishedRow | None) -> str:
     if row is None:
         return ""
     return f"published: {row.pretrain} ({row.schedule}), {source_note(row)}"
+
+
+def metric_header(name: str) -> str:
+    """A column's header: METRIC_HEADERS', or a few-shot metric's ("5-shot linear", "5-shot kNN")."""
+    if "shot_" in name and name.endswith("_top1"):
+        shots, reader = name.removesuffix("_top1").split("shot_")
+        return f"{shots}-shot {'kNN' if reader == 'knn' else reader}"
+    return METRIC_HEADERS.get(name, name)
 
 
 def chosen_note(entry: Entry) -> str:

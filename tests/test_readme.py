@@ -250,10 +250,14 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
             assert all((work / path).with_name("fewshot.result.json").is_file() for path in done.values())
     elif command.startswith(("moco eval linear", "moco eval knn")):
         record = _record(output, work)
-        assert 0 <= record["metrics"]["top1"] <= 100
+        assert all(0 <= value <= 100 for value in record["metrics"].values()) and record["metrics"]
         if "linear" in command:
             assert record["sanity_check"] == "passed"
-        if "--grid" in command or "lincls_grid" in command:
+        if "--shots" in command:  # few-shot: each k's linear and kNN, over the tries asked for
+            shots, tries = _option(command, "--shots").split(","), int(_option(command, "--tries"))
+            assert record["task"] == "fewshot" and [str(r["shots"]) for r in record["fewshot"]] == shots
+            assert all(len(r[reader]["runs"]) == tries for r in record["fewshot"] for reader in ("linear", "knn"))
+        elif "--grid" in command or "lincls_grid" in command:
             _check_grid(command, record)
         _check_data(command, record["dataset"], env)
         _check_weights(command, record["backbone"])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from classification.frozen.heads import DINOV2_LRS
+from classification.frozen.logreg import LAMBDAS
 from classification.frozen.taps import RESNET_TAPS, VIT_TAPS
 from classification.linear import subset_checks
 from classification.robustness import SETS
@@ -50,6 +51,20 @@ class RobustnessConfig:
 
 
 @dataclass(frozen=True)
+class FewShotConfig:
+    """``--shots``: few-shot linear (L2 logistic regression, classification/frozen/fewshot.py) and kNN on the
+    backbone's center-crop features, cached (classification/frozen/features.py), instead of the grid."""
+
+    shots: tuple[int, ...] = ()  # k labelled train images a class, e.g. (1, 5, 10); (): no few-shot (the grid)
+    tries: int = 5  # draws of each k (seeds recorded)
+    seed: int = 0  # draws the k-shot subsets
+    knn_k: int = 20  # neighbours of the kNN vote (at most the k-shot bank), weights exp(similarity / T)
+    knn_temperature: float = 0.07  # InstDisc's T, as moco eval knn
+    max_iter: int = 1000  # L-BFGS iterations a lambda
+    lambdas: tuple[float, ...] = LAMBDAS  # the L2 strengths swept: the transfer protocol's 45, 1e-6 .. 1e5
+
+
+@dataclass(frozen=True)
 class GridRunConfig:
     output_dir: str | None = None  # None: runs/<preset>/<weights>, runs/linear_grid/<weights> without a preset
     device: str = "auto"
@@ -70,13 +85,31 @@ class GridConfig:
     # DINOv2's heads train on RandomResizedCrop(224) + flip and are evaluated on Resize(256) + CenterCrop(224)
     data: LinearDataConfig = field(default_factory=LinearDataConfig)
     robustness: RobustnessConfig = field(default_factory=RobustnessConfig)
+    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
     run: GridRunConfig = field(default_factory=GridRunConfig)
 
 
 def protocol_name(cfg: GridConfig) -> str:
     """The record's ``protocol``: "linear-grid" (chosen on held-out train images), or
-    "linear-grid-selected-on-val" (chosen on the reported set: a table of its own, never beside the other)."""
-    return "linear-grid" if cfg.select.split == "holdout" else "linear-grid-selected-on-val"
+    "linear-grid-selected-on-val" (chosen on the reported set: a table of its own, never beside the other); a
+    few-shot run's "fewshot" (lambda chosen on held-out train images) or "fewshot-selected-on-val"."""
+    kind = "fewshot" if cfg.fewshot.shots else "linear-grid"
+    return kind if cfg.select.split == "holdout" else f"{kind}-selected-on-val"
+
+
+def parse_shots(text: str | None) -> tuple[int, ...] | None:
+    """``--shots 1,5,10`` as a tuple; None when not given."""
+    from moco_core.config import ConfigError
+
+    if text is None:
+        return None
+    try:
+        shots = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        shots = ()
+    if not shots or min(shots) < 1:
+        raise ConfigError(f"--shots: expected numbers >= 1 separated by commas, e.g. 1,5,10; got {text!r}")
+    return shots
 
 
 def validate_grid(cfg: GridConfig) -> GridConfig:
@@ -108,6 +141,17 @@ def validate_grid(cfg: GridConfig) -> GridConfig:
         (len(set(cfg.robustness.sets)) == len(cfg.robustness.sets), "robustness.sets", "names a set twice"),
         (all(n in SETS for n in cfg.robustness.sets), "robustness.sets", f"known sets: {', '.join(SETS)}"),
         (cfg.run.log_every >= 1, "run.log_every", f"must be >= 1, got {cfg.run.log_every}"),
+        (all(k >= 1 for k in cfg.fewshot.shots), "fewshot.shots", f"must be >= 1, got {list(cfg.fewshot.shots)}"),
+        (len(set(cfg.fewshot.shots)) == len(cfg.fewshot.shots), "fewshot.shots", "names a value twice"),
+        (cfg.fewshot.tries >= 1, "fewshot.tries", f"must be >= 1, got {cfg.fewshot.tries}"),
+        (cfg.fewshot.seed >= 0, "fewshot.seed", f"must be >= 0, got {cfg.fewshot.seed}"),
+        (cfg.fewshot.knn_k >= 1, "fewshot.knn_k", f"must be >= 1, got {cfg.fewshot.knn_k}"),
+        (0 < cfg.fewshot.knn_temperature < math.inf, "fewshot.knn_temperature", "must be finite and > 0"),
+        (cfg.fewshot.max_iter >= 1, "fewshot.max_iter", f"must be >= 1, got {cfg.fewshot.max_iter}"),
+        (bool(cfg.fewshot.lambdas) and all(0 < v < math.inf for v in cfg.fewshot.lambdas), "fewshot.lambdas",
+         "must be finite values > 0, at least one"),
+        (not cfg.fewshot.shots or cfg.robustness.root is None, "robustness.root", "scores the grid's chosen "
+         "head; a few-shot run (fewshot.shots) has none"),
         *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
     ])

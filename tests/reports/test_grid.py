@@ -67,3 +67,21 @@ def test_what_reports_restates_is_classifications() -> None:
     cfg = load_grid_config("lincls_grid", ["data.path=x"])
     assert cfg.optim.epochs == GRID_EPOCHS and protocol_name(cfg) == GRID_PROTOCOL
     assert protocol_name(cfg.__class__(select=SelectConfig(split="val"))) == GRID_ON_VAL
+
+
+def test_few_shot_rows_have_a_column_for_each_k_and_reader(write_record: WriteRecord, runs: Path) -> None:
+    metrics = {"1shot_linear_top1": 30.0, "1shot_knn_top1": 28.0, "5shot_linear_top1": 45.0, "5shot_knn_top1": 40.0}
+    for seed in range(2):
+        write_record(f"fewshot/s{seed}/result.json", task="fewshot", protocol="fewshot",
+                     metrics={k: v + seed for k, v in metrics.items()}, config={})
+    write_record("fewshot/bad.result.json", task="fewshot", protocol="fewshot", metrics={"top1": 3.0}, config={})
+    report = build_report([str(runs)])
+    (table,) = report.tables
+    assert table.title.startswith("Few-shot classification (k labelled images a class; linear: L2 logistic "
+                                  "regression, its strength chosen on held-out train images; weighted kNN)")
+    assert [c.name for c in table.columns] == ["Pretraining", "n", "1-shot linear", "1-shot kNN", "5-shot linear",
+                                               "5-shot kNN"]
+    assert table.rows[0].cells[2].plain() == "30.5 ± 0.7"
+    assert "moco eval linear random --arch resnet18 --data embedded --shots 1,5" in " ".join(table.notes)
+    assert [s.reason for s in report.skipped] == ["no few-shot metric (<k>shot_linear_top1, <k>shot_knn_top1) "
+                                                  "(task fewshot)"]
