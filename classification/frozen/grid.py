@@ -230,15 +230,16 @@ def _train_epoch(cfg: GridConfig, run: _Run, epoch: int, step: int, total: int, 
 @torch.no_grad()
 def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
               keep: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Top-1 and top-5 (%) of every head over ``loader``'s images, summed across ranks: (H, 2); with ``keep``, the
-    top-1 prediction of every head for every image of the dataset, gathered from every rank: (N, H) in dataset
-    order."""
-    counts = torch.zeros(len(run.heads.specs) + 1, 2, dtype=torch.float64, device=device)  # last row: images
+    """Top-1 and top-5 (%) and the mean cross-entropy of every head over ``loader``'s images, summed across ranks:
+    (H, 3); with ``keep``, the top-1 prediction of every head for every image of the dataset, gathered from every
+    rank: (N, H) in dataset order."""
+    counts = torch.zeros(len(run.heads.specs) + 1, 3, dtype=torch.float64, device=device)  # last row: images
     indices, predictions = [], []
     for images, target, index in loader:
         logits = run.heads(_features(run, images, device, amp))  # (H, N, C)
         target = target.to(device)
-        counts[:-1] += head_hits(logits, target)
+        counts[:-1, :2] += head_hits(logits, target)
+        counts[:-1, 2] += head_losses(logits, target).double() * target.shape[0]
         counts[-1] += target.shape[0]
         if keep:
             indices.append(index)
@@ -251,7 +252,9 @@ def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
         order = torch.cat([i for i, _ in parts])
         kept = torch.empty_like(torch.cat([p for _, p in parts]))
         kept[order] = torch.cat([p for _, p in parts])
-    return 100.0 * counts[:-1] / counts[-1, 0].clamp(min=1), kept
+    scores = counts[:-1] / counts[-1, 0].clamp(min=1)
+    scores[:, :2] *= 100.0
+    return scores, kept
 
 
 def _select_and_score(cfg: GridConfig, run: _Run, history: list[dict[str, Any]], device: torch.device,
@@ -265,12 +268,15 @@ def _select_and_score(cfg: GridConfig, run: _Run, history: list[dict[str, Any]],
         held, _ = _evaluate(run, run.select_loader, device, cfg.run.amp)
     progress.message(f"scoring {len(run.heads.specs)} heads on val")
     val, predictions = _evaluate(run, run.val_loader, device, cfg.run.amp, keep=run.real is not None)
-    chosen = choose((held if held is not None else val)[:, 0].tolist(), usable)
-    best_on_val = choose(val[:, 0].tolist(), usable)
+    on = held if held is not None else val
+    chosen = choose(on[:, 0].tolist(), usable, on[:, 2].tolist())
+    best_on_val = choose(val[:, 0].tolist(), usable, val[:, 2].tolist())
     table = [{"head": spec.name, "tap": spec.tap, "lr": spec.lr,
               "lr_scaled": scaled_lr(spec.lr, cfg.optim.batch_size), "diverged": not usable[i],
-              **({"holdout_top1": held[i, 0].item(), "holdout_top5": held[i, 1].item()} if held is not None else {}),
-              "val_top1": val[i, 0].item(), "val_top5": val[i, 1].item()} for i, spec in enumerate(run.heads.specs)]
+              **({"holdout_top1": held[i, 0].item(), "holdout_top5": held[i, 1].item(),
+                  "holdout_loss": held[i, 2].item()} if held is not None else {}),
+              "val_top1": val[i, 0].item(), "val_top5": val[i, 1].item(), "val_loss": val[i, 2].item()}
+             for i, spec in enumerate(run.heads.specs)]
     metrics = {"top1": val[chosen, 0].item(), "top5": val[chosen, 1].item()}
     robustness = _robustness(cfg, run, chosen, predictions, device, progress)
     metrics.update({name: scores["top1"] for name, scores in ((r["metric"], r) for r in robustness.values())})

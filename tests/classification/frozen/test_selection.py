@@ -32,8 +32,10 @@ def test_the_split_is_class_balanced_seeded_and_recorded(tmp_path: Path) -> None
     assert sorted(other[1]) != sorted(held) and other[2]["sha256"] != record["sha256"]
 
 
-def test_choose_the_best_usable_head_first_in_grid_order_on_ties() -> None:
+def test_choose_the_best_usable_head_ties_to_the_lower_loss_then_the_first() -> None:
     assert choose([40.0, 55.0, 55.0, 30.0], [True] * 4) == 1
     assert choose([40.0, 55.0, 55.0, 90.0], [True, False, True, False]) == 2  # diverged heads are not candidates
+    assert choose([40.0, 55.0, 55.0, 55.0], [True] * 4, [0.5, 1.2, 0.9, 0.9]) == 2  # the tie to the lower loss
+    assert choose([55.0, 55.0], [True] * 2, [float("nan"), 2.0]) == 1
     with pytest.raises(ValueError):
         choose([1.0], [False])
