@@ -96,14 +96,15 @@ def pair(arch: str, grid_taps: tuple[str, ...], args: argparse.Namespace, device
     target = torch.randint(0, args.classes, (batch,), device=device)
     total = args.warmup + args.steps
     runs = {"one_head": ((default_tap(model),), (DINOV2_LRS[-1],)), "grid": (grid_taps, DINOV2_LRS)}
-    trainers = {name: Trainer(model, taps, lrs, images=images, target=target, classes=args.classes, total=total,
-                              compile_=args.compile) for name, (taps, lrs) in runs.items()}
+    trainers: dict[str, Trainer] = {}
     figures: dict[str, dict[str, Any]] = {}
-    for name, trainer in trainers.items():
+    for name, (taps, lrs) in runs.items():  # one head first, measured before the grid's heads exist
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         _sync(device)
         started = time.perf_counter()
+        trainer = trainers[name] = Trainer(model, taps, lrs, images=images, target=target, classes=args.classes,
+                                           total=total, compile_=args.compile)
         for _ in range(args.warmup):
             trainer.step()
         _sync(device)

@@ -71,8 +71,8 @@ VALUES = ["0", "-1", "1", "3", "2", "99999999999999999999999", "1e309", "nan", "
           "run.seed=100000000000000000000000", "data.path=/nonexistent", "{a: 1}", "!!python/name:os.system",
           "annotations/train.json", "kit/ImageSets/Main/a.txt", "x.json:images"]
 PATHY = {"--data", "--output-dir", "--config", "-c", "--weights", "--resume-from", "--eval-config", "--eval-data",
-         "--out", "-o", "--train", "--test", "--resume"}
-FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume"}
+         "--out", "-o", "--train", "--test", "--resume", "--robustness"}
+FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progress", "--resume", "--grid"}
 ARGUMENTS = {  # positional arguments per command
     "pretrain": 0, "sweep": 2, "eval linear": 1, "eval finetune": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1,
     "eval lvis": 1, "eval cityscapes": 1, "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
@@ -83,6 +83,8 @@ ARGUMENTS = {  # positional arguments per command
 def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """Replace the functions that start a job by stubs: the CLI's checks run, the job does not."""
     import classification.finetune
+    import classification.frozen.grid
+    import classification.frozen.shots
     import classification.linear
     import classification.suite.run
     import moco_core.run.train
@@ -98,6 +100,8 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
     monkeypatch.setattr(moco_core.run.train, "pretrain", stub("pretrain"))
     monkeypatch.setattr(classification.linear, "linear_eval", stub("linear"))
+    monkeypatch.setattr(classification.frozen.grid, "grid_eval", stub("grid"))
+    monkeypatch.setattr(classification.frozen.shots, "fewshot_eval", stub("fewshot"))
     monkeypatch.setattr(classification.finetune, "finetune", stub("finetune"))
     monkeypatch.setattr(classification.suite.run, "run_suite", stub("transfer suite"))
     monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
