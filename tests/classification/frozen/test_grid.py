@@ -192,7 +192,7 @@ def test_the_cli_routes_grid_presets_and_refuses_mixed_options(tmp_path: Path,
     flagged = runner.invoke(app, ["eval", "linear", "random", "--arch", "resnet18", "--grid", "--data", "embedded",
                                   "--print-config"])
     assert "batch_size: 1024" in flagged.output and "- 0.1\n" in flagged.output  # lincls_grid's: DINOv2's lrs
-    for args, message in ((("--grid", "--cached-features"), "error: --cached-features: the grid reads"),
+    for args, message in ((("--grid", "--cached-features"), "error: --cached-features: the grid and few-shot read"),
                           (("--robustness", str(tmp_path / "none"), "-c", "lincls_grid_embedded"),
                            "error: robustness.root: "),
                           (("-c", "lincls_grid_embedded", "--set", "grid.lrs=[0]"), "error: grid.lrs: each must")):
