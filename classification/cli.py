@@ -108,7 +108,7 @@ def linear_cli(
             _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, flags={
                 "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
                 "robustness": {"root": robustness}, "fewshot": {"shots": _shots(shots), "tries": tries},
-                "run": {"output_dir": output_dir, "device": device}})
+                "run": {"output_dir": output_dir, "device": device, "weights_format": weights_format}})
             return
         if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "

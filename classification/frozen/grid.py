@@ -43,9 +43,9 @@ from classification.robustness import ImageSet, RealLabels, find_sets, real_accu
 from classification.splits import Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, replace, to_dict
-from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.errors import NonFiniteLossError
+from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import classifier_name, is_vit
 from moco_core.run.naming import evaluation_dir
@@ -150,8 +150,10 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
     world, rank = distributed.world_size(), distributed.rank()
     if cfg.optim.batch_size % world:
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
-    splits = load_splits(cfg.data, augment=True, failures=failures)
-    evaluate = build_eval_transform(cfg.data.crop_size, resize=cfg.data.resize)
+    weights = backbone.read(pretrained, cfg.run.weights_format)  # its normalisation is every view's
+    splits = load_splits(cfg.data, augment=True, failures=failures,
+                         normalisation=backbone.input_normalisation(weights))
+    evaluate = splits.val.transform  # the center crop, for the held-out images, val and the robustness sets
     train, held, record = splits.train.samples, [], {"kind": "val (the reported set)", "images": len(splits.val)}
     if cfg.select.split == "holdout":
         train, held, record = holdout_split(train, cfg.select.holdout_fraction, cfg.select.seed, splits.root)
@@ -165,7 +167,7 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
     for note in missing if distributed.is_main() else ():
         print(f"note: robustness {note}", file=sys.stderr)
     torch.manual_seed(cfg.run.seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+    model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
     head = classifier_name(model) + "."  # the model's own fc or head: never run here, left out of the check
     initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
@@ -292,7 +294,7 @@ def _robustness(cfg: GridConfig, run: _Run, chosen: int, predictions: torch.Tens
     spec, head = run.heads.specs[chosen], run.heads.heads[chosen]
     taps = FeatureTaps(run.model, (spec.tap,))
     world, rank = distributed.world_size(), distributed.rank()
-    evaluate = build_eval_transform(cfg.data.crop_size, resize=cfg.data.resize)
+    evaluate = run.splits.val.transform  # the center crop with the weights' normalisation
     out: dict[str, dict[str, Any]] = {}
     for image_set in run.sets:
         progress.message(f"scoring head {spec.name} on {image_set.name} ({len(image_set.samples)} images)")

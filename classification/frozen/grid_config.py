@@ -16,6 +16,7 @@ from classification.linear import subset_checks
 from classification.robustness import SETS
 from classification.splits import LinearDataConfig
 from moco_core.config import load_config, require, run_checks
+from moco_core.model.weights.formats import format_checks
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class GridRunConfig:
     amp: bool = True  # bf16 autocast of the backbone on CUDA; the heads train in fp32 (as DINOv2's .float())
     log_every: int = 10
     loggers: tuple[str, ...] = ()
+    weights_format: str | None = None  # the method of weights whose file does not say (--weights-format)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ def validate_grid(cfg: GridConfig) -> GridConfig:
          "head; a few-shot run (fewshot.shots) has none"),
         *subset_checks(d),
         *run_checks(cfg.run.device, cfg.run.seed, cfg.run.loggers),
+        *format_checks(cfg.run.weights_format),
     ])
     return cfg
 

@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from classification.frozen import fewshot
 from classification.frozen.features import (
     FeatureSet,
-    FeatureTransform,
     cached_features,
     extract_features,
     feature_key,
     samples_digest,
+    transform_for,
     weights_identity,
 )
 from classification.frozen.grid_config import GridConfig, protocol_name
@@ -47,6 +47,7 @@ from classification.splits import dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import ImageDataset
+from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.vit import classifier_name
 from moco_core.run.knn import knn_scores
@@ -72,11 +73,13 @@ def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True
 
 def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Path, show_progress: bool) -> Path:
     started = time.perf_counter()
-    view = FeatureTransform(resize=cfg.data.resize, crop_size=cfg.data.crop_size, interpolation="bilinear")
-    splits = load_splits(cfg.data, augment=False)
+    weights = backbone.read(pretrained, cfg.run.weights_format)
+    splits = load_splits(cfg.data, augment=False, normalisation=backbone.input_normalisation(weights))
     torch.manual_seed(cfg.run.seed)
-    model, info = load_backbone(pretrained, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
+    model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
+    # ImageNet's evaluation view (bilinear), normalised as the weights' method trained
+    view = transform_for(info, resize=cfg.data.resize, crop_size=cfg.data.crop_size, interpolation="bilinear")
     head = classifier_name(model) + "."
     initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
     tap = cfg.grid.taps[0] if cfg.grid.taps else default_tap(model)
