@@ -105,9 +105,15 @@ def linear_cli(
             if cached_features:
                 raise ConfigError("--cached-features: the grid and few-shot read the frozen backbone once a batch "
                                   "already; give --grid or --shots, or --cached-features, not both")
-            _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, flags={
+            ks = _shots(shots)
+            asked = invocation("eval linear", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+                "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device,
+                "workers": workers, "grid": grid, "robustness": robustness,
+                "shots": ",".join(map(str, ks)) if ks else None, "tries": tries,
+                "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
+            _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, asked, flags={
                 "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
-                "robustness": {"root": robustness}, "fewshot": {"shots": _shots(shots), "tries": tries},
+                "robustness": {"root": robustness}, "fewshot": {"shots": ks, "tries": tries},
                 "run": {"output_dir": output_dir, "device": device, "weights_format": weights_format}})
             return
         if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
@@ -140,9 +146,10 @@ def _shots(text: str | None) -> tuple[int, ...] | None:
 
 
 def _grid_cli(pretrained: str, config: str | None, overrides: list[str], nproc: int, quiet: bool, resume: bool,
-              print_config: bool, output_dir: str | None, flags: dict[str, Any]) -> None:
+              print_config: bool, output_dir: str | None, asked: dict[str, Any], flags: dict[str, Any]) -> None:
     """``moco eval linear --grid`` (or a grid preset), or ``--shots``: its config, then one process per --nproc.
-    A few-shot run writes ``runs/<preset>_fewshot/<weights>`` when no --output-dir is given: beside the grid's."""
+    A few-shot run writes ``runs/<preset>_fewshot/<weights>`` when no --output-dir is given: beside the grid's.
+    ``asked``: how it was invoked (moco_core.commands.invocation), kept in the record and in the resume hint."""
     from classification.frozen.grid_config import load_grid_config
     from moco_core.config import replace
 
@@ -153,20 +160,25 @@ def _grid_cli(pretrained: str, config: str | None, overrides: list[str], nproc: 
         cfg = replace(cfg, run={"output_dir": str(out.parent.with_name(f"{out.parent.name}_fewshot") / out.name)})
     if cfg.fewshot.shots and nproc > 1:
         raise ConfigError("--nproc: --shots runs in one process (features are computed once, on one device)")
-    print_or_launch(cfg, print_config, nproc, run_grid, cfg, pretrained, quiet, resume)
+    print_or_launch(cfg, print_config, nproc, run_grid, cfg, pretrained, quiet, resume, asked)
 
 
-def run_grid(cfg: Any, pretrained: str, quiet: bool, resume: bool = False) -> None:
+def run_grid(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
+             asked: dict[str, Any] | None = None) -> None:
     """One process of ``moco eval linear --grid`` (or ``--shots``): one-line user errors (rank 0), exit code 2 (1:
-    diverged)."""
+    diverged); a stop prints the command that continues it."""
+    extra = {"invocation": asked} if asked else None
+    rerun = evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None
     if cfg.fewshot.shots:
         from classification.frozen.shots import fewshot_eval
 
-        report_result(lambda: fewshot_eval(cfg, pretrained, show_progress=not quiet, resume=resume))
+        report_result(lambda: fewshot_eval(cfg, pretrained, show_progress=not quiet, resume=resume, extra=extra),
+                      rerun=rerun)
         return
     from classification.frozen.grid import grid_eval
 
-    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume))
+    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume, extra=extra),
+                  rerun=rerun)
 
 
 def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,

@@ -225,10 +225,11 @@ def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | No
 
 
 # The files an evaluation continues from with --resume (patterns in its run directory), by command
-# (checkpoint.LINEAR_LAST, FINETUNE_LAST, LAST and detectron2's pointer; a transfer suite's finished datasets);
-# kNN trains nothing and has no --resume.
-RESUMABLE = {"eval linear": ("linear_last.pth.tar",), "eval finetune": ("finetune_last.pth.tar",),
-             "eval knn": (), "eval transfer": ("*/result.json",)}
+# (checkpoint.LINEAR_LAST, the head grid's GRID_LAST, FINETUNE_LAST, LAST and detectron2's pointer; a transfer
+# suite's finished datasets); kNN trains nothing and has no --resume, nor does few-shot need it (its features are
+# cached by content, and a run without result.json starts afresh).
+RESUMABLE = {"eval linear": ("linear_last.pth.tar", "grid_last.pth.tar"),
+             "eval finetune": ("finetune_last.pth.tar",), "eval knn": (), "eval transfer": ("*/result.json",)}
 TRANSFER_RESUMABLE = ("checkpoint_last.pth.tar", "last_checkpoint")
 
 

@@ -66,8 +66,8 @@ def implied_invocation(s: Any, arch: str, shots: str | None = None) -> dict[str,
         options["shots"] = shots
     if s.labels and re.fullmatch(r"\d{1,3}(\.\d+)?%", s.labels):  # a fraction drawn with the default seed
         options["labels"] = s.labels
-    return {"command": "eval linear" if fewshot else f"eval {s.task}", "preset": preset, "overrides": overrides, "options": options,
-            "smoke": s.mark == "smoke"}
+    return {"command": "eval linear" if fewshot else f"eval {s.task}", "preset": preset, "overrides": overrides,
+            "options": options, "smoke": s.mark == "smoke"}
 
 
 def beside(record_path: str, arch: str) -> str:

@@ -57,8 +57,10 @@ from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
 from moco_core.run.runtime import resolve_device
 
 
-def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True, resume: bool = False) -> Path:
-    """The few-shot evaluation of ``pretrained``; returns the record's path."""
+def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True, resume: bool = False,
+                 extra: dict[str, Any] | None = None) -> Path:
+    """The few-shot evaluation of ``pretrained``; returns the record's path. ``extra``: more top-level fields for
+    the record (how it was invoked)."""
     if distributed.world_size() > 1:
         raise ConfigError("--shots runs in one process: features are computed once, on one device")
     device = resolve_device(cfg.run.device)
@@ -68,10 +70,11 @@ def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True
     with run_dir_lock(run_dir, device):
         if not resume:
             require_fresh(run_dir, ("result.json",), "a finished evaluation", "choose another --output-dir")
-        return _fewshot(cfg, pretrained, device, run_dir, show_progress)
+        return _fewshot(cfg, pretrained, device, run_dir, show_progress, extra or {})
 
 
-def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Path, show_progress: bool) -> Path:
+def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Path, show_progress: bool,
+             extra: dict[str, Any]) -> Path:
     started = time.perf_counter()
     weights = backbone.read(pretrained, cfg.run.weights_format)
     splits = load_splits(cfg.data, augment=False, normalisation=backbone.input_normalisation(weights))
@@ -116,7 +119,7 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
                           extra={"fewshot": results, "tap": tap, "sanity_check": "passed", "note": note,
                                  "selection": {"on": split_record["kind"], "split": split_record},
                                  "features": {"train": _feature_note(train), "val": _feature_note(val)},
-                                 "wall_time_s": time.perf_counter() - started})
+                                 "wall_time_s": time.perf_counter() - started, **extra})
     print(f"{note}: " + ", ".join(f"{r['shots']}-shot linear {r['linear']['mean']:.2f} +- {r['linear']['std']:.2f}, "
                                   f"kNN {r['knn']['mean']:.2f} +- {r['knn']['std']:.2f}" for r in results),
           file=sys.stderr)

@@ -59,6 +59,38 @@ def test_the_random_init_hint_of_a_grid_runs_the_grid(write_record: WriteRecord,
     assert "--data /data/imagenet --grid --set select.split=val --set optim.epochs=10" in notes[1]
 
 
+def test_the_random_init_hint_of_a_grid_is_built_from_its_invocation(write_record: WriteRecord, runs: Path) -> None:
+    """Records that keep how they were asked for (moco_core.commands.invocation) give their own command back, with
+    random weights: the grid's preset, --grid, --robustness and the overrides; embedded rows that do not say get
+    the grid's embedded preset, not the paper protocol's."""
+    asked = {"command": "eval linear", "preset": "lincls_grid", "overrides": ["optim.epochs=10"],
+             "options": {"data": "/data/imagenet", "grid": True, "robustness": "/data/robust sets"}, "smoke": False}
+    write_record("grid/result.json", {**_grid(GRID_PROTOCOL, 60.0, "layer4 lr 1"), "invocation": asked})
+    write_record("embedded/result.json", base_record(protocol=GRID_PROTOCOL, config={"optim": {"epochs": 20}},
+                                                     selection={"chosen": "layer4 lr 1"}))
+    notes = {t.title.split(": ")[-1]: " ".join(t.notes) for t in build_report([str(runs)]).tables}
+    assert (f"moco eval linear random --arch resnet18 -c lincls_grid --data /data/imagenet --grid --robustness "
+            f"'/data/robust sets' --set optim.epochs=10 --output-dir {runs / 'random_resnet18'}") in notes["imagenet"]
+    assert ("moco eval linear random --arch resnet18 -c lincls_grid_embedded --data embedded --grid --set "
+            "optim.epochs=20") in notes["embedded"]
+
+
+def test_grid_rows_of_smoke_runs_are_marked_and_apart(write_record: WriteRecord, runs: Path) -> None:
+    write_record("grid/result.json", _grid(GRID_PROTOCOL, 60.0, "layer4 lr 1"))
+    write_record("smoked/result.json", {**_grid(GRID_PROTOCOL, 10.0, "layer4 lr 1"), "smoke": True})
+    report = build_report([str(runs)])
+    assert [t.title for t in report.tables] == [
+        "Linear head grid (NOT the paper's protocol; 10 epochs, one head chosen on train images held out): imagenet",
+        "Linear head grid (NOT the paper's protocol; 10 epochs, one head chosen on train images held out): "
+        "imagenet, smoke runs (MOCO_SMOKE=1: shortened; numbers mean nothing)"]
+    real, smoke = (to_markdown_rows(t) for t in report.tables)
+    assert "[smoke]" in smoke and "[smoke]" not in real and "10.0" in smoke and "10.0" not in real
+
+
+def to_markdown_rows(table: Any) -> str:
+    return " ".join(cell.plain() for row in table.rows for cell in row.cells)
+
+
 def test_what_reports_restates_is_classifications() -> None:
     from classification.frozen.grid_config import SelectConfig, load_grid_config, protocol_name
     from classification.robustness import SETS
