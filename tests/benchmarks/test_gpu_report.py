@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["jpegs", "tests", "decoders", "step_compiled", "real", "mocov3_vit", "mocov3_r50", "demo", "step_eager",
-          "step_plain_compiled", "step_eager_nchw"]
+STAGES = ["jpegs", "tests", "decoders", "step_compiled", "real", "mocov3_vit", "mocov3_r50", "demo", "head_grid",
+          "logreg", "step_eager", "step_plain_compiled", "step_eager_nchw"]
 
 
 @pytest.mark.slow
@@ -40,6 +40,10 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
         # the trials as processes at once (benchmarks/demo_parallel.sh), as on the GPU
         "DEMO_PARALLEL": "2", "DEMO_ARGS": "--tasks linear --device cpu", "DEMO_ENV": "MOCO_SMOKE=1",
         "DEMO": str(tmp_path / "demo"), "PROFILE": "2",
+        # the GPU's own path of each (head_grid --gpu: ResNet-50 and ViT-B/16 with 52 heads), at batch 2 on the CPU
+        "GRID_ARGS": "--device cpu --gpu --batch 2 --steps 1 --warmup 1 --classes 10",
+        "LOGREG_ARGS": "--device cpu --problems small --train 200 --test 100 --dim 16 --classes 4 --budget 5 "
+                       "--images 2 --batch 2 --arch resnet18 --image-size 32",
         "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
     }
     res = subprocess.run(["bash", "benchmarks/gpu_report.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -78,6 +82,15 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
     assert len(decoders) == 1 and re.search(r"\| [\d,]+ \|$", decoders[0]), decoders
     demo = [line for line in table.splitlines() if line.startswith("| CUDA demo: linear top1")]
     assert len(demo) == 3 and all(line.endswith("(n 2) |") for line in demo), demo
+    # The new evaluations' rows (issues 48, 49): the grid against one head on both backbones, the sweep beside
+    # scikit-learn's, the extraction's images/s.
+    grid = [line for line in table.splitlines() if line.startswith("| head grid: ")]
+    assert [line.split()[3] for line in grid] == ["resnet50", "vit_base"], grid
+    assert all(re.search(r"1 head / 52 heads, images/s \(time ratio\) \| - \| [\d,]+ / [\d,]+ \([\d.]+x\) \|$", line)
+               for line in grid), grid
+    sweep = next(line for line in table.splitlines() if line.startswith("| transfer sweep, 45 L2 values"))
+    assert re.search(r"\| [\d.]+ s, test [\d.]+; scikit-learn [\d.]+ s .*; [\d.]+x \|$", sweep), sweep
+    assert re.search(r"^\| frozen extraction, resnet18 32 px, batch 2, fp32 \| - \| [\d,]+ \|$", table, flags=re.M)
     with tarfile.open(out / "logs.tgz") as logs:
         names = {Path(name).name for name in logs.getnames()}
     assert {f"{stage}.log" for stage in STAGES} <= names
