@@ -22,6 +22,7 @@ import math
 import os
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,18 +60,25 @@ class Subset:
     warning: str | None = None
 
 
-def fraction_subset(samples: list[tuple[str, int]], labels: str, seed: int) -> Subset:
-    """A class-balanced draw of ``labels`` ("10%") of ``samples`` ((path, class) pairs), in their original order."""
-    fraction = parse_labels(labels)
+def balanced_draw(samples: list[tuple[str, int]], count: Callable[[int], int], seed: int) -> set[str]:
+    """The paths of a class-balanced draw from (path, class) ``samples``: ``count(n)`` of each class of ``n``
+    images, drawn with ``default_rng([seed, class])`` from the class's paths sorted (the draw depends on the files,
+    not on the order a scan listed them in)."""
     by_class: dict[int, list[str]] = defaultdict(list)
     for path, label in samples:
         by_class[label].append(path)
-    kept: set[str] = set()
+    drawn: set[str] = set()
     for label, paths in by_class.items():
-        ordered = sorted(paths)  # the draw depends on the files, not on the order a scan listed them in
+        ordered = sorted(paths)
         rng = np.random.default_rng([seed, label])
-        chosen = rng.choice(len(ordered), per_class_count(fraction, len(ordered)), replace=False)
-        kept.update(ordered[i] for i in chosen)
+        drawn.update(ordered[i] for i in rng.choice(len(ordered), count(len(ordered)), replace=False))
+    return drawn
+
+
+def fraction_subset(samples: list[tuple[str, int]], labels: str, seed: int) -> Subset:
+    """A class-balanced draw of ``labels`` ("10%") of ``samples`` ((path, class) pairs), in their original order."""
+    fraction = parse_labels(labels)
+    kept = balanced_draw(samples, lambda n: per_class_count(fraction, n), seed)
     subset = [s for s in samples if s[0] in kept]
     return Subset(subset, {"kind": "labels", "labels": labels.strip(), "seed": seed, "images": len(subset),
                            "of": len(samples)})

@@ -18,11 +18,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from classification.subsets import balanced_draw
 
 
 def held_out_count(fraction: float, n: int) -> int:
@@ -37,15 +36,7 @@ def holdout_split(samples: list[tuple[str, int]], fraction: float, seed: int,
     """(kept for training, held out, the record of the draw) of (path, class) ``samples``, both in their original
     order. The record names the fraction, seed, counts and the SHA-256 of the held-out paths (relative to
     ``root`` where given, so that a copy of the data elsewhere draws the same digest)."""
-    by_class: dict[int, list[str]] = defaultdict(list)
-    for path, label in samples:
-        by_class[label].append(path)
-    held: set[str] = set()
-    for label, paths in by_class.items():
-        ordered = sorted(paths)  # the draw depends on the files, not on the order a scan listed them in
-        rng = np.random.default_rng([seed, label])
-        held.update(ordered[i] for i in rng.choice(len(ordered), held_out_count(fraction, len(ordered)),
-                                                   replace=False))
+    held = balanced_draw(samples, lambda n: held_out_count(fraction, n), seed)
     kept = [s for s in samples if s[0] not in held]
     out = [s for s in samples if s[0] in held]
     names = sorted(os.path.relpath(p, root) if root is not None else p for p in held)
