@@ -14,6 +14,7 @@ import os
 import pickle
 import pickletools
 import random
+import re
 import shutil
 import struct
 import tempfile
@@ -320,9 +321,13 @@ def load(path: str | Path, *, stand_ins: tuple[tuple[type, str], ...] = ()) -> d
             warnings.simplefilter("ignore", UserWarning)  # torch's note on pickle protocols: the error says more
             with torch.serialization.safe_globals(list(stand_ins)):
                 obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as err:
         allowed = {name for _, name in stand_ins}
         needed = [name for name in pickle_globals(path) if name not in allowed]
+        instruction = _unread_instruction(str(err))
+        if instruction and not needed:
+            raise CheckpointError(f"{path}: refused, it holds {instruction}, which the safe loader does not read "
+                                  f"(only tensors and plain data are read)") from None
         shown = ", ".join(needed[:3]) + (", ..." if len(needed) > 3 else "") if needed else "objects it cannot name"
         hint = ""
         if needed and all(name.startswith("numpy") or name == "_codecs.encode" for name in needed):  # protocol 2
@@ -359,6 +364,24 @@ def not_a_pickle(path: Path) -> str | None:
         return None  # binary: let the loader say what is wrong with it
     first = " ".join(text.split())[:40]
     return f"it is a text file (it starts with {first!r})"
+
+
+# what a pickle instruction torch's weights-only unpickler stops at holds, where the instruction's name says little
+_INSTRUCTIONS = {"LONG4": "an integer of over 600 digits"}
+
+
+def _unread_instruction(message: str) -> str | None:
+    """The pickle instruction torch's weights-only unpickler stopped at ("Unsupported operand 139"), in words; None
+    where its message names none."""
+    found = re.search(r"Unsupported operand (\d+)", message)
+    if not found:
+        return None
+    code = int(found.group(1))
+    op = next((op for op in pickletools.opcodes if ord(op.code) == code), None)
+    if op is None:
+        return f"pickle instruction {code}"
+    meaning = _INSTRUCTIONS.get(op.name)
+    return f"{meaning} (pickle's {op.name})" if meaning else f"pickle's {op.name} instruction"
 
 
 def pickle_globals(path: Path) -> list[str]:

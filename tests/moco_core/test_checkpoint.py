@@ -115,6 +115,23 @@ def test_pickles_carrying_code_are_refused_without_running(tmp_path: Path) -> No
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(("number", "says"), [
+    (10 ** 700, "refused, it holds an integer of over 600 digits (pickle's LONG4)"),  # LONG4: torch's "operand 139"
+    (2 ** (8 * 255 - 1) - 1, None),  # the largest LONG1 (255 bytes, 615 digits): read
+], ids=["LONG4", "largest-LONG1"])
+def test_integers_past_the_safe_loaders_reach_are_refused_saying_so(number: int, says: str | None,
+                                                                   tmp_path: Path) -> None:
+    path = tmp_path / "big.pth.tar"
+    torch.save({"state_dict": {}, "epoch": number}, path)
+    if says is None:
+        assert checkpoint.load(path)["epoch"] == number
+        return
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: {says}") and "cannot name" not in message and "\n" not in message, message
+
+
 def test_truncated_and_missing_files(tmp_path: Path, saved: Path) -> None:
     data = saved.read_bytes()
     cut = tmp_path / "cut.pth.tar"
