@@ -4,8 +4,8 @@ over the hostile values and their neighbours that fit:
 - other methods' weights files (moco_core/model/weights/): numbers a pickle or a safetensors file holds past 64 bits
   or a double (classes 1), a weights path that is no regular file (class 4);
 - the transfer suite's datasets (classification/suite/readers.py): list-file numbers that are no whole numbers
-  or past Python's digit limit (class 1), labels outside the dataset's classes (class 8), names that leave the
-  dataset (class 5);
+  or past Python's digit limit (class 1), labels outside the dataset's classes and training images of one class
+  (class 8), names that leave the dataset (class 5);
 - the suite's split files, read back on --resume (classification/suite/splits.py): classes 1, 4 and 5;
 - the feature cache (classification/frozen/features.py): a damaged, foreign, FIFO or folder cache file is
   recomputed with one warning line, never a traceback or a wait.
@@ -279,6 +279,25 @@ def test_suite_list_files_with_the_largest_numbers_that_fit_are_read(tmp_path: P
     code, text = suite(root, tmp_path / "run", ",".join(names))
     assert code == 0, text[-3000:]
     assert all((tmp_path / "run" / name / "result.json").is_file() for name in names)
+
+
+@pytest.mark.parametrize("classes", [1, 2])
+def test_training_images_of_one_class_are_one_line(classes: int, tmp_path: Path) -> None:
+    """Every CIFAR-10 train and test image relabelled to one class: the old code fitted it and recorded top-1 100%.
+    Two classes (the neighbour) still run."""
+    root = suite_layouts.transfer_suite_layout(tmp_path / "data", ("cifar10",))
+    for path in (root / "cifar-10-batches-py").glob("*_batch*"):
+        with path.open("rb") as f:
+            batch = pickle.load(f, encoding="latin1")
+        batch["labels"] = [i % classes for i in range(len(batch["labels"]))]
+        with path.open("wb") as f:
+            pickle.dump(batch, f)
+    code, text = suite(root, tmp_path / "run", "cifar10")
+    if classes == 2:
+        assert code == 0 and (tmp_path / "run" / "cifar10" / "result.json").is_file(), text[-3000:]
+        return
+    assert code == 2 and "every train image is of one class (airplane, of 10)" in dataset_error(text, "cifar10")
+    assert not (tmp_path / "run" / "cifar10" / "result.json").exists()
 
 
 @pytest.mark.parametrize("name", ["../../../etc/passwd", "/etc/passwd", "a/../../../x"])

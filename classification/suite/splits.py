@@ -78,13 +78,14 @@ def hold_out(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     return train.take(sorted(kept)), train.take(sorted(val))
 
 
-def check_labels(spec: Spec, found: Found) -> None:
+def check_labels(found: Found) -> None:
     """Every label a reader found names one of the dataset's classes: a class index in [0, K), or for multi-label
     data K values of 1 / 0 / -1. A list file's class 0 where classes count from 1, or a CIFAR batch's label 10 of
-    ten classes, would otherwise be trained on as a class of its own, or crash the solver."""
+    ten classes, would otherwise be trained on as a class of its own, or crash the solver. The training images
+    (train, or the pool it is drawn from) must hold two classes or more: one class would score 100%."""
     k = len(found.classes)
     if k == 0:
-        raise SuiteDataError(f"{spec.name}: {found.folder} names no class")
+        raise SuiteDataError(f"{found.folder} names no class")
     for name in ("pool", "train", "val", "test"):
         part = getattr(found, name)
         for path, label in part.samples if part is not None else []:
@@ -97,22 +98,28 @@ def check_labels(spec: Spec, found: Found) -> None:
                     shown = str(label)[:40]
                 except ValueError:  # an int past Python's digit limit
                     shown = "a number beyond 4300 digits"
-                raise SuiteDataError(f"{spec.name}: {name} image {path} has label {shown}, not one of its {k} "
+                raise SuiteDataError(f"{name} image {path} has label {shown}, not one of its {k} "
                                      f"classes (an index 0 to {k - 1}; multi-label: {k} values of 1, 0, -1)")
+    training = found.train if found.train is not None else found.pool
+    seen = {label for _, label in training.samples} if training is not None else set()
+    if len(seen) == 1 and not isinstance(next(iter(seen)), tuple):  # a classifier of one class scores 100%
+        split, only = "train" if found.train is not None else "pool", found.classes[next(iter(seen))]
+        raise SuiteDataError(f"{found.folder}: every {split} image is of one class ({only}, of {k}): a classifier "
+                             f"needs two or more")
 
 
 def resolve(spec: Spec, found: Found, path: Path, *, seed: int, val_fraction: float) -> Splits:
     """The dataset's splits: read back from ``path`` when it exists (a resumed run), else shipped or drawn, and
     written to ``path``; the provenance names each split's origin, the seed and the file's SHA-256. The labels
     are checked first (:func:`check_labels`)."""
-    check_labels(spec, found)
+    check_labels(found)
     how: dict[str, str] = {}
     if found.pool is not None and spec.draw is not None:
         found.train, found.test = draw_pool(found.pool, *spec.draw, seed)
         count = "the rest" if spec.draw[1] is None else f"{spec.draw[1]} a class"
         how["train"] = how["test"] = f"drawn: {spec.draw[0]} a class for train, {count} for test"
     if found.train is None or found.test is None:
-        raise SuiteDataError(f"{spec.name}: {found.folder} holds no train and test split")
+        raise SuiteDataError(f"{found.folder} holds no train and test split")
     how.setdefault("train", found.note or "shipped")
     how.setdefault("test", found.note or "shipped")
     if found.val is None:
