@@ -366,7 +366,7 @@ def not_a_pickle(path: Path) -> str | None:
     return f"it is a text file (it starts with {first!r})"
 
 
-# what a pickle instruction torch's weights-only unpickler stops at holds, where the instruction's name says little
+# in words, what a pickle instruction that torch's weights-only unpickler does not read holds (its name says little)
 _INSTRUCTIONS = {"LONG4": "an integer of over 600 digits"}
 
 

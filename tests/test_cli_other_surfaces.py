@@ -76,9 +76,10 @@ def _ours(path: Path, epoch: object, config: dict) -> Path:
 
 
 # (pickled epoch, expected epochs in the record): past 64 bits is kept out of the record (None), as a NaN in the
-# checkpoint's config; int64's largest is kept. An integer past Python's digit limit (pickle's LONG4) torch's
-# weights-only unpickler refuses: the file is refused in one line that says why ("error"; torch's own message
-# says only "Unsupported operand 139", which the old line turned into "would call objects it cannot name").
+# checkpoint's config; int64's largest is kept. An integer of over 600 digits (pickle's LONG4; 10**5000 is past
+# Python's digit limit too) torch's weights-only unpickler refuses: the file is refused in one line that says why
+# ("error"; torch's own message says only "Unsupported operand 139", which the old line turned into "would call
+# objects it cannot name").
 EPOCHS = [(10 ** 5000, "error"), (2 ** 64, None), (-(2 ** 63) - 1, None), (2 ** 63 - 1, 2 ** 63 - 1), (100, 100)]
 
 
