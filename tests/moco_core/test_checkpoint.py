@@ -117,7 +117,7 @@ def test_pickles_carrying_code_are_refused_without_running(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(("number", "says"), [
     (10 ** 700, "refused, it holds an integer of over 600 digits (pickle's LONG4)"),  # LONG4: torch's "operand 139"
-    (2 ** (8 * 255 - 1) - 1, None),  # the largest LONG1 (255 bytes, 615 digits): read
+    (2 ** (8 * 255 - 1) - 1, None),  # the largest LONG1 (255 bytes, 614 digits): read
 ], ids=["LONG4", "largest-LONG1"])
 def test_integers_past_the_safe_loaders_reach_are_refused_saying_so(number: int, says: str | None,
                                                                    tmp_path: Path) -> None:
