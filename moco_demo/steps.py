@@ -10,12 +10,12 @@ differs otherwise.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from moco_core import checkpoint, smoke
 from moco_core.errors import UserError, show
+from moco_core.model.backbone import file_sha256
 from moco_core.user_files import read_json
 
 # Where and how a step ran, not what it measured: a demo continued on another device or with other workers
@@ -78,7 +78,7 @@ def require_match(record_path: Path, config: dict[str, Any], weights: str) -> No
         raise StepMismatch(f"{record_path}: made with {_listed(differ)}; {_fix(where)}")
     backbone = record.get("backbone") if isinstance(record.get("backbone"), dict) else {}
     recorded = backbone.get("sha256")  # every record of ours names its file's; one that does not, nothing to compare
-    if weights != "random" and isinstance(recorded, str) and recorded != _sha256(Path(weights)):
+    if weights != "random" and isinstance(recorded, str) and recorded != _file_sha256(Path(weights)):
         raise StepMismatch(f"{record_path}: evaluated other weights than {weights} holds now (it was pretrained "
                            f"again since); {_fix(where)}")
 
@@ -87,11 +87,5 @@ def _listed(differ: list[str]) -> str:
     return differ[0] + (f" (and {len(differ) - 1} more)" if len(differ) > 1 else "")
 
 
-def _sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _file_sha256(path: Path) -> str | None:
+    return file_sha256(path) if path.is_file() else None

@@ -13,6 +13,7 @@ the method; a name that contradicts what the file states is refused too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -58,17 +59,16 @@ class Weights:
     encoder: str
     normalisation: Normalisation
     arch: str
-    sha256: str
     given: str = ""  # the source as the user gave it (a run directory, a folder), for messages
 
     @property
     def state(self) -> dict[str, torch.Tensor]:
         return self.found.state
 
-    @property
-    def weights_format(self) -> str | None:
-        """What reading the file again needs: the method where the user named it, else None."""
-        return self.method if self.stated_by == OPTION else None
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The file's SHA-256, read when a record asks for it (a sanity check's second read needs none)."""
+        return file_sha256(self.path)
 
 
 def file_sha256(path: Path) -> str:
@@ -94,9 +94,9 @@ def find(path: Path) -> Found:
         found = hub.read(content)
     else:
         obj = content.obj
-        found = next((f for f in (moco.read(obj), dino.read(obj), dinov2.read(obj), barlow.read(obj),
-                                  simclr.read(obj), swav.read(obj), mae.read(obj), lightning.read(obj, path),
-                                  plain.read(obj)) if f is not None), None)
+        readers = (moco.read, dino.read, dinov2.read, barlow.read, simclr.read, swav.read, mae.read,
+                   lambda o: lightning.read(o, path), plain.read)
+        found = next((f for f in (read(obj) for read in readers) if f is not None), None)  # the first that matches
         if found is None and isinstance(obj.get("state_dict"), dict) and any(
                 isinstance(k, str) and k.startswith("module.") for k in obj["state_dict"]):
             raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* (v1/v2) or "
@@ -146,7 +146,7 @@ def read_weights(source: str | Path, weights_format: str | None = None) -> Weigh
     encoder = found.encoder or (known.encoder if known else "backbone")
     normalisation = found.normalisation or (known.normalisation if known else IMAGENET)
     arch = found.vit.arch if found.vit is not None else _resnet_arch(found, path)
-    return Weights(path, found, name, stated_by, encoder, normalisation, arch, file_sha256(path), str(source))
+    return Weights(path, found, name, stated_by, encoder, normalisation, arch, str(source))
 
 
 def _resnet_arch(found: Found, path: Path) -> str:

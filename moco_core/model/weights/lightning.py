@@ -19,6 +19,7 @@ from typing import Any
 
 from moco_core import checkpoint
 from moco_core.model.weights import resnet_names, vit_names
+from moco_core.model.weights.files import CONFIG_LIMIT
 from moco_core.model.weights.formats import CIFAR, IMAGENET
 from moco_core.model.weights.layout import Found, strip
 from moco_core.user_files import read_json
@@ -59,6 +60,6 @@ def _solo_method(path: Path) -> str | None:
     args = path.with_name("args.json")
     if not args.is_file():
         return None
-    found = read_json(args, limit=1 << 20, what="args.json", error=checkpoint.CheckpointError)
+    found = read_json(args, limit=CONFIG_LIMIT, what="args.json", error=checkpoint.CheckpointError)
     method = found.get("method") if isinstance(found, dict) else None
     return SOLO_METHODS.get(method) if isinstance(method, str) else None

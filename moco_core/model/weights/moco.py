@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from moco_core import checkpoint
-from moco_core.model.weights import vit_names
+from moco_core.model.weights import resnet_names, vit_names
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 QUERY_PREFIX = checkpoint.QUERY_PREFIX
@@ -62,9 +62,9 @@ def read(obj: dict[str, Any]) -> Found | None:
         return Found("moco-suite" if ours else "official-moco", "a MoCo checkpoint (module.encoder_q.*)", backbone,
                      method=method, encoder="backbone" if method == "supervised" else "query",
                      facts=_facts(obj, method))
-    if isinstance(state, dict) and stated and "conv1.weight" in state and "layer1.0.conv1.weight" in state:
+    if isinstance(state, dict) and stated and resnet_names.is_resnet(state):
         # our supervised baseline: a torchvision ResNet's state_dict and the method that trained it
-        backbone = {k: v for k, v in strip(state, "").items() if not k.startswith("fc.")}
+        backbone = strip(state, "", drop=("fc.",))
         return Found("torchvision", f"a {stated} checkpoint with torchvision's names", backbone, method=stated,
                      encoder="backbone", facts=_facts(obj, stated))
     return None
