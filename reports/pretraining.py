@@ -112,8 +112,7 @@ class Pretraining:
     def released_details(self) -> str:
         """"R50, dino-full, teacher": the arch (with a ViT's registers: "ViT-S/14 reg4"), the file's layout, the
         encoder read, and where it applies that the user named the method and that the input was not normalised."""
-        parts = [short_arch(self.arch) + (f" reg{self.registers}" if self.registers else ""), self.format,
-                 self.encoder or ""]
+        parts = [published_backbone(self.arch, self.registers), self.format, self.encoder or ""]
         if self.stated_by == NAMED:
             parts.append("method named by --weights-format")
         if self.normalisation == "none":
@@ -143,6 +142,11 @@ VIT_NAMES = {"vit_small": "ViT-S/16", "vit_base": "ViT-B/16", "vit_tiny_p4": "Vi
 
 VIT_SIZE_LETTERS = {"tiny": "Ti", "small": "S", "base": "B", "large": "L", "huge": "H", "giant": "g"}
 _VIT_ARCH = re.compile(r"vit_(tiny|small|base|large|huge|giant)(?:_p(\d+))?")
+
+
+def published_backbone(arch: str, registers: int = 0) -> str:
+    """The published ``backbone`` of one of our archs: "R50", "ViT-S/14", "ViT-S/14 reg4" (DINOv2 with registers)."""
+    return short_arch(arch) + (f" reg{registers}" if registers else "")
 
 
 def short_arch(arch: str) -> str:

@@ -190,14 +190,9 @@ def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow
 KNN_TASK = "imagenet_knn"
 
 
-def published_backbone(arch: str, registers: int = 0) -> str:
-    """The published ``backbone`` of one of our archs: "R50", "ViT-S/14", "ViT-S/14 reg4" (DINOv2 with registers)."""
-    return short_arch(arch) + (f" reg{registers}" if registers else "")
-
-
 def beside(setting: Setting, method: str | None, backbone: str, rows: list[PublishedRow]) -> PublishedRow | None:
-    """The published number of ``method`` on ``backbone`` (:func:`published_backbone`) in ``setting``, where exactly
-    one row matches (see the module docstring); None otherwise."""
+    """The published number of ``method`` on ``backbone`` (:func:`reports.pretraining.published_backbone`) in
+    ``setting``, where exactly one row matches (see the module docstring); None otherwise."""
     if not method or not _named(setting, "imagenet", "ilsvrc"):
         return None
     if setting.task == "linear" and setting.protocol in ("linear", V3_PROTOCOL) and runs_preset_length(setting):

@@ -28,7 +28,7 @@ from typing import Any
 
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.hints import random_init_hint
-from reports.pretraining import method_name, short_arch
+from reports.pretraining import method_name, published_backbone, short_arch
 from reports.protocols import (
     DETECTION_TASKS,
     SMOKE_NOTE,
@@ -37,7 +37,7 @@ from reports.protocols import (
     setting_subtitle,
     setting_title,
 )
-from reports.published import PublishedRow, beside, matching, matching_momentum, published_backbone
+from reports.published import PublishedRow, beside, matching, matching_momentum
 from reports.records import OPTIONAL_METRICS, TASK_METRICS
 from reports.summary import (
     Entry,
