@@ -45,11 +45,6 @@ class Listed:
     annotations: list[Path]  # the files the labels and splits come from (part of the content digest)
 
 
-def val_split(root: Path) -> str:
-    """"val", or "test" where an ImageFolder root has ``test/`` and no ``val/`` (CIFAR exported to folders)."""
-    return "test" if not (root / "val").is_dir() and (root / "test").is_dir() else "val"
-
-
 def find_listed(root: Path) -> Listed | None:
     """Flowers-102 or Pets at ``root`` (or in its ``flowers-102/`` / ``oxford-iiit-pet/``), else None."""
     for kind, marker, read in ((FLOWERS, "imagelabels.mat", _flowers), (PETS, "annotations/trainval.txt", _pets)):

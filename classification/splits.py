@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from classification.layouts import content_digest, find_listed, val_split
+from classification.layouts import content_digest, find_listed
 from classification.subsets import select
 from moco_core import distributed
 from moco_core.config import ConfigError
@@ -25,6 +25,7 @@ from moco_core.data.data import (
     ImageList,
     scan_images,
     unlabelled_splits,
+    val_split,
     verify_samples,
     warn_revisited,
     warn_skipped,

@@ -34,6 +34,7 @@ FORMAT_VERSION = 1
 LAST = "checkpoint_last.pth.tar"
 LINEAR_LAST = "linear_last.pth.tar"  # a linear evaluation's fc, optimizer, history and RNG after its last epoch
 FINETUNE_LAST = "finetune_last.pth.tar"  # a fine-tuning's model, optimizer, history and RNG after its last epoch
+GRID_LAST = "grid_last.pth.tar"  # a head grid's heads, optimizer, history and RNG after its last epoch
 
 # Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed: MoCo
 # (to_official, from_official), the other methods (to_module_names, from_module_names) and the evaluations, which

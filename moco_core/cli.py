@@ -224,13 +224,15 @@ def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | No
         print(f"result: {record}")
 
 
-# The files an evaluation continues from with --resume (patterns in its run directory), by command
-# (checkpoint.LINEAR_LAST, the head grid's GRID_LAST, FINETUNE_LAST, LAST and detectron2's pointer; a transfer
-# suite's finished datasets); kNN trains nothing and has no --resume, nor does few-shot need it (its features are
-# cached by content, and a run without result.json starts afresh).
-RESUMABLE = {"eval linear": ("linear_last.pth.tar", "grid_last.pth.tar"),
-             "eval finetune": ("finetune_last.pth.tar",), "eval knn": (), "eval transfer": ("*/result.json",)}
-TRANSFER_RESUMABLE = ("checkpoint_last.pth.tar", "last_checkpoint")
+def _resumable(command: str) -> tuple[str, ...]:
+    """The files ``command`` continues from with --resume (patterns in its run directory): the linear protocol's and
+    the head grid's, fine-tuning's, a transfer suite's finished datasets, else a transfer task's checkpoint and
+    detectron2's pointer to it. kNN trains nothing and has no --resume, nor does few-shot need it (its features are
+    cached by content, and a run without result.json starts afresh)."""
+    from moco_core import checkpoint  # torch: only when a command stops
+
+    return {"eval linear": (checkpoint.LINEAR_LAST, checkpoint.GRID_LAST), "eval finetune": (checkpoint.FINETUNE_LAST,),
+            "eval knn": (), "eval transfer": ("*/result.json",)}.get(command, (checkpoint.LAST, "last_checkpoint"))
 
 
 def evaluation_rerun(recorded: dict[str, Any], weights: str, output_dir: str) -> Callable[[], str]:
@@ -240,7 +242,7 @@ def evaluation_rerun(recorded: dict[str, Any], weights: str, output_dir: str) ->
     def rerun() -> str:
         from moco_core.commands import InvalidInvocation, command_line
 
-        markers = RESUMABLE.get(recorded["command"], TRANSFER_RESUMABLE)
+        markers = _resumable(recorded["command"])
         resume = any(next(Path(output_dir).glob(marker), None) is not None for marker in markers)
         try:
             return command_line(recorded, weights=weights, output_dir=output_dir, resume=resume)

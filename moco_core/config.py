@@ -541,6 +541,7 @@ def data_sources(cls: type, config: str | None = None, overrides: tuple[str, ...
     data, explicit = _layers(cls, config, overrides, base, flags)
     from_flags = given(flags or {})
     moved = _followers_moved(cls, data, explicit)
+    preset = read_yaml(preset_path(config, COMMANDS.get(cls.__name__))) if config else {}
     out = {}
     for key in ("data.path", *FOLLOWERS.get(cls.__name__, ())):
         if key in moved:
@@ -549,7 +550,7 @@ def data_sources(cls: type, config: str | None = None, overrides: tuple[str, ...
             out[key] = "--data"
         elif _get(explicit, key) is not None:
             out[key] = "--set"
-        elif config and _get(read_yaml(preset_path(config, COMMANDS.get(cls.__name__))), key) is not None:
+        elif _get(preset, key) is not None:
             out[key] = f"preset {config}"
         elif _get(base or {}, key) is not None:
             out[key] = "the stored config"

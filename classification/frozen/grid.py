@@ -38,7 +38,7 @@ from classification.frozen.heads import (
 )
 from classification.frozen.selection import choose, holdout_split
 from classification.frozen.taps import FeatureTaps, available_taps, default_tap
-from classification.linear import sanity_check
+from classification.linear import frozen_reference, sanity_check
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
 from classification.splits import Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
@@ -47,14 +47,14 @@ from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
-from moco_core.model.vit import classifier_name, is_vit
+from moco_core.model.vit import is_vit
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import autocast, resolve_device
 
-GRID_LAST = "grid_last.pth.tar"  # the heads, optimizer, history and RNG after the last finished epoch
+GRID_LAST = checkpoint.GRID_LAST
 # what must not change between a run and its --resume: the heads' shapes and the images they train on
 _RESUME_KEYS = ("arch", "grid", "optim", "select", "data")
 
@@ -169,8 +169,7 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
-    head = classifier_name(model) + "."  # the model's own fc or head: never run here, left out of the check
-    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
+    initial = frozen_reference(model, info)
     model = model.to(device).eval().requires_grad_(False)  # frozen: BN in eval mode, no gradient
     try:
         taps = FeatureTaps(model, cfg.grid.taps or (available_taps(model) if is_vit(model) else (default_tap(model),)))
@@ -251,9 +250,9 @@ def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
     kept = None
     if keep:
         parts = distributed.all_gather_objects((torch.cat(indices), torch.cat(predictions)))
-        order = torch.cat([i for i, _ in parts])
-        kept = torch.empty_like(torch.cat([p for _, p in parts]))
-        kept[order] = torch.cat([p for _, p in parts])
+        order, predicted = torch.cat([i for i, _ in parts]), torch.cat([p for _, p in parts])
+        kept = torch.empty_like(predicted)
+        kept[order] = predicted
     scores = counts[:-1] / counts[-1, 0].clamp(min=1)
     scores[:, :2] *= 100.0
     return scores, kept

@@ -245,6 +245,11 @@ def scan_images(
     return ImageList(samples=samples, classes=classes, skipped=skipped, revisited=revisited)
 
 
+def val_split(root: Path) -> str:
+    """"val", or "test" where an ImageFolder root has ``test/`` and no ``val/`` (CIFAR exported to folders)."""
+    return "test" if not (root / "val").is_dir() and (root / "test").is_dir() else "val"
+
+
 def unlabelled_splits(root: Path, train: ImageList, val: ImageList) -> str | None:
     """Why ``root``'s train/ and val/ do not make labelled splits (the same class folders in both), or None."""
     if not train.classes:

@@ -96,11 +96,10 @@ class KnnMonitor:
         """The pretraining monitor on a labelled train/val root (``test/`` where there is no ``val/``, as CIFAR
         exported to folders has it), with center crops of ``crop_size``."""
         from moco_core.data.augment import build_eval_transform
-        from moco_core.data.data import ImageDataset, scan_images, unlabelled_splits
+        from moco_core.data.data import ImageDataset, scan_images, unlabelled_splits, val_split
 
         transform = build_eval_transform(crop_size)
-        queries = "test" if not (root / "val").is_dir() and (root / "test").is_dir() else "val"
-        splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", queries)]
+        splits = [scan_images(root, split=split, workers=max(workers, 1)) for split in ("train", val_split(root))]
         problem = unlabelled_splits(root, *splits)
         if problem:
             raise ConfigError(f"data.knn_path: {problem}")
