@@ -114,9 +114,10 @@ def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
     """The data config's subset options, checked before any image is read (linear, kNN and fine-tuning)."""
     if d.labels is not None:
         parse_labels(d.labels)  # a one-line error naming data.labels
+    why = _not_a_file(d.subset) if d.subset is not None else ""
     return [(d.labels is None or d.subset is None, "data.labels",
              "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
-            (d.subset is None or not _not_a_file(d.subset), "data.subset", _not_a_file(d.subset or "")),
+            (not why, "data.subset", why),
             (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
 
 
@@ -198,6 +199,15 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bo
     return {"top1": (counts[0] / counts[2]).item() * 100, "top5": (counts[1] / counts[2]).item() * 100}
 
 
+def frozen_reference(model: nn.Module, info: BackboneInfo) -> dict[str, torch.Tensor]:
+    """What :func:`sanity_check` compares a random network against: a copy of every tensor but the classifier's, as
+    initialised; none for weights read from a file, which it reads again instead."""
+    if info.source != "random":
+        return {}
+    head = classifier_name(model) + "."
+    return {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
+
+
 def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.Tensor]) -> None:
     """Every tensor but the classifier's must equal the pretrained weights (re-read from the file) or the initial
     ones."""
@@ -231,7 +241,7 @@ class _Setup:
 
     model: nn.Module  # the backbone with its new fc
     info: BackboneInfo
-    initial: dict[str, torch.Tensor]  # every non-fc tensor as loaded: the sanity check compares against it
+    initial: dict[str, torch.Tensor]  # a random network's non-fc tensors as built (frozen_reference)
     head: nn.Module  # what is trained and evaluated: the model, or fc alone on cached features
     trained: nn.Module  # the head, wrapped in DDP with several processes
     optimizer: torch.optim.Optimizer
@@ -304,7 +314,7 @@ def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: 
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
-    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(classifier_name(model) + ".")}
+    initial = frozen_reference(model, info)
     model = model.to(device)
     optimizer = torch.optim.SGD(freeze_all_but_fc(model), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)

@@ -51,7 +51,12 @@ def fewshot(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, v
         fit = path.fits[path.chosen]
         runs.append({"try": attempt, "seed": draw_seed, "images": len(index), "lambda": path.best_lambda,
                      "val": path.scores[path.chosen], "test": float(score(fit.scores(test_x), test_y))})
-    tests = [r["test"] for r in runs]
-    mean = sum(tests) / len(tests)
-    std = math.sqrt(sum((t - mean) ** 2 for t in tests) / (len(tests) - 1)) if len(tests) > 1 else 0.0
+    mean, std = mean_std([r["test"] for r in runs])
     return {"shots": shots, "tries": tries, "mean": mean, "std": std, "runs": runs}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n - 1; 0 for one value) of the tries' scores."""
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, std

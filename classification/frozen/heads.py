@@ -72,10 +72,6 @@ class HeadGrid(nn.Module):
     def forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.stack([head(features[spec.tap]) for spec, head in zip(self.specs, self.heads, strict=True)])
 
-    @property
-    def names(self) -> list[str]:
-        return [spec.name for spec in self.specs]
-
     def param_groups(self, global_batch: int) -> list[dict[str, object]]:
         """One SGD parameter group per head at its scaled lr; ``start_lr`` keeps it for the cosine schedule."""
         return [{"params": list(head.parameters()), "lr": scaled_lr(spec.lr, global_batch),

@@ -19,7 +19,6 @@ images, lambda and scores.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -42,14 +41,13 @@ from classification.frozen.grid_config import GridConfig, protocol_name
 from classification.frozen.metrics import top1
 from classification.frozen.selection import holdout_split
 from classification.frozen.taps import default_tap
-from classification.linear import sanity_check
+from classification.linear import frozen_reference, sanity_check
 from classification.splits import dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import ImageDataset
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
-from moco_core.model.vit import classifier_name
 from moco_core.run.knn import knn_scores
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.records import write_record
@@ -83,8 +81,7 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
     # ImageNet's evaluation view (bilinear), normalised as the weights' method trained
     view = transform_for(info, resize=cfg.data.resize, crop_size=cfg.data.crop_size, interpolation="bilinear")
-    head = classifier_name(model) + "."
-    initial = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
+    initial = frozen_reference(model, info)
     tap = cfg.grid.taps[0] if cfg.grid.taps else default_tap(model)
     write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": info.format,
                                             "world_size": 1, "device": str(device)})
@@ -107,7 +104,9 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
         chooser = train.subset([position[p] for p, _ in held])
     else:
         pool, chooser, split_record = train, val, {"kind": "val (the reported set)", "images": len(val)}
-    results = [_shots(cfg, k, pool, chooser, val, tap, len(splits.classes), device) for k in cfg.fewshot.shots]
+    queries = F.normalize(val.features[tap].to(device), dim=1)  # kNN's, the same for every count of shots
+    results = [_shots(cfg, k, pool, chooser, val, queries, tap, len(splits.classes), device)
+               for k in cfg.fewshot.shots]
     sanity_check(model, info, initial)
     metrics = {f"{r['shots']}shot_{reader}_top1": r[reader]["mean"] for r in results for reader in ("linear", "knn")}
     note = (f"few-shot linear (L2 logistic regression, lambda chosen on "
@@ -131,15 +130,15 @@ def _feature_note(found: FeatureSet) -> dict[str, Any]:
             "seconds": found.seconds}
 
 
-def _shots(cfg: GridConfig, shots: int, pool: FeatureSet, chooser: FeatureSet, val: FeatureSet, tap: str,
-           num_classes: int, device: torch.device) -> dict[str, Any]:
-    """Both readers on ``cfg.fewshot.tries`` draws of ``shots`` images a class of ``pool``: the same draws."""
+def _shots(cfg: GridConfig, shots: int, pool: FeatureSet, chooser: FeatureSet, val: FeatureSet,
+           queries: torch.Tensor, tap: str, num_classes: int, device: torch.device) -> dict[str, Any]:
+    """Both readers on ``cfg.fewshot.tries`` draws of ``shots`` images a class of ``pool``: the same draws.
+    ``queries``: val's features at ``tap``, normalised on ``device`` (kNN's)."""
     k = cfg.fewshot
     linear = fewshot.fewshot(pool.features[tap], pool.labels, chooser.features[tap], chooser.labels,
                              val.features[tap], val.labels, shots=shots, tries=k.tries, seed=k.seed,
                              num_classes=num_classes, score=top1, device=device, max_iter=k.max_iter,
                              lambdas=k.lambdas)
-    queries = F.normalize(val.features[tap].to(device), dim=1)
     knn = []
     for attempt in linear["runs"]:  # the draws the linear reader fitted, made again from their recorded seeds
         index = fewshot.draw_shots(pool.labels, shots, attempt["seed"])
@@ -148,9 +147,7 @@ def _shots(cfg: GridConfig, shots: int, pool: FeatureSet, chooser: FeatureSet, v
                             temperature=k.knn_temperature)
         knn.append({"try": attempt["try"], "seed": attempt["seed"], "images": len(index),
                     "test": top1(scores.cpu(), val.labels)})
-    tests = [r["test"] for r in knn]
-    mean = sum(tests) / len(tests)
-    std = math.sqrt(sum((t - mean) ** 2 for t in tests) / (len(tests) - 1)) if len(tests) > 1 else 0.0
+    mean, std = fewshot.mean_std([r["test"] for r in knn])
     return {"shots": shots, "linear": {key: linear[key] for key in ("mean", "std", "runs")},
             "knn": {"mean": mean, "std": std, "runs": knn, "k": k.knn_k, "temperature": k.knn_temperature},
             "lambdas": list(k.lambdas)}

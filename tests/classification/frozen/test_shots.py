@@ -32,7 +32,8 @@ def test_both_readers_hand_worked() -> None:
                       torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2]))
     val = FeatureSet({"x": _at([10, 130, 250, 5]) * 3}, torch.tensor([0, 1, 2, 1]))
     cfg = GridConfig(fewshot=FewShotConfig(shots=(1,), tries=3, knn_k=1, max_iter=100, lambdas=(1e-3, 1.0)))
-    result = _shots(cfg, 1, pool, pool, val, "x", 3, torch.device("cpu"))
+    queries = torch.nn.functional.normalize(val.features["x"], dim=1)
+    result = _shots(cfg, 1, pool, pool, val, queries, "x", 3, torch.device("cpu"))
     assert result["linear"]["mean"] == result["knn"]["mean"] == 75.0
     assert result["linear"]["std"] == result["knn"]["std"] == 0.0
     linear, knn = result["linear"]["runs"], result["knn"]["runs"]
