@@ -48,10 +48,11 @@ from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import is_vit
+from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files, write_text_atomic
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import autocast, resolve_device
 
 GRID_LAST = checkpoint.GRID_LAST
@@ -99,18 +100,21 @@ def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_prog
         hint = "pass --resume to continue it, or choose another --output-dir"
         require_fresh(run_dir, ("result.json",), "a finished evaluation", hint)
         require_fresh(run_dir, (GRID_LAST,), "an unfinished grid evaluation", hint)
+    else:
+        require_same_mode(run_dir)
     failures = DecodeFailures(run_dir / ".undecodable")
     run = _set_up(cfg, pretrained, device, failures)
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
-        if run.held_out:  # the split is not shipped with the data: kept with the run (its SHA-256 is the record's)
-            write_text_atomic(run_dir / "holdout.txt", "\n".join(run.held_out))
+    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
     history: list[dict[str, Any]] = []
     first = _restore(run_dir / GRID_LAST, cfg, pretrained, run, history) if resume else 0
     if first >= cfg.optim.epochs and (run_dir / "result.json").exists():
         raise ConfigError(f"--resume: {run_dir} holds a finished grid evaluation (its cosine schedule ended at "
                           f"epoch {first}); choose another --output-dir for a new one")
+    if main:
+        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
+                                                 "world_size": distributed.world_size(), "device": str(device)})
+        if run.held_out:  # the split is not shipped with the data: kept with the run (its SHA-256 is the record's)
+            write_text_atomic(run_dir / "holdout.txt", "\n".join(run.held_out))
     total = cfg.optim.epochs * len(run.train_loader)
     step, started = first * len(run.train_loader), time.perf_counter()
     progress = Progress(total, done_steps=step, every=cfg.run.log_every, enabled=main and show_progress)
@@ -362,13 +366,13 @@ def _restore(path: Path, cfg: GridConfig, pretrained: str, run: _Run, history: l
         raise ConfigError(f"--resume: {changed[0]} differs from the run in {path.parent} (a grid resumes with the "
                           f"settings it started with)")
     try:
-        checkpoint.load_into(run.heads, saved["heads"])
-        run.optimizer.load_state_dict(saved["optimizer"])
+        checkpoint.load_into(run.heads, saved.get("heads"))
     except (checkpoint.CheckpointError, RuntimeError, ValueError, KeyError) as err:
         raise checkpoint.CheckpointError(f"{path}: does not match this grid ({str(err).splitlines()[0]})") from None
-    history += saved["history"]
-    checkpoint.set_rng_state(saved["rng"])
-    return int(saved["epoch"])
+    load_optimizer_state(run.optimizer, saved.get("optimizer"), source=str(path), modules=[run.heads])
+    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
+    history += saved_history
+    return epoch
 
 
 def _resumable(config: dict[str, Any]) -> dict[str, Any]:

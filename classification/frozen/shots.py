@@ -51,7 +51,7 @@ from moco_core.model.backbone import load_backbone
 from moco_core.run.knn import knn_scores
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, run_dir_lock, write_run_files
+from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
 from moco_core.run.runtime import resolve_device
 
 
@@ -68,6 +68,8 @@ def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True
     with run_dir_lock(run_dir, device):
         if not resume:
             require_fresh(run_dir, ("result.json",), "a finished evaluation", "choose another --output-dir")
+        else:
+            require_same_mode(run_dir)
         return _fewshot(cfg, pretrained, device, run_dir, show_progress, extra or {})
 
 

@@ -26,7 +26,7 @@ from classification.frozen.grid_config import (
     load_grid_config,
 )
 from classification.splits import LinearDataConfig
-from moco_core import checkpoint
+from moco_core import checkpoint, smoke
 from moco_core.config import ConfigError
 from tests.layouts import WNIDS, imagenet_layout, robustness_layout
 
@@ -131,8 +131,14 @@ def test_resume_continues_bit_identically(imagenet: tuple[Path, Path], tmp_path:
     monkeypatch.setattr(grid_module, "_train_epoch", train_epoch)
     with pytest.raises(ConfigError, match="already holds an unfinished grid evaluation"):
         grid_eval(cut, "random", show_progress=False)
+    kept = {name: (tmp_path / "cut" / name).read_bytes() for name in ("run.json", "holdout.txt")}
     with pytest.raises(ConfigError, match="--resume: grid differs"):
         grid_eval(_config(data, tmp_path / "cut", epochs=2, lrs=(1.0,)), "random", show_progress=False, resume=True)
+    assert {name: (tmp_path / "cut" / name).read_bytes() for name in kept} == kept  # a refused resume left them
+    monkeypatch.setenv("MOCO_SMOKE", "1")  # a smoke run never carries on a real one
+    with pytest.raises(smoke.ModeMismatch, match="holds a real run"):
+        grid_eval(cut, "random", show_progress=False, resume=True)
+    monkeypatch.delenv("MOCO_SMOKE")
     grid_eval(cut, "random", show_progress=False, resume=True)
     heads = [checkpoint.load(tmp_path / d / "grid_final.pth.tar")["heads"] for d in ("whole", "cut")]
     assert heads[0].keys() == heads[1].keys() and all(torch.equal(heads[0][k], heads[1][k]) for k in heads[0])

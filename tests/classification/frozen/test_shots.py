@@ -16,6 +16,7 @@ from classification.frozen.features import FeatureSet
 from classification.frozen.grid_config import FewShotConfig, GridConfig, GridRunConfig, load_grid_config
 from classification.frozen.shots import _shots, fewshot_eval
 from classification.splits import LinearDataConfig
+from moco_core import smoke
 from moco_core.config import ConfigError
 from tests.layouts import imagenet_layout
 
@@ -60,6 +61,10 @@ def test_the_record_and_the_cache(tmp_path: Path) -> None:
     assert not record["features"]["train"]["cached"] and len(list((tmp_path / "run" / "features").iterdir())) == 2
     with pytest.raises(ConfigError, match="already holds a finished evaluation"):
         fewshot_eval(_config(data, tmp_path / "run"), "random", show_progress=False)
+    with pytest.MonkeyPatch.context() as env:  # a smoke run never carries on a real one
+        env.setenv("MOCO_SMOKE", "1")
+        with pytest.raises(smoke.ModeMismatch, match="holds a real run"):
+            fewshot_eval(_config(data, tmp_path / "run"), "random", show_progress=False, resume=True)
     again = json.loads(fewshot_eval(_config(data, tmp_path / "run"), "random", show_progress=False,
                                     resume=True).read_text())
     assert again["features"]["train"]["cached"] and again["features"]["val"]["cached"]
