@@ -401,7 +401,8 @@ def transfer_cli(
 ) -> None:
     """Linear transfer to 12 datasets (Kornblith et al.; SimCLR's Table 8): frozen features, L2 logistic regression
     by L-BFGS with its strength swept over 45 values on val, refit on train + val, each dataset's metric once."""
-    from classification.suite.config import load_suite_config, parse_names, parse_shots
+    from classification.frozen.grid_config import parse_shots
+    from classification.suite.config import load_suite_config, parse_names
 
     try:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:

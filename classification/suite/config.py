@@ -78,19 +78,10 @@ class TransferSuiteConfig:
 
 
 def parse_names(text: str | None) -> tuple[str, ...] | None:
-    """``--datasets dtd,pets`` (or ``--shots 1,5``) as a tuple; None when not given."""
+    """``--datasets dtd,pets`` as a tuple; None when not given."""
     if text is None:
         return None
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def parse_shots(text: str | None) -> tuple[int, ...] | None:
-    names = parse_names(text)
-    if names is None:
-        return None
-    if not all(n.isdigit() and int(n) >= 1 for n in names):
-        raise ConfigError(f"--shots: expected numbers >= 1 separated by commas, e.g. 1,5,10,25; got {text!r}")
-    return tuple(int(n) for n in names)
 
 
 def check_datasets(names: tuple[str, ...], known: tuple[str, ...]) -> None:

@@ -155,6 +155,8 @@ def test_the_command(root: Path, tmp_path: Path) -> None:
     assert f"result: {out / 'suite.json'}" in done.output and (out / "dtd" / "result.json").is_file()
     for bad, message in ((["--datasets", "dtdd"], "unknown dataset 'dtdd' (did you mean 'dtd'?)"),
                          (["--shots", "1,x"], "--shots: expected numbers >= 1"),
+                         (["--shots", "\u00b2"], "--shots: expected numbers >= 1"),  # isdigit() but no int: a traceback
+                         (["--shots", ""], "--shots: expected numbers >= 1"),
                          (["--solver", "cuml"], "solver.name: 'cuml': expected one of torch, sklearn")):
         result = runner.invoke(app, [*common, *bad])
         assert result.exit_code == 2 and message in result.output, result.output
