@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from moco_core.errors import UserError
+from moco_core.file_sets import fill_synced
 from moco_core.user_files import regular_file
 
 FORMAT_VERSION = 1
@@ -232,13 +233,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, what: str = "
     except OSError as err:
         raise CheckpointError(f"cannot write {what} {path}: {err.strerror or err}") from err
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        fill_synced(fd, tmp, write)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
         Path(tmp).unlink(missing_ok=True)

@@ -6,8 +6,8 @@ deletes the temporary files and leaves every target as it was, so a reader never
 new report.md beside an old report.csv. The renames themselves need no space; should one still fail, the
 renames done are undone from hard links of the previous files taken before the first one.
 
-A checkpoint is one file and has :func:`moco_core.checkpoint.write_atomic`; this module imports no torch
-(``reports`` uses it).
+A checkpoint is one file and has :func:`moco_core.checkpoint.write_atomic`, which fills its temporary file
+with :func:`fill_synced`, as :func:`write_set` does; this module imports no torch (``reports`` uses it).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_set(directory: Path, files: Mapping[str, bytes], *, remove: Iterable[str] = ()) -> None:
@@ -40,17 +41,23 @@ def _written(directory: Path, name: str, data: bytes) -> Path:
     """``data`` in a synced temporary file beside ``directory / name``, with an ordinary file's mode."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fill_synced(fd, tmp, lambda f: f.write(data))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+def fill_synced(fd: int, tmp: str, write: Callable[[BinaryIO], object]) -> None:
+    """A temporary file ``mkstemp`` made (``fd``, ``tmp``) given an ordinary file's mode (mkstemp makes it
+    private), ``write`` into it, and flushed to disk: what goes before the rename of an atomic write."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    with os.fdopen(fd, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _commit(directory: Path, temporary: dict[str, Path], remove: list[str]) -> None:
