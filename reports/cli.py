@@ -38,7 +38,7 @@ def report_cli(
     pretrainings have tables apart."""
     from reports.records import find_record_files
     from reports.render import skipped_line, to_markdown, write_report
-    from reports.report import UnknownStudy, build_report, parse_formats
+    from reports.report import UnknownStudy, build_report, parse_formats, read_inputs
 
     try:
         chosen = parse_formats(formats)
@@ -49,8 +49,9 @@ def report_cli(
         raise _fail(f"no such directory: {', '.join(missing)}")
     if not find_record_files(results):
         raise _fail(f"no result records (result.json or *.result.json) under {', '.join(results)}")
+    inputs = read_inputs(results)
     try:
-        report = build_report(results, mix_marked=mix_marked, only=only or ())
+        report = build_report(results, mix_marked=mix_marked, only=only or (), inputs=inputs)
     except UnknownStudy as err:
         raise _fail(str(err)) from None
     if not report.records and not report.transfer:
@@ -61,7 +62,7 @@ def report_cli(
               f"section of its own (--only NAME reports one, --split one report each)", file=sys.stderr)
     pages = [(report, Path(out))]
     if split:
-        pages = [(build_report(results, mix_marked=mix_marked, only=[section.study.name]),
+        pages = [(build_report(results, mix_marked=mix_marked, only=[section.study.name], inputs=inputs),
                   Path(out) / section.study.slug) for section in report.sections]
     written = []
     for page, where in pages:

@@ -76,20 +76,36 @@ class UnknownStudy(ValueError):
     """``only`` names no study of the records."""
 
 
-def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
-                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_marked: bool = False,
-                 only: Sequence[str] = ()) -> Report:
-    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given.
-    ``mix_marked``: the rows of smoke runs and unfinished pretrainings (marked) in the tables of finished real runs,
-    not apart. ``only``: the names of the studies to report (:class:`UnknownStudy` for a name none has); all of them
-    by default."""
+@dataclass(frozen=True)
+class Inputs:
+    """What a report is built from, read once (:func:`read_inputs`): a report a study (``--split``) reuses it."""
+
+    records: list[Record]
+    skipped: list[Skipped]
+    trials: list[Trial]
+    studies: list[Study]
+
+
+def read_inputs(roots: Sequence[str]) -> Inputs:
+    """The records and transfer suites under ``roots``, those skipped, and the studies they form."""
     records, skipped = load_records(roots)
     trials, transfer_skipped = load_trials(roots)
-    skipped += transfer_skipped
     studies = find_studies(records, roots)
     if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.transfer's)
         runs = len({t.run for t in trials})
         studies.append(Study(TRANSFER_STUDY, f"moco eval transfer's suites: {runs} suite run{'s' * (runs != 1)}", ()))
+    return Inputs(records, skipped + transfer_skipped, trials, studies)
+
+
+def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
+                 expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_marked: bool = False,
+                 only: Sequence[str] = (), inputs: Inputs | None = None) -> Report:
+    """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given.
+    ``mix_marked``: the rows of smoke runs and unfinished pretrainings (marked) in the tables of finished real runs,
+    not apart. ``only``: the names of the studies to report (:class:`UnknownStudy` for a name none has); all of them
+    by default. ``inputs``: what :func:`read_inputs` read from ``roots``, where the caller has it already."""
+    inputs = inputs or read_inputs(roots)
+    records, skipped, trials, studies = inputs.records, inputs.skipped, inputs.trials, inputs.studies
     chosen = studies
     if only:
         names = {s.name for s in studies}
