@@ -75,6 +75,12 @@ class Pretraining:
         return self.partial_steps > 0 or (self.planned_epochs is not None and self.epochs < self.planned_epochs)
 
     @property
+    def unfinished_field(self) -> str:
+        """The CSV's ``pretrain_unfinished``: "yes" or "no" where the record says enough to tell, else empty."""
+        known = self.epochs is not None and (self.planned_epochs is not None or self.partial_steps > 0)
+        return ("yes" if self.unfinished else "no") if known else ""
+
+    @property
     def epochs_text(self) -> str:
         """"100 ep"; "2 of 20 ep + 6 steps, unfinished" for a run stopped in its third epoch; "10 of 100 ep,
         snapshot"; "" where the record names no epochs."""

@@ -205,6 +205,7 @@ def parse_record(data: Any, shown: str) -> Record:
     name = next((dataset[k] for k in ("name", "folder") if isinstance(dataset.get(k), str) and dataset[k]), None)
     digest = dataset.get("content_sha256")
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    selection = data.get("selection") if isinstance(data.get("selection"), dict) else {}
     engine, model, schedule = _detection_setting(data, task, config)
     backbone = _required(data, "backbone", dict)
     pretraining = _pretraining(backbone, snapshot=isinstance(data.get("snapshot"), dict))
@@ -218,15 +219,10 @@ def parse_record(data: Any, shown: str) -> Record:
         eval_recipe=eval_recipe(config, dataset.get("version")), eval_length=eval_length(task, config),
         classes=_count(dataset.get("classes")), labels=subset_label(dataset.get("subset")),
         data_digest=digest if isinstance(digest, str) and digest else None,
-        k=_count(config.get("k")) if task == "knn" else None, chosen=_chosen(data.get("selection")),
+        k=_count(config.get("k")) if task == "knn" else None, chosen=_text(selection.get("chosen")),
         smoke=data.get("smoke") is True or pretrain.get("smoke") is True,
         invocation=invocation if isinstance(invocation, dict) else None,
     )
-
-
-def _chosen(selection: Any) -> str | None:
-    chosen = selection.get("chosen") if isinstance(selection, dict) else None
-    return chosen if isinstance(chosen, str) and chosen else None
 
 
 def subset_label(subset: Any) -> str | None:

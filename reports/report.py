@@ -168,7 +168,6 @@ def _text(value: int | None) -> str:
 
 def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dict[str, str]]:
     s, p = entry.setting, entry.pretraining
-    known = p.epochs is not None and (p.planned_epochs is not None or p.partial_steps > 0)
     base = {
         "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
         "protocol": s.protocol, "dataset": s.dataset, "dataset_path": s.dataset_path, "labels": s.labels or "",
@@ -179,7 +178,7 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
         "pretraining": mechanism_label(entry) if entry.sweep else p.label, "method": p.method or "",
         "arch": p.arch, "pretrain_data": p.data or "", "pretrain_epochs": _text(p.epochs),
         "pretrain_epochs_planned": _text(p.planned_epochs),
-        "pretrain_unfinished": ("yes" if p.unfinished else "no") if known else "",
+        "pretrain_unfinished": p.unfinished_field,
         "sha256": p.sha256 or "", "n": str(entry.n), "n_failed": str(len(entry.failures)),
         "note": "; ".join(dict.fromkeys(entry.failures)), "files": "; ".join(entry.files),
         "smoke": "yes" if entry.smoke else "no",

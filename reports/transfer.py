@@ -282,12 +282,5 @@ def tidy(trials: list[Trial], *, mix_marked: bool = False) -> list[dict[str, str
              "task": TASK, "protocol": "linear-transfer", "dataset": r.dataset, "pretraining": t.pretraining.label,
              "method": t.pretraining.method or "", "arch": t.pretraining.arch, "sha256": t.pretraining.sha256 or "",
              "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run,
-             "smoke": "yes" if t.smoke else "no", "pretrain_unfinished": _unfinished(t.pretraining)}
+             "smoke": "yes" if t.smoke else "no", "pretrain_unfinished": t.pretraining.unfinished_field}
             for t in trials for r in t.results.values()]
-
-
-def _unfinished(p: Pretraining) -> str:
-    """"yes" or "no" where the record says enough to tell (as reports.report's rows), else empty."""
-    known = p.epochs is not None and (p.planned_epochs is not None or p.partial_steps > 0)
-    return ("yes" if p.unfinished else "no") if known else ""
-

@@ -137,14 +137,15 @@ def detectron2_options(cfg: TransferConfig, *, num_classes: int, arch: str | Non
     norm = norm_name(cfg)
     c4 = d.head == "C4"
     new_norm = norm if d.norm_new_layers and not c4 else ""
+    mean, std = input_statistics(cfg)
     options: dict[str, Any] = {
         "MODEL.META_ARCHITECTURE": "GeneralizedRCNN",
         "MODEL.MASK_ON": d.mask,
         "MODEL.WEIGHTS": weights,
         "MODEL.DEVICE": device,
         # RGB in 0-255 normalised as torchvision's pretraining (the *_moco.yaml PIXEL_MEAN/STD, INPUT.FORMAT)
-        "MODEL.PIXEL_MEAN": [round(m * 255, 3) for m in input_statistics(cfg)[0]],
-        "MODEL.PIXEL_STD": [round(v * 255, 3) for v in input_statistics(cfg)[1]],
+        "MODEL.PIXEL_MEAN": [round(m * 255, 3) for m in mean],
+        "MODEL.PIXEL_STD": [round(v * 255, 3) for v in std],
         "INPUT.FORMAT": "RGB",
         "MODEL.BACKBONE.NAME": "build_resnet_backbone" if c4 else "build_resnet_fpn_backbone",
         "MODEL.BACKBONE.FREEZE_AT": 0,  # every stage is fine-tuned, the stem included

@@ -47,10 +47,10 @@ def evaluate(cfg: SemsegConfig, weights: str, *, show_progress: bool | str = Tru
 
 def build_network(cfg: SemsegConfig, resnet: torchvision.models.ResNet, num_classes: int) -> SegmentationNetwork:
     """The configured network on ``resnet`` (dilated in place)."""
-    h = cfg.head
+    h, (mean, std) = cfg.head, input_statistics(cfg)
     return SegmentationNetwork(resnet, num_classes, output_stride=h.output_stride, channels=h.channels,
                                convs=h.convs, dilation=h.dilation, ignore_index=cfg.data.ignore_index,
-                               mean=input_statistics(cfg)[0], std=input_statistics(cfg)[1])
+                               mean=mean, std=std)
 
 
 def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: bool | str, extra: dict[str, Any],
