@@ -167,18 +167,13 @@ def run_grid(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
              asked: dict[str, Any] | None = None) -> None:
     """One process of ``moco eval linear --grid`` (or ``--shots``): one-line user errors (rank 0), exit code 2 (1:
     diverged); a stop prints the command that continues it."""
-    extra = {"invocation": asked} if asked else None
-    rerun = evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None
     if cfg.fewshot.shots:
-        from classification.frozen.shots import fewshot_eval
-
-        report_result(lambda: fewshot_eval(cfg, pretrained, show_progress=not quiet, resume=resume, extra=extra),
-                      rerun=rerun)
-        return
-    from classification.frozen.grid import grid_eval
-
-    report_result(lambda: grid_eval(cfg, pretrained, show_progress=not quiet, resume=resume, extra=extra),
-                  rerun=rerun)
+        from classification.frozen.shots import fewshot_eval as evaluate
+    else:
+        from classification.frozen.grid import grid_eval as evaluate
+    extra = {"invocation": asked} if asked else None
+    report_result(lambda: evaluate(cfg, pretrained, show_progress=not quiet, resume=resume, extra=extra),
+                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir))
 
 
 def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
@@ -189,7 +184,7 @@ def run_linear(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
 
     report_result(lambda: linear_eval(cfg, pretrained, show_progress=not quiet, resume=resume,
                                       extra={"invocation": asked} if asked else None),
-                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None)
+                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir))
 
 
 def finetune_cli(
@@ -246,7 +241,7 @@ def run_finetune(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
 
     report_result(lambda: finetune(cfg, pretrained, show_progress=not quiet, resume=resume,
                                    extra={"invocation": asked} if asked else None),
-                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir) if asked else None)
+                  rerun=evaluation_rerun(asked, pretrained, cfg.run.output_dir))
 
 
 def snapshots_cli(
@@ -364,7 +359,7 @@ def run_knn(cfg: KnnConfig, pretrained: str, asked: dict[str, Any] | None = None
                                    device_name=cfg.run.device, seed=cfg.run.seed,
                                    weights_format=cfg.run.weights_format,
                                    extra={"invocation": asked} if asked else None)[0],
-                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)) if asked else None)
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))
 
 
 def transfer_cli(
@@ -428,4 +423,4 @@ def run_transfer(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
     from classification.suite.run import run_suite
 
     report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume),
-                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)) if asked else None)
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))

@@ -235,10 +235,14 @@ def _resumable(command: str) -> tuple[str, ...]:
             "eval knn": (), "eval transfer": ("*/result.json",)}.get(command, (checkpoint.LAST, "last_checkpoint"))
 
 
-def evaluation_rerun(recorded: dict[str, Any], weights: str, output_dir: str) -> Callable[[], str]:
+def evaluation_rerun(recorded: dict[str, Any] | None, weights: str, output_dir: str) -> Callable[[], str] | None:
     """The command that continues an evaluation stopped part-way, built when it stops from how it was asked for
     (:func:`moco_core.commands.invocation`): the same preset, overrides, options and mode, its run directory, and
-    ``--resume`` where that directory holds a checkpoint to continue from (else it starts again)."""
+    ``--resume`` where that directory holds a checkpoint to continue from (else it starts again). None where the
+    invocation was not recorded."""
+    if not recorded:
+        return None
+
     def rerun() -> str:
         from moco_core.commands import InvalidInvocation, command_line
 

@@ -129,7 +129,7 @@ def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool, asked: dict[
         from transfer.run import evaluate
     report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume,
                                    extra={"invocation": asked} if asked else None),
-                  rerun=evaluation_rerun(asked, weights, str(run_dir(cfg))) if asked else None)
+                  rerun=evaluation_rerun(asked, weights, str(run_dir(cfg))))
 
 
 def _flags(engine: str | None, data: str | None, train: list[str] | None, test: str | None, output_dir: str | None,
