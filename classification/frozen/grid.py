@@ -14,7 +14,6 @@ DDP, each rank a shard of every batch) and one-line errors are the paper protoco
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from classification.frozen.heads import (
     scaled_lr,
     set_lr,
 )
-from classification.frozen.selection import choose, holdout_split
+from classification.frozen.selection import choose, held_out_names, holdout_split
 from classification.frozen.taps import FeatureTaps, available_taps, default_tap
 from classification.linear import frozen_reference, sanity_check
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
@@ -189,18 +188,24 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
     train_loader = DataLoader(train_set, batch_size=local, sampler=sampler, num_workers=cfg.data.workers,
                               pin_memory=device.type == "cuda")
 
-    def shard(samples: list[tuple[str, int]]) -> DataLoader:  # a disjoint share per rank: summed counts are exact
-        dataset = ImageDataset(samples, evaluate, failures)
-        return DataLoader(Subset(dataset, range(rank, len(dataset), world)), batch_size=local,
-                          num_workers=cfg.data.workers)
-
     trained: nn.Module = heads
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(heads, device_ids=[device.index] if device.type == "cuda"
                                                       else None)
-    names = sorted(os.path.relpath(path, splits.root) if splits.root else path for path, _ in held)
+    names = held_out_names((path for path, _ in held), splits.root)
     return _Run(model, info, initial, taps, heads, trained, optimizer, sampler, train_loader,
-                shard(held) if held else None, shard(splits.val.samples), splits, record, names, sets, real)
+                _shard(held, evaluate, failures, local, cfg.data.workers) if held else None,
+                _shard(splits.val.samples, evaluate, failures, local, cfg.data.workers), splits, record, names, sets,
+                real)
+
+
+def _shard(samples: list[tuple[str, int]], transform: Any, failures: DecodeFailures | None, batch_size: int,
+           workers: int) -> DataLoader:
+    """This rank's disjoint share of ``samples`` (every world-th image), read with ``transform``: counts summed
+    across ranks are exact."""
+    dataset = ImageDataset(samples, transform, failures)
+    world, rank = distributed.world_size(), distributed.rank()
+    return DataLoader(Subset(dataset, range(rank, len(dataset), world)), batch_size=batch_size, num_workers=workers)
 
 
 def _features(run: _Run, images: torch.Tensor, device: torch.device, amp: bool) -> dict[str, torch.Tensor]:
@@ -296,14 +301,12 @@ def _robustness(cfg: GridConfig, run: _Run, chosen: int, predictions: torch.Tens
     on ReaL's labels of val."""
     spec, head = run.heads.specs[chosen], run.heads.heads[chosen]
     taps = FeatureTaps(run.model, (spec.tap,))
-    world, rank = distributed.world_size(), distributed.rank()
+    world = distributed.world_size()
     evaluate = run.splits.val.transform  # the center crop with the weights' normalisation
     out: dict[str, dict[str, Any]] = {}
     for image_set in run.sets:
         progress.message(f"scoring head {spec.name} on {image_set.name} ({len(image_set.samples)} images)")
-        dataset = ImageDataset(image_set.samples, evaluate)
-        loader = DataLoader(Subset(dataset, range(rank, len(dataset), world)),
-                            batch_size=cfg.optim.batch_size // world, num_workers=cfg.data.workers)
+        loader = _shard(image_set.samples, evaluate, None, cfg.optim.batch_size // world, cfg.data.workers)
         counts = torch.zeros(2, dtype=torch.float64, device=device)
         for images, target, _ in loader:
             with autocast(device, cfg.run.amp):
@@ -313,7 +316,8 @@ def _robustness(cfg: GridConfig, run: _Run, chosen: int, predictions: torch.Tens
                                    dtype=torch.float64)
         if world > 1:
             torch.distributed.all_reduce(counts)
-        out[image_set.name] = {"metric": image_set.metric, "path": str(image_set.path), "images": len(dataset),
+        out[image_set.name] = {"metric": image_set.metric, "path": str(image_set.path),
+                               "images": len(image_set.samples),
                                "classes": len(image_set.classes or run.splits.classes),
                                "top1": 100.0 * (counts[0] / counts[1]).item()}
     if run.real is not None and predictions is not None:

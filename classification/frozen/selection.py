@@ -18,17 +18,22 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from classification.subsets import balanced_draw
+from classification.subsets import balanced_draw, per_class_count
 
 
 def held_out_count(fraction: float, n: int) -> int:
     """Images of a class of ``n`` held out: round(fraction n), halves up, within [1, n - 1] (0 when n < 2)."""
-    if n < 2:
-        return 0
-    return min(max(1, math.floor(fraction * n + 0.5)), n - 1)
+    return 0 if n < 2 else min(per_class_count(fraction, n), n - 1)
+
+
+def held_out_names(paths: Iterable[str], root: Path | None) -> list[str]:
+    """The held-out images' paths relative to ``root`` where given, sorted: what the record's digest is of, and
+    what a run keeps as its holdout.txt."""
+    return sorted(os.path.relpath(p, root) if root is not None else p for p in paths)
 
 
 def holdout_split(samples: list[tuple[str, int]], fraction: float, seed: int,
@@ -39,8 +44,7 @@ def holdout_split(samples: list[tuple[str, int]], fraction: float, seed: int,
     held = balanced_draw(samples, lambda n: held_out_count(fraction, n), seed)
     kept = [s for s in samples if s[0] not in held]
     out = [s for s in samples if s[0] in held]
-    names = sorted(os.path.relpath(p, root) if root is not None else p for p in held)
-    digest = hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+    digest = hashlib.sha256("\n".join(held_out_names(held, root)).encode("utf-8", "surrogateescape")).hexdigest()
     record = {"kind": "held out from train", "fraction": fraction, "seed": seed, "images": len(out),
               "of": len(samples), "sha256": digest}
     return kept, out, record
