@@ -120,7 +120,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: Any, *, source
             return
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:  # what the checks above missed
             problem = " ".join(str(err).split())[:200] or type(err).__name__
-    raise CheckpointError(f"{source}: its optimizer state does not fit this run's: {problem}")
+    raise _misfit(source, problem)
 
 
 def checked_trainer_load(load: Callable[[dict[str, Any]], None], optimizer: torch.optim.Optimizer, *, source: str,
@@ -133,7 +133,11 @@ def checked_trainer_load(load: Callable[[dict[str, Any]], None], optimizer: torc
         if "optimizer" in state:
             problem = optimizer_problem(optimizer, state["optimizer"], parameter_names(modules))
             if problem is not None:
-                raise CheckpointError(f"{source}: its optimizer state does not fit this run's: {problem}")
+                raise _misfit(source, problem)
         load(state)
 
     return checked
+
+
+def _misfit(source: str, problem: str) -> CheckpointError:
+    return CheckpointError(f"{source}: its optimizer state does not fit this run's: {problem}")

@@ -50,6 +50,12 @@ VIT_SHAPES = {
 }
 
 
+def named_shape(patch_size: int, embed_dim: int, depth: int) -> tuple[str, VitShape] | None:
+    """The shape of VIT_SHAPES with this patch, width and depth, and its name; None for any other."""
+    return next(((name, s) for name, s in VIT_SHAPES.items() if (s.patch_size, s.embed_dim, s.depth)
+                 == (patch_size, embed_dim, depth)), None)
+
+
 class TimmMissingError(UserError):
     """A ViT was asked for where timm is not installed."""
 
@@ -160,9 +166,9 @@ class VitSpec:
     @property
     def arch(self) -> str:
         """Our name of the shape: one of VIT_SHAPES, else ``vit_<size>[_p<patch>]``."""
-        for name, shape in VIT_SHAPES.items():
-            if (shape.patch_size, shape.embed_dim, shape.depth) == (self.patch_size, self.embed_dim, self.depth):
-                return name
+        named = named_shape(self.patch_size, self.embed_dim, self.depth)
+        if named is not None:
+            return named[0]
         size = VIT_SIZES.get((self.embed_dim, self.depth), f"w{self.embed_dim}_d{self.depth}")
         return f"vit_{size}" + ("" if self.patch_size == 16 else f"_p{self.patch_size}")
 

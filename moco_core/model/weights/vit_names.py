@@ -21,7 +21,7 @@ import re
 import torch
 
 from moco_core import checkpoint
-from moco_core.model.vit import STANDARD_HEADS, VIT_SHAPES, VitSpec
+from moco_core.model.vit import STANDARD_HEADS, VitSpec, named_shape
 
 _CHUNKED = re.compile(r"blocks\.(\d+)\.(\d+)\.(.+)")
 
@@ -64,8 +64,8 @@ def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_e
 def mocov3_heads(state: dict[str, torch.Tensor]) -> int | None:
     """MoCo v3's heads for its ViT shapes (ViT-S: 12, not the standard 6), by patch, width and depth."""
     proj = state["patch_embed.proj.weight"]
-    key = (proj.shape[-1], proj.shape[0], depth_of(state))
-    return next((s.num_heads for s in VIT_SHAPES.values() if (s.patch_size, s.embed_dim, s.depth) == key), None)
+    named = named_shape(proj.shape[-1], proj.shape[0], depth_of(state))
+    return named[1].num_heads if named is not None else None
 
 
 def from_dinov2(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
