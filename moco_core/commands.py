@@ -18,7 +18,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-SMOKE_PREFIX = "MOCO_SMOKE=1 "
+from moco_core.smoke import command_prefix
+
+SMOKE_PREFIX = command_prefix(smoke_run=True)  # "MOCO_SMOKE=1 "
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
          "vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")  # moco_core.config.ARCHS + VIT_ARCHS
 CIFAR_SUFFIX = "_cifar"  # a ResNet with the CIFAR stem, for random init: moco_core.model.weights.resnet_names

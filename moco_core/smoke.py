@@ -97,10 +97,10 @@ def record_marker(backbone_smoke: bool) -> dict[str, bool]:
     return {"smoke": True} if enabled() or backbone_smoke else {}
 
 
-def command_prefix() -> str:
-    """What a command this process suggests (a resume hint) starts with: ``MOCO_SMOKE=1 `` in a smoke run, so that
-    it continues in the same mode, else nothing."""
-    return f"{ENV}=1 " if enabled() else ""
+def command_prefix(smoke_run: bool | None = None) -> str:
+    """What a suggested command (a resume hint) starts with: ``MOCO_SMOKE=1 `` for a smoke run (``smoke_run``;
+    None: this process's mode), so that it continues in the same mode, else nothing."""
+    return f"{ENV}=1 " if (enabled() if smoke_run is None else smoke_run) else ""
 
 
 def mode(smoke: bool) -> str:

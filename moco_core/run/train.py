@@ -263,7 +263,7 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     run_dir = Path(cfg.run.output_dir)
     resume_path = checkpoint.resolve(resume) if resume else None
     if resume_path is None:
-        prefix = "MOCO_SMOKE=1 " if smoke.recorded(run_dir) else ""  # the mode it was run in
+        prefix = smoke.command_prefix(smoke.recorded(run_dir) is True)  # the mode it was run in
         require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it ({prefix}moco pretrain "
                       f"--resume --output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
     else:
