@@ -184,13 +184,14 @@ class Resumed:
 
 
 def restore(path: Path, method: Method, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
-            model_arch: str) -> Resumed:
-    """Load model, queue, pointer, optimizer and position from one of our or an official checkpoint.
+            model_arch: str, *, ckpt: dict[str, Any] | None = None) -> Resumed:
+    """Load model, queue, pointer, optimizer and position from one of our or an official checkpoint (``ckpt``:
+    ``path`` already loaded, where the caller has it).
 
     An epoch-end checkpoint resumes at the start of the next epoch, whose seeds are a function of the epoch
     (:func:`epoch_seed`). A mid-epoch one also gives the batches done and the RNG states to continue from.
     """
-    ckpt = checkpoint.load(path)
+    ckpt = checkpoint.load(path) if ckpt is None else ckpt
     if "state_dict" not in ckpt:
         raise checkpoint.CheckpointError(f"{path}: has no 'state_dict'; not a pretraining checkpoint")
     if checkpoint.checkpoint_method(ckpt) != method.name:
@@ -266,9 +267,8 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
         prefix = smoke.command_prefix(smoke.recorded(run_dir) is True)  # the mode it was run in
         require_fresh(run_dir, (checkpoint.LAST,), "a run", f"pass --resume to continue it ({prefix}moco pretrain "
                       f"--resume --output-dir {shlex.quote(str(run_dir))}), or choose another --output-dir")
-    else:
-        refuse_other_mode(resume_path)
-    run = _set_up(cfg, device, resume_path)
+    loaded = refuse_other_mode(resume_path) if resume_path is not None else None
+    run = _set_up(cfg, device, resume_path, loaded)
     metrics = MetricsWriter(run_dir / "metrics.jsonl", enabled=distributed.is_main(), loggers=cfg.run.loggers,
                             config=to_dict(cfg), quiet=not show_progress)
     if distributed.is_main():
@@ -286,15 +286,18 @@ def _pretrain(cfg: PretrainConfig, device: torch.device, resume: str | Path | No
     return run_dir
 
 
-def refuse_other_mode(resume_path: Path) -> None:
+def refuse_other_mode(resume_path: Path) -> dict[str, Any] | None:
     """Stop before any work when the checkpoint to continue was written in the other mode (smoke or real) than
-    this process runs in: its run.json says which (cheap), else the checkpoint itself."""
-    recorded = smoke.recorded(resume_path.parent)
+    this process runs in: its run.json says which (cheap), else the checkpoint itself, which is then returned
+    (restored from without a second read)."""
+    recorded, loaded = smoke.recorded(resume_path.parent), None
     if recorded is None:
-        recorded = smoke.of_checkpoint(checkpoint.load(resume_path), resume_path)
+        loaded = checkpoint.load(resume_path)
+        recorded = smoke.of_checkpoint(loaded, resume_path)
     how = "with MOCO_SMOKE=1" if recorded else "without MOCO_SMOKE"
     smoke.refuse_other_mode(recorded, str(resume_path), fix=f"continue it {how}, or start this run in another "
                             f"--output-dir")
+    return loaded
 
 
 @dataclass
@@ -316,8 +319,10 @@ class _Run:
     skipped: int
 
 
-def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None) -> _Run:
-    """Data, model, optimizer and loader of a run, restored from ``resume_path`` when given."""
+def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None,
+            loaded: dict[str, Any] | None = None) -> _Run:
+    """Data, model, optimizer and loader of a run, restored from ``resume_path`` when given (``loaded``: that
+    checkpoint, where it was read already)."""
     world, rank, main = distributed.world_size(), distributed.rank(), distributed.is_main()
     data_root = resolve_data(cfg.data.path)
     images = scan_images(data_root, split="train", verify=cfg.data.verify_images, workers=max(cfg.data.workers, 1),
@@ -362,7 +367,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None)
         print(note, file=sys.stderr)
     start = Resumed(epoch=0, step=0)
     if resume_path is not None:
-        start = restore(resume_path, method, optimizer, len(loader), cfg.model.arch)
+        start = restore(resume_path, method, optimizer, len(loader), cfg.model.arch, ckpt=loaded)
         use_fused_kernels(optimizer, device)  # the checkpoint's choice was for the device that wrote it
     model: nn.Module = module
     if world > 1:
