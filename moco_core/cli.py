@@ -27,15 +27,16 @@ from moco_core.run.naming import evaluation_dir, pretrain_dir
 
 
 def resolve_pretrain_config(
-    config: str | None, overrides: list[str], flags: dict[str, dict[str, Any]], resume: str | None
+    config: str | None, overrides: list[str], flags: dict[str, dict[str, Any]], resume: str | None,
+    base: dict[str, Any] | None
 ) -> PretrainConfig:
-    """Defaults < the resumed checkpoint's stored config < --config < --set < explicit flags.
+    """Defaults < the resumed checkpoint's stored config (``base``: :func:`stored_config` of ``resume``) < --config
+    < --set < explicit flags.
 
     A resumed run writes where the user pointed: ``--output-dir`` or ``--set run.output_dir`` when given, else the
     directory passed to ``--resume-from`` (or the checkpoint's own directory), never the directory recorded in the
     checkpoint, which is where the run was before it was copied or moved.
     """
-    base = stored_config(resume) if resume else None
     if resume:
         chosen = flags.get("run", {}).get("output_dir") is not None or any(
             o.partition("=")[0].strip() == "run.output_dir" for o in overrides)
@@ -161,7 +162,8 @@ def pretrain_cli(
         if resume:  # where the run is: --output-dir or --set run.output_dir, else the preset's (or default) one
             resume_from = load_config(PretrainConfig, config, set_ or [], flags=flags,
                                       check=False).run.output_dir or pretrain_dir(config)
-        cfg = resolve_pretrain_config(config, set_ or [], flags, resume_from)
+        base = stored_config(resume_from) if resume_from else None
+        cfg = resolve_pretrain_config(config, set_ or [], flags, resume_from, base)
         if cfg.run.output_dir is None:
             cfg = replace(cfg, run={"output_dir": pretrain_dir(config)})
         from moco_core.run.runtime import resolve_device
@@ -170,8 +172,7 @@ def pretrain_cli(
         launched = os.environ.get("WORLD_SIZE", "1")
         world = nproc if nproc > 1 else int(launched) if launched.isdigit() and int(launched) > 0 else 1
         check_run(cfg, world, resolve_device(cfg.run.device), None)  # --print-config too: what the run would refuse
-        sources = data_sources(PretrainConfig, config, set_ or [], stored_config(resume_from) if resume_from
-                               else None, flags) if print_config else None
+        sources = data_sources(PretrainConfig, config, set_ or [], base, flags) if print_config else None
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
