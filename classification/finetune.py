@@ -45,7 +45,7 @@ from moco_core.run.knn import effective_k
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
+from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_data, resolve_device
 from moco_core.run.schedule import short_schedule
 
@@ -280,12 +280,9 @@ def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_p
               extra: dict[str, Any], resume: bool) -> Path:
     main = distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
-    if not resume:
-        hint = "pass --resume to continue or extend it, or choose another --output-dir"
-        require_fresh(run_dir, ("result.json",), "a finished fine-tuning", hint)
-        require_fresh(run_dir, (FINETUNE_LAST,), "an unfinished fine-tuning", hint)
-    else:
-        require_same_mode(run_dir)
+    check_epoch_run(run_dir, resume, FINETUNE_LAST, finished="a finished fine-tuning",
+                    unfinished="an unfinished fine-tuning",
+                    hint="pass --resume to continue or extend it, or choose another --output-dir")
     failures = DecodeFailures(run_dir / ".undecodable")
     run = _set_up(cfg, pretrained, device, failures)
     # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was

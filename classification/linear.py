@@ -39,7 +39,7 @@ from moco_core.run.knn import effective_k, topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
+from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_device
 from moco_core.run.schedule import short_schedule
 from moco_core.user_files import regular_file
@@ -255,12 +255,10 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
                  extra: dict[str, Any], resume: bool) -> Path:
     main = distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
-    if not resume:  # a finished or checkpointed evaluation keeps its fc, config and metrics
-        hint = "pass --resume to continue or extend it, or choose another --output-dir"
-        require_fresh(run_dir, ("result.json",), "a finished linear evaluation", hint)
-        require_fresh(run_dir, (LINEAR_LAST,), "an unfinished linear evaluation", hint)
-    else:
-        require_same_mode(run_dir)
+    # a finished or checkpointed evaluation keeps its fc, config and metrics
+    check_epoch_run(run_dir, resume, LINEAR_LAST, finished="a finished linear evaluation",
+                    unfinished="an unfinished linear evaluation",
+                    hint="pass --resume to continue or extend it, or choose another --output-dir")
     failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
     run = _set_up(cfg, pretrained, device, failures)
     # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was

@@ -51,7 +51,12 @@ from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic
+from moco_core.run.rundir import (
+    check_epoch_run,
+    run_dir_lock,
+    write_run_files,
+    write_text_atomic,
+)
 from moco_core.run.runtime import autocast, resolve_device
 
 GRID_LAST = checkpoint.GRID_LAST
@@ -95,12 +100,9 @@ def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_prog
                extra: dict[str, Any], resume: bool) -> Path:
     main = distributed.is_main()
     run_dir = Path(cfg.run.output_dir)
-    if not resume:
-        hint = "pass --resume to continue it, or choose another --output-dir"
-        require_fresh(run_dir, ("result.json",), "a finished evaluation", hint)
-        require_fresh(run_dir, (GRID_LAST,), "an unfinished grid evaluation", hint)
-    else:
-        require_same_mode(run_dir)
+    check_epoch_run(run_dir, resume, GRID_LAST, finished="a finished evaluation",
+                    unfinished="an unfinished grid evaluation",
+                    hint="pass --resume to continue it, or choose another --output-dir")
     failures = DecodeFailures(run_dir / ".undecodable")
     run = _set_up(cfg, pretrained, device, failures)
     # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was

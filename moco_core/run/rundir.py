@@ -124,6 +124,17 @@ def require_fresh(run_dir: Path, markers: tuple[str, ...], what: str, hint: str)
         raise ConfigError(f"run.output_dir: {run_dir} already holds {what} ({found[0]}); {hint}")
 
 
+def check_epoch_run(run_dir: Path, resume: bool, last: str, *, finished: str, unfinished: str, hint: str) -> None:
+    """Before an evaluation that checkpoints its epochs (in ``last``) starts: without ``--resume``, ``run_dir`` may
+    hold neither a finished run (``finished``) nor an unfinished one (``unfinished``; :func:`require_fresh`); with
+    it, the run there must be of this process's mode (:func:`require_same_mode`)."""
+    if not resume:
+        require_fresh(run_dir, ("result.json",), finished, hint)
+        require_fresh(run_dir, (last,), unfinished, hint)
+    else:
+        require_same_mode(run_dir)
+
+
 def require_same_mode(run_dir: Path) -> None:
     """Before ``--resume`` continues the run in ``run_dir``: a one-line error when it was started in the other mode
     (smoke or real: its run.json says which) than this process runs in (:func:`moco_core.smoke.refuse_other_mode`)."""
