@@ -18,9 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moco_core.smoke import command_prefix
-
-SMOKE_PREFIX = command_prefix(smoke_run=True)  # "MOCO_SMOKE=1 "
+SMOKE_PREFIX = "MOCO_SMOKE=1 "  # moco_core.smoke.command_prefix(True); reports import this module, not smoke
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
          "vit_small", "vit_base", "vit_tiny_p4", "vit_nano_p4")  # moco_core.config.ARCHS + VIT_ARCHS
 CIFAR_SUFFIX = "_cifar"  # a ResNet with the CIFAR stem, for random init: moco_core.model.weights.resnet_names
