@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from classification.frozen import ssl_transfer
 from classification.frozen.logreg import PRECISIONS, SOLVERS
 from moco_core.config import ConfigError, did_you_mean, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
@@ -32,11 +33,21 @@ class SuiteFeaturesConfig:
     cache_dir: str | None = None  # None: <output_dir>/features
 
 
+PROTOCOLS = ("converged", ssl_transfer.NAME)
+
+
 @dataclass(frozen=True)
 class SolverConfig:
+    # "converged": strongest regularisation first, each fit to convergence, ties to the stronger value, the refit
+    # from the chosen fit, val a stratified draw; "ssl-transfer": as ssl-transfer's linear.py (Ericsson et al.
+    # Table 1): weakest first, 100 iterations, ties to the weaker, the refit from the last fit, val a plain
+    # random draw (classification/frozen/ssl_transfer.py)
+    protocol: str = "converged"
     name: str = "torch"  # or "sklearn": scikit-learn's LogisticRegression(solver="lbfgs"), warm-started
-    precision: str = "float32"  # of the matrix products (float64 elsewhere); "float64": everything
-    max_iter: int = 1000  # L-BFGS iterations a value
+    # of the matrix products (float64 elsewhere); "float64": everything. None: the protocol's (converged:
+    # float32; ssl-transfer: float64, whose unconverged fits then follow scikit-learn's step for step)
+    precision: str | None = None
+    max_iter: int | None = None  # L-BFGS iterations a value; None: the protocol's (converged 1000, ssl-transfer 100)
     tol: float = 1e-4  # largest gradient entry of the mean objective (scikit-learn's tol)
     lambda_min: float = 1e-6  # the sweep: `lambdas` log-spaced L2 strengths (C = 1 / lambda), 1e-6 ... 1e5
     lambda_max: float = 1e5
@@ -68,6 +79,16 @@ class TransferSuiteConfig:
     solver: SolverConfig = field(default_factory=SolverConfig)
     fewshot: FewShotConfig = field(default_factory=FewShotConfig)
     run: SuiteRunConfig = field(default_factory=SuiteRunConfig)
+
+    def solver_options(self, protocol: str | None = None) -> dict[str, Any]:
+        """The solver's settings with the protocol's defaults filled in (``protocol``: the config's unless given):
+        what runs, and what the record says."""
+        s = self.solver
+        protocol = protocol or s.protocol
+        ssl = protocol == ssl_transfer.NAME
+        return {"protocol": protocol, "solver": s.name,
+                "precision": s.precision or ("float64" if ssl else "float32"),
+                "max_iter": s.max_iter or (ssl_transfer.MAX_ITER if ssl else 1000), "tol": s.tol}
 
     def lambda_values(self) -> tuple[float, ...]:
         s = self.solver
@@ -107,9 +128,13 @@ def load_suite_config(config: str | None, overrides: list[str],
         (0 < d.val_fraction < 1, "data.val_fraction", f"must be in (0, 1), got {d.val_fraction}"),
         (d.split_seed >= 0, "data.split_seed", f"must be >= 0, got {d.split_seed}"),
         (f.batch_size >= 1, "features.batch_size", f"must be >= 1, got {f.batch_size}"),
+        (s.protocol in PROTOCOLS, "solver.protocol", f"{s.protocol!r}: expected one of {', '.join(PROTOCOLS)}"),
+        (s.protocol != ssl_transfer.NAME or ssl_transfer.available() is None, "solver.protocol",
+         str(ssl_transfer.available())),
         (s.name in SOLVERS, "solver.name", f"{s.name!r}: expected one of {', '.join(SOLVERS)}"),
-        (s.precision in PRECISIONS, "solver.precision", f"{s.precision!r}: expected one of {', '.join(PRECISIONS)}"),
-        (s.max_iter >= 1, "solver.max_iter", f"must be >= 1, got {s.max_iter}"),
+        (s.precision is None or s.precision in PRECISIONS, "solver.precision",
+         f"{s.precision!r}: expected one of {', '.join(PRECISIONS)}"),
+        (s.max_iter is None or s.max_iter >= 1, "solver.max_iter", f"must be >= 1, got {s.max_iter}"),
         (0 < s.tol < math.inf, "solver.tol", f"must be finite and > 0, got {s.tol}"),
         (0 < s.lambda_min <= s.lambda_max < math.inf, "solver.lambda_min",
          f"need 0 < lambda_min <= lambda_max, got {s.lambda_min} and {s.lambda_max}"),

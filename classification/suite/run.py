@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from classification.frozen import ssl_transfer
 from classification.frozen.features import (
     FeatureSet,
     FeatureTransform,
@@ -161,8 +162,10 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
               device: torch.device, show: bool) -> Path:
     started = time.perf_counter()
     found = spec.read(root)
+    options = cfg.solver_options()
+    protocol = options.pop("protocol")
     splits = resolve(spec, found, out / "splits" / f"{spec.name}.json", seed=cfg.data.split_seed,
-                     val_fraction=cfg.data.val_fraction)
+                     val_fraction=cfg.data.val_fraction, plain_val=protocol == ssl_transfer.NAME)
     for part in ("train", "val", "test"):
         setattr(splits, part, readable(getattr(splits, part), workers=cfg.data.workers, what=f"{spec.name} {part}"))
     sets = _features(cfg, spec, splits, found.folder, out, backbone, device, show)
@@ -170,12 +173,15 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
     y = {part: label_tensor(getattr(splits, part)) for part in sets}
     k = len(found.classes)
     score = metric(spec.metric)
-    solver = {"solver": cfg.solver.name, "device": device, "precision": cfg.solver.precision,
-              "max_iter": cfg.solver.max_iter, "tol": cfg.solver.tol}
-    path = sweep(x["train"], y["train"], x["val"], y["val"], num_classes=k, score=score,
-                 lambdas=cfg.lambda_values(), **solver)
-    final = refit(torch.cat([x["train"], x["val"]]), torch.cat([y["train"], y["val"]]), num_classes=k,
-                  lam=path.best_lambda, init=path.fits[path.chosen], **solver)
+    solver = {**options, "device": device}
+    if protocol == ssl_transfer.NAME:
+        path, final = ssl_transfer.sweep_and_refit(x["train"], y["train"], x["val"], y["val"], num_classes=k,
+                                                   score=score, lambdas=cfg.lambda_values(), **solver)
+    else:
+        path = sweep(x["train"], y["train"], x["val"], y["val"], num_classes=k, score=score,
+                     lambdas=cfg.lambda_values(), **solver)
+        final = refit(torch.cat([x["train"], x["val"]]), torch.cat([y["train"], y["val"]]), num_classes=k,
+                      lam=path.best_lambda, init=path.fits[path.chosen], **solver)
     test = float(score(final.scores(x["test"]), y["test"]))
     wall = time.perf_counter() - started
     _say(f"{spec.name}: lambda {path.best_lambda:.3g} chosen on val ({spec.metric} {path.scores[path.chosen]:.2f}), "
@@ -186,7 +192,8 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
                **embedded.version_of(cfg.data.path, spec.name)}
     transfer = {"metric": spec.metric, "test": test, "val": path.scores[path.chosen], "lambda": path.best_lambda,
                 "C": 1.0 / path.best_lambda, "feature": backbone.tap, "feature_dim": int(x["train"].shape[1]),
-                "solver": {**{k: v for k, v in solver.items() if k != "device"}, "device": str(device),
+                "solver": {"protocol": protocol, **{k: v for k, v in solver.items() if k != "device"},
+                           "device": str(device),
                            "sweep_s": path.seconds, "refit_s": final.seconds, "refit_iterations": final.iterations,
                            "refit_converged": final.converged},
                 "features": {p: {"cached": s.cached, "seconds": s.seconds, "file": str(s.path)}
@@ -197,7 +204,10 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
                           backbone=backbone.info, dataset=dataset, config=to_dict(cfg), history=path.curve(),
                           extra={"transfer": transfer, "wall_time_s": wall})
     if cfg.fewshot.shots and y["train"].dim() == 1:
-        _fewshot(cfg, spec, x, y, k, score, solver, dataset, backbone, out, show)
+        # few-shot has no ssl-transfer form here (their few_shot.py is another protocol): always the converged one
+        fewshot_solver = {**cfg.solver_options("converged"), "device": device}
+        del fewshot_solver["protocol"]
+        _fewshot(cfg, spec, x, y, k, score, fewshot_solver, dataset, backbone, out, show)
     elif cfg.fewshot.shots:
         _say(f"{spec.name}: multi-label; not evaluated few-shot", show)
     return record
@@ -225,7 +235,8 @@ def _fewshot(cfg: TransferSuiteConfig, spec: Spec, x: dict[str, torch.Tensor], y
     metrics = {f"{r['shots']}shot_{spec.metric}": r["mean"] for r in results}
     write_record(out / spec.name / "fewshot.result.json", task="transfer-fewshot", protocol=PROTOCOL + "-fewshot",
                  metrics=metrics, backbone=backbone.info, dataset=dataset, config=to_dict(cfg),
-                 extra={"fewshot": results})
+                 extra={"fewshot": results, "solver": {"protocol": "converged",
+                                                       **{k: v for k, v in solver.items() if k != "device"}}})
 
 
 def _summary(out: Path, outcome: dict[str, str]) -> None:

@@ -6,7 +6,8 @@ order classes are listed in:
 - train / test from a pool (Caltech-101: 30 a class for train, the rest test; SUN397 without its Partitions
   files: 50 and 50 a class, split 1's shape); a class too small for that keeps one image for test;
 - val from train where the dataset ships no val: ``val_fraction`` of each class (at least one image, and at
-  least one left in train).
+  least one left in train); under the ``ssl-transfer`` protocol, ssl-transfer's own draw instead
+  (:func:`hold_out_plain`: not stratified, numpy's legacy generator).
 
 A split file holds every image of every split (its path relative to the dataset's folder, and its label), the
 seed and how each split came about. A run that finds its split file (``--resume``) reads it back, its names
@@ -78,6 +79,16 @@ def hold_out(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     return train.take(sorted(kept)), train.take(sorted(val))
 
 
+def hold_out_plain(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """(the rest of train, val) as ssl-transfer's ``linear.py`` draws them: the indices 0..n-1 shuffled by numpy's
+    legacy generator seeded with ``seed`` (``np.random.seed``, then ``np.random.shuffle`` of the list), the first
+    ``floor(fraction n)`` for val. Not stratified: a small class may end up wholly in one part."""
+    order = list(range(len(train.samples)))
+    np.random.RandomState(seed).shuffle(order)
+    n = int(np.floor(fraction * len(order)))
+    return train.take(sorted(order[n:])), train.take(sorted(order[:n]))
+
+
 def check_labels(found: Found) -> None:
     """Every label a reader found names one of the dataset's classes: a class index in [0, K), or for multi-label
     data K values of 1 / 0 / -1. A list file's class 0 where classes count from 1, or a CIFAR batch's label 10 of
@@ -108,10 +119,12 @@ def check_labels(found: Found) -> None:
                              f"needs two or more")
 
 
-def resolve(spec: Spec, found: Found, path: Path, *, seed: int, val_fraction: float) -> Splits:
+def resolve(spec: Spec, found: Found, path: Path, *, seed: int, val_fraction: float, plain_val: bool = False
+            ) -> Splits:
     """The dataset's splits: read back from ``path`` when it exists (a resumed run), else shipped or drawn, and
     written to ``path``; the provenance names each split's origin, the seed and the file's SHA-256. The labels
-    are checked first (:func:`check_labels`)."""
+    are checked first (:func:`check_labels`). ``plain_val``: val drawn as ssl-transfer draws it
+    (:func:`hold_out_plain`), not stratified."""
     check_labels(found)
     how: dict[str, str] = {}
     if found.pool is not None and spec.draw is not None:
@@ -122,7 +135,10 @@ def resolve(spec: Spec, found: Found, path: Path, *, seed: int, val_fraction: fl
         raise SuiteDataError(f"{found.folder} holds no train and test split")
     how.setdefault("train", found.note or "shipped")
     how.setdefault("test", found.note or "shipped")
-    if found.val is None:
+    if found.val is None and plain_val:
+        found.train, found.val = hold_out_plain(found.train, val_fraction, seed)
+        how["val"] = f"drawn: a plain random {val_fraction:.0%} of train (ssl-transfer's draw)"
+    elif found.val is None:
         found.train, found.val = hold_out(found.train, val_fraction, seed)
         how["val"] = f"drawn: {val_fraction:.0%} of each class of train"
     else:
