@@ -28,7 +28,7 @@ import numpy as np
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
 from moco_core.data.matfile import read_mat
-from moco_core.user_files import LIST_LIMIT, inside, read_bytes, read_text
+from moco_core.user_files import LIST_LIMIT, all_within, inside, read_bytes, read_text
 
 FLOWERS, PETS = "flowers-102", "oxford-iiit-pet"
 
@@ -46,11 +46,15 @@ class Listed:
 
 
 def find_listed(root: Path) -> Listed | None:
-    """Flowers-102 or Pets at ``root`` (or in its ``flowers-102/`` / ``oxford-iiit-pet/``), else None."""
+    """Flowers-102 or Pets at ``root`` (or in its ``flowers-102/`` / ``oxford-iiit-pet/``), else None; a file
+    that a link takes out of that folder is ConfigError (:func:`moco_core.user_files.all_within`)."""
     for kind, marker, read in ((FLOWERS, "imagelabels.mat", _flowers), (PETS, "annotations/trainval.txt", _pets)):
         for where in (root, root / kind):
             if (where / marker).is_file():
-                return read(where)
+                listed = read(where)
+                files = [*listed.annotations, *(p for p, _ in listed.train + listed.val)]
+                all_within(where, files, what="data.path: file", error=ConfigError)
+                return listed
     return None
 
 

@@ -38,7 +38,7 @@ import torch
 
 from moco_core.config import ConfigError
 from moco_core.data.data import is_image_file, show_value
-from moco_core.user_files import read_bytes
+from moco_core.user_files import all_within, read_bytes, within
 
 # name -> (what the folder holds it as, the record's metric)
 SETS = {
@@ -94,6 +94,7 @@ def find_sets(root: Path, names: tuple[str, ...], head_classes: list[str],
         if not path.exists():
             missing.append(f"{name}: {path} not found, skipped")
         elif name == "imagenet-real":
+            within(root, path, what="robustness: ReaL labels", error=ConfigError)
             real = read_real(path, val_files)
         elif name == "imagenet-v2":
             sets.append(ImageSet(name, path, v2_samples(path, len(head_classes)), None))
@@ -107,10 +108,18 @@ def _images(folder: Path) -> list[str]:
     return sorted(str(folder / f) for f in os.listdir(folder) if is_image_file(f) and (folder / f).is_file())
 
 
+def _confined(path: Path, samples: list[tuple[str, int]]) -> None:
+    """A set's images stay inside its folder after links (:func:`moco_core.user_files.all_within`)."""
+    all_within(path, (file for file, _ in samples), what="robustness: image", error=ConfigError)
+
+
 def _class_folders(path: Path, name: str) -> list[Path]:
+    """The class folders of a set, each inside ``path`` after links (one linked elsewhere would be a class of
+    whatever is there, or of nothing)."""
     if not path.is_dir():
         raise ConfigError(f"robustness: {path} is not a folder ({name}'s layout: one folder per class)")
     folders = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    all_within(path, folders, what="robustness: class folder", error=ConfigError)
     if not folders:
         raise ConfigError(f"robustness: {path} holds no class folders ({name}'s layout)")
     return folders
@@ -130,6 +139,7 @@ def v2_samples(path: Path, num_classes: int) -> list[tuple[str, int]]:
         samples += [(file, index) for file in _images(folder)]
     if not samples:
         raise ConfigError(f"robustness: {path} holds no images (imagenet-v2)")
+    _confined(path, samples)
     return samples
 
 
@@ -147,6 +157,7 @@ def wnid_samples(path: Path, head_classes: list[str], name: str) -> tuple[list[t
         samples += [(file, index[folder.name]) for file in _images(folder)]
     if not samples:
         raise ConfigError(f"robustness: {path} holds no images ({name})")
+    _confined(path, samples)
     return samples, tuple(classes)
 
 

@@ -5,7 +5,7 @@ layout's fixture). The classes are not used to read: they open list files withou
 CIFAR's batches with ``pickle.load``; here every list and annotation file goes through
 :mod:`moco_core.user_files` (regular files, a size limit), every file name read from one through
 :func:`moco_core.user_files.inside`, and CIFAR's batches through an unpickler that builds numpy arrays and nothing
-else.
+else; what a reader found stays inside the dataset's folder after links (:func:`confined`).
 
 Each reader returns a :class:`Found`: the class names and the splits the dataset ships (train, val, test), or
 the ``pool`` a split is drawn from where none is shipped (:mod:`classification.suite.splits`). A sample is
@@ -84,6 +84,17 @@ def _pairs(path: Path) -> dict[str, str]:
 
 def _inside(folder: Path, name: str, listed_in: Path) -> str:
     return str(user_files.inside(folder, name, what=f"file name in {listed_in}", error=SuiteDataError))
+
+
+def confined(found: Found) -> Found:
+    """``found``, once every file it names (list files, CIFAR's batches, images) is checked to stay inside the
+    dataset's folder after links (:func:`moco_core.user_files.all_within`; ``MOCO_FOLLOW_LINKS=1`` lifts it): a
+    folder of the dataset linked elsewhere is not read. The dataset's folder itself may be a link."""
+    parts = (found.train, found.val, found.test, found.pool)
+    images = (path for part in parts if part is not None and part.arrays is None for path, _ in part.samples)
+    user_files.all_within(found.folder, found.annotations, what="list file", error=SuiteDataError)
+    user_files.all_within(found.folder, images, what="image", error=SuiteDataError)
+    return found
 
 
 def whole_number(value: Any, path: Path, what: str) -> int:
@@ -287,6 +298,7 @@ def caltech101(root: Path) -> Found:
     torchvision's Caltech101 drops it), its images sorted; no split is shipped: the pool is drawn from."""
     base = root / "caltech101" / "101_ObjectCategories"
     classes = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    user_files.all_within(base.parent, (base / c for c in classes), what="category folder", error=SuiteDataError)
     samples = [(str(f), i) for i, c in enumerate(classes) for f in sorted((base / c).iterdir())
                if f.suffix.lower() == ".jpg" and not f.name.startswith(".")]
     return Found(base.parent, classes, pool=Split(samples))

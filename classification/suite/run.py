@@ -41,7 +41,7 @@ from classification.suite import embedded
 from classification.suite.catalog import SPECS, Spec, missing_line
 from classification.suite.config import TransferSuiteConfig, check_datasets
 from classification.suite.images import as_dataset, label_tensor, readable
-from classification.suite.readers import SuiteDataError
+from classification.suite.readers import SuiteDataError, confined
 from classification.suite.splits import Splits, resolve
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError
@@ -161,7 +161,7 @@ def _features(cfg: TransferSuiteConfig, spec: Spec, splits: Splits, folder: Path
 def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backbone: _Backbone,
               device: torch.device, show: bool) -> Path:
     started = time.perf_counter()
-    found = spec.read(root)
+    found = confined(spec.read(root))
     options = cfg.solver_options()
     protocol = options.pop("protocol")
     splits = resolve(spec, found, out / "splits" / f"{spec.name}.json", seed=cfg.data.split_seed,

@@ -25,7 +25,7 @@ from PIL import Image
 from moco_core import distributed
 from moco_core.data.image_files import check_image, load_rgb, reason
 from moco_core.errors import UserError, show
-from moco_core.user_files import parse_json_lines
+from moco_core.user_files import parse_json_lines, within
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -61,59 +61,82 @@ def _directory_key(path: str) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _images_under(directory: str, seen: set[tuple[int, int]], revisited: list[tuple[str, str]]) -> list[str]:
+def _images_under(directory: str, seen: set[tuple[int, int]], revisited: list[tuple[str, str]],
+                  root: Path) -> list[str]:
     """All image files below ``directory`` (recursive, hidden entries skipped), sorted by path.
 
-    Symbolic links are followed, but every real directory is read once (``seen`` holds them, shared across the
-    scan): a link back up the tree (``ln -s . loop``) is recorded in ``revisited`` instead of repeating the
-    dataset, or of never ending.
+    Symbolic links are followed while they stay inside ``root`` (:func:`moco_core.user_files.within`, asked only
+    of the entries a listing says are links: ImageNet's 1.28M files cost no ``realpath``), and every real
+    directory is read once (``seen`` holds them, shared across the scan): a link back up the tree
+    (``ln -s . loop``) is recorded in ``revisited`` instead of repeating the dataset, or of never ending.
     """
     found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(directory, followlinks=True):
-        kept = []
-        for d in sorted(dirnames):
-            if d.startswith("."):
+    folders = [directory]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:  # unreadable: as os.walk, nothing found there
+            continue
+        below = []
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue
-            path = os.path.join(dirpath, d)
+            if entry.is_symlink():
+                within(root, entry.path, what="dataset entry", error=DatasetError)
+            if not _is_dir(entry):
+                if is_image_file(entry.name):
+                    found.append(entry.path)
+                continue
             try:
-                key = _directory_key(path)
+                key = _directory_key(entry.path)
             except OSError:  # a dangling link
                 continue
             if key in seen:
-                revisited.append((path, os.path.realpath(path)))
+                revisited.append((entry.path, os.path.realpath(entry.path)))
             else:
                 seen.add(key)
-                kept.append(d)
-        dirnames[:] = kept
-        found.extend(os.path.join(dirpath, f) for f in filenames if is_image_file(f))
+                below.append(entry.path)
+        folders += reversed(below)  # depth first in name order, as os.walk: which of two ways in is read is kept
     return sorted(found)
 
 
-def _collect(base: Path) -> tuple[list[tuple[str, int]], list[str], list[tuple[str, str]]]:
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _collect(base: Path, root: Path) -> tuple[list[tuple[str, int]], list[str], list[tuple[str, str]]]:
     """Samples and classes of ``base``: class subfolders if any hold images, else its own image files; and the
-    links to directories already read."""
-    entries = sorted(e for e in os.listdir(base) if not e.startswith("."))
+    links to directories already read. Links leaving ``root`` are refused (:func:`_images_under`)."""
+    within(root, base, what="dataset folder", error=DatasetError)
+    with os.scandir(base) as listing:
+        entries = sorted((e for e in listing if not e.name.startswith(".")), key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_symlink():
+            within(root, entry.path, what="dataset entry", error=DatasetError)
     seen, revisited = {_directory_key(str(base))}, []
     folders = []  # the class folders, registered before any is read: a link into another class is not followed
-    for name in entries:
-        path = base / name
-        if path.is_dir():
-            key = _directory_key(str(path))
+    for entry in entries:
+        if _is_dir(entry):
+            key = _directory_key(entry.path)
             if key in seen:  # a class folder that is a link to the root or to another class
-                revisited.append((str(path), os.path.realpath(path)))
+                revisited.append((entry.path, os.path.realpath(entry.path)))
                 continue
             seen.add(key)
-            folders.append(name)
+            folders.append(entry.name)
     per_class: list[tuple[str, list[str]]] = []
     for name in folders:
-        files = _images_under(str(base / name), seen, revisited)
+        files = _images_under(str(base / name), seen, revisited, root)
         if files:
             per_class.append((name, files))
     if per_class:
         classes = [name for name, _ in per_class]
         samples = [(f, label) for label, (_, files) in enumerate(per_class) for f in files]
         return samples, classes, revisited
-    flat = [str(base / e) for e in entries if is_image_file(e) and (base / e).is_file()]
+    flat = [str(base / e.name) for e in entries if is_image_file(e.name) and e.is_file()]
     return [(f, -1) for f in flat], [], revisited
 
 
@@ -224,7 +247,7 @@ def scan_images(
     if nested is not None:  # root would be read as one class folder holding train/, val/ (and test/) alike
         raise DatasetError(f"{root} has no {split}/ folder; read as a folder of images it would give every image "
                            f"below it, those of {nested}/val/ too: pass --data {nested}")
-    samples, classes, revisited = _collect(base)
+    samples, classes, revisited = _collect(base, root)
     if not samples:
         raise DatasetError(
             f"no images found under {base} (expected ImageFolder layout: "

@@ -7,7 +7,8 @@ images of both splits are under ``ROOT/train_val2018/<supercategory>/<category i
 437,513 train and 24,426 val images. Labels are the category ids in increasing order: id ``k`` is class ``k`` for
 the official files, whose ids are 0..8141. The files are read through :mod:`moco_core.user_files`: numbers beyond
 64 bits are malformed JSON, and a ``file_name`` that is absolute or climbs out of ROOT with ``..`` is refused
-(:func:`moco_core.user_files.inside`).
+(:func:`moco_core.user_files.inside`), as is an image a link takes out of ROOT
+(:func:`moco_core.user_files.all_within`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from moco_core.data.data import DatasetError
 from moco_core.errors import show
-from moco_core.user_files import ANNOTATION_LIMIT, inside, read_json
+from moco_core.user_files import ANNOTATION_LIMIT, all_within, inside, read_json
 
 TRAIN_JSON = "train2018.json"
 VAL_JSON = "val2018.json"
@@ -53,6 +54,7 @@ def _samples(root: Path, data: dict[str, Any], where: Path) -> list[tuple[str, i
         raise DatasetError(f"{where}: {len(unlabelled)} image(s) have no annotation (first: id {unlabelled[0]})")
     samples = [(str(inside(root, name, what=f"{where}: image {i}: file_name", error=DatasetError)), labels[i])
                for i, name in files.items()]
+    all_within(root, (p for p, _ in samples), what=f"{where}: image", error=DatasetError)
     missing = [p for p, _ in samples if not os.path.isfile(p)]
     if missing:
         raise DatasetError(f"{where}: {len(missing)} of its {len(samples)} images are missing (first: "

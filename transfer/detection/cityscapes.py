@@ -36,6 +36,7 @@ from PIL import Image
 
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
+from moco_core.user_files import all_within
 from transfer import embedded
 from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name
 from transfer.detection.legacy_numpy import legacy_numpy
@@ -94,6 +95,8 @@ def _files(image_dir: Path, gt_dir: Path, name: str) -> list[tuple[Path, Path]]:
         pairs.append((image, instances))
     if not pairs:
         raise DatasetError(f"{name}: no <city>/*{IMAGE_SUFFIX} image in {image_dir}")
+    for folder, files in ((image_dir, [i for i, _ in pairs]), (gt_dir, [g for _, g in pairs])):
+        all_within(folder, files, what=f"{name}: file", error=DatasetError)  # a city folder linked elsewhere
     return pairs
 
 

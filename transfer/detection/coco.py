@@ -212,6 +212,8 @@ def parse_coco(doc: Any, image_root: Path, *, where: str = "<json>", annotation_
         logger.warning("%s: %d annotations dropped: no valid polygon (3+ points) in their segmentation",
                        where, dropped)
     contiguous_to_original = {i: c for c, i in to_contiguous.items()}
+    user_files.all_within(image_root, (img["file_name"] for img in images.values()), what=f"{where}: image",
+                          error=DatasetError)  # a folder of image_root linked elsewhere is not read
     return [images[i] for i in sorted(images)], class_names, contiguous_to_original
 
 

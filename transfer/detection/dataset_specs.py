@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moco_core.data.data import DatasetError
+from moco_core.user_files import within
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -62,6 +65,13 @@ def found_elsewhere(root: Path, spec: DatasetSpec, path: Path | None = None) -> 
         return (f"; {root} looks like the {first}/ folder itself: --data takes the folder that holds it, as "
                 f"{first}/ (a symbolic link of that name will do)")
     return ""
+
+
+def annotations_within(root: Path, spec: DatasetSpec, path: Path) -> None:
+    """A standard set's annotation file stays in its dataset's folder (``coco/``, ``lvis/`` under ``root``) after
+    links (:func:`moco_core.user_files.within`); one's own file is named by the user, wherever it is."""
+    if spec.year and spec.annotations is not None and not spec.annotations.is_absolute():
+        within(root / spec.annotations.parts[0], path, what=f"{spec.name}: annotation file", error=DatasetError)
 
 
 def trainable(record: dict[str, Any]) -> bool:

@@ -34,7 +34,14 @@ from PIL import Image
 from moco_core import smoke
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError, show_value
-from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
+from transfer.detection.dataset_specs import (
+    DatasetSpec,
+    DetectionData,
+    annotations_within,
+    found_elsewhere,
+    readable_name,
+    trainable,
+)
 
 _STANDARD = re.compile(r"(voc|coco|keypoints_coco|densepose_coco)_(\d+)_(\w+)")
 _STANDARD_TASKS = {"voc": "voc", "coco": "coco", "keypoints_coco": "keypoints", "densepose_coco": "densepose"}
@@ -171,6 +178,7 @@ def _load_coco(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionData:
                           if spec.year else "a COCO-format file and its image folder, ANNOTATIONS.json:IMAGE_DIR")
                 raise DatasetError(f"{spec.name}: {path} not found ({layout})"
                                    f"{found_elsewhere(root, spec, path)}")
+        annotations_within(root, spec, annotations)
         # the images it keeps are checked (present, readable, of the annotated size) by load_data
         if keypoints:
             *found, points = load_keypoints(annotations, images.absolute(), check_files=False)

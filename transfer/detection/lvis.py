@@ -47,7 +47,14 @@ from moco_core.data import shapes
 from moco_core.data.data import DatasetError, show_value
 from transfer import embedded
 from transfer.detection.coco import filter_empty, parse_coco, require_annotations
-from transfer.detection.dataset_specs import DatasetSpec, DetectionData, found_elsewhere, readable_name, trainable
+from transfer.detection.dataset_specs import (
+    DatasetSpec,
+    DetectionData,
+    annotations_within,
+    found_elsewhere,
+    readable_name,
+    trainable,
+)
 from transfer.detection.legacy_numpy import legacy_numpy
 
 logger = logging.getLogger("moco.transfer")
@@ -125,6 +132,7 @@ def load_lvis_data(cfg: Any, root: Path, specs: list[DatasetSpec]) -> DetectionD
                           f"{{train,val}}2017/ under {root}" if spec.year else
                           "an LVIS-format file and its image folder, ANNOTATIONS.json:IMAGE_DIR")
                 raise DatasetError(f"{spec.name}: {path} not found ({layout}){found_elsewhere(root, spec, path)}")
+        annotations_within(root, spec, annotations)
         loaded.append((spec.name, annotations,
                        parse_lvis(_read_json(annotations), images.absolute(), where=str(annotations))))
     test_name, gt, (test, class_names, mapping) = loaded[-1]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from moco_core.data.data import DatasetError, show_value
-from moco_core.user_files import LIST_LIMIT, inside, read_bytes, read_text
+from moco_core.user_files import LIST_LIMIT, all_within, inside, read_bytes, read_text
 
 VOC_CLASSES: tuple[str, ...] = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -192,12 +192,17 @@ def load_voc(root: Path, split: str, class_names: Sequence[str] = VOC_CLASSES) -
 
     Each is ``{"file_name": absolute JPEG path, "image_id": the VOC id (str), "height", "width",
     "annotations": [{"bbox": [x0, y0, x1, y1], "category_id", "iscrowd": 0, "difficult": bool}]}``,
-    ``category_id`` being the index in ``class_names``. The layout is checked first (:func:`check_voc_layout`).
+    ``category_id`` being the index in ``class_names``. The layout is checked first (:func:`check_voc_layout`),
+    and that no file is a link out of ``root`` (:func:`moco_core.user_files.all_within`).
     """
     root = Path(root).absolute()
     check_voc_layout(root, [split])
+    ids = read_split(root, split)
+    all_within(root, [root / "ImageSets" / "Main" / f"{split}.txt",
+                      *(root / sub / f"{i}{ext}" for sub, ext in (("Annotations", ".xml"), ("JPEGImages", ".jpg"))
+                        for i in ids)], what="VOC file", error=DatasetError)
     dicts, clipped = [], 0
-    for image_id in read_split(root, split):
+    for image_id in ids:
         width, height, annotations, n_clipped = read_voc_xml(root / "Annotations" / f"{image_id}.xml", class_names)
         clipped += n_clipped
         dicts.append({"file_name": str(root / "JPEGImages" / f"{image_id}.jpg"), "image_id": image_id,

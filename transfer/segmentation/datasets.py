@@ -36,7 +36,7 @@ from moco_core.config import ConfigError
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError, report_undecodable, show_value
 from moco_core.data.image_files import reason
-from moco_core.user_files import LIST_LIMIT, inside, read_text
+from moco_core.user_files import LIST_LIMIT, all_within, inside, read_text
 from transfer.engine import read_rgb
 from transfer.segmentation.pairs import Sample, skipped_warning, verify_pairs
 
@@ -158,7 +158,7 @@ def _voc(root: Path, split: str) -> list[Sample]:
                                     for part in parts)))
         elif parts:
             raise DatasetError(f"{listing}: line {show_value(line)} is neither an image id nor an image and a label")
-    return _checked(samples, str(listing))
+    return _checked(samples, str(listing), devkit, devkit)
 
 
 def _cityscapes(root: Path, split: str) -> tuple[list[Sample], bool]:
@@ -172,7 +172,8 @@ def _cityscapes(root: Path, split: str) -> tuple[list[Sample], bool]:
     train_ids = [gt / city / f"{stem}_gtFine_labelTrainIds.png" for city, stem in stems]
     label_ids = not train_ids[0].is_file()
     labels = [gt / city / f"{stem}_gtFine_labelIds.png" for city, stem in stems] if label_ids else train_ids
-    return _checked([Sample(i, la) for i, la in zip(files, labels, strict=True)], str(images)), label_ids
+    return _checked([Sample(i, la) for i, la in zip(files, labels, strict=True)], str(images), images,
+                    gt), label_ids
 
 
 def _custom(root: Path, name: str) -> list[Sample]:
@@ -180,12 +181,16 @@ def _custom(root: Path, name: str) -> list[Sample]:
     if not image_dir.is_dir():
         raise DatasetError(f"{image_dir}: no such image folder")
     files = sorted(f for f in image_dir.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-    return _checked([Sample(f, label_dir / f"{f.stem}.png") for f in files], name)
+    return _checked([Sample(f, label_dir / f"{f.stem}.png") for f in files], name, image_dir, label_dir)
 
 
-def _checked(samples: list[Sample], where: str) -> list[Sample]:
+def _checked(samples: list[Sample], where: str, image_root: Path, label_root: Path) -> list[Sample]:
+    """``samples``, each image and label there, and inside ``image_root`` / ``label_root`` after links
+    (:func:`moco_core.user_files.all_within`: a folder of the dataset linked elsewhere is not read)."""
     if not samples:
         raise DatasetError(f"{where}: no images")
+    all_within(image_root, (s.image for s in samples), what=f"{where}: image", error=DatasetError)
+    all_within(label_root, (s.label for s in samples), what=f"{where}: label", error=DatasetError)
     for sample in samples:
         for path in (sample.image, sample.label):
             if not path.is_file():

@@ -69,9 +69,11 @@ def test_imagefolder_layout(tmp_path: Path) -> None:
     assert found.skipped == []
 
 
-def test_links_are_followed_but_each_directory_is_read_once(tmp_path: Path) -> None:
+def test_links_are_followed_but_each_directory_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's cases: ``ln -s . train/loop`` repeated the dataset about 41 times; inside a class folder a loop
-    would mislabel; several self-links hung the scan."""
+    would mislabel; several self-links hung the scan. The links out of the tree are followed as the user asks
+    (MOCO_FOLLOW_LINKS=1; without it they are refused: tests/moco_core/test_links.py)."""
+    monkeypatch.setenv("MOCO_FOLLOW_LINKS", "1")
     root = tmp_path / "data"
     for cls in ("cat", "dog"):
         for i in range(2):
@@ -82,7 +84,7 @@ def test_links_are_followed_but_each_directory_is_read_once(tmp_path: Path) -> N
     for k in range(4):  # self-links inside a class: os.walk's followlinks would never end
         (root / "train" / "cat" / f"self{k}").symlink_to(".")
     (root / "train" / "dog" / "to_cat").symlink_to("../cat")  # a link into another class: not theirs
-    (root / "train" / "dog" / "more").symlink_to(elsewhere)  # a link out of the tree: followed, once
+    (root / "train" / "dog" / "more").symlink_to(elsewhere)  # a link out of the tree: followed (as asked), once
     (root / "train" / "dog" / "again").symlink_to(elsewhere)
     (root / "train" / "dog" / "dangling").symlink_to(tmp_path / "gone")
     found = scan_images(root)
