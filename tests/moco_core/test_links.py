@@ -1,0 +1,233 @@
+"""Issue 55, class 6: symbolic links that leave a dataset. Every reader, on its real-layout fixture: a file and a
+folder linked out of the dataset's root are refused in one line naming the link, where it points and the root; a
+link that stays inside is read; ``MOCO_FOLLOW_LINKS=1`` (moco_core.user_files.FOLLOW_LINKS) reads the outside one.
+Before, every reader followed links wherever they pointed (the iNaturalist and Cityscapes cases were trained on,
+a Caltech category linked to /etc became an empty class).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from classification.layouts import find_listed
+from classification.robustness import find_sets
+from classification.suite import readers
+from cli import app
+from moco_core.data.data import scan_images
+from moco_core.data.inat import inat_splits
+from moco_core.data.shapes import CLASSES
+from moco_core.errors import UserError
+from moco_core.user_files import FOLLOW_LINKS
+from tests import suite_layouts
+from tests.layouts import A_CLASSES, WNIDS, flowers_layout, imagenet_layout, inat_layout, pets_layout, robustness_layout
+from tests.transfer.segmentation.layouts import cityscapes_layout, voc_segmentation_layout
+from transfer.config import load_transfer_config
+from transfer.detection import datasets as detection
+from transfer.detection.cityscapes import ensure_cityscapes
+from transfer.detection.coco import load_coco
+from transfer.detection.lvis import ensure_lvis
+from transfer.detection.voc import load_voc
+from transfer.embedded import ensure_coco, ensure_voc
+from transfer.segmentation import datasets as segmentation
+
+
+def _detection(task: str) -> Callable[[Path], Any]:
+    def read(base: Path) -> Any:
+        return detection.load_data(load_transfer_config(task, f"{task}_embedded", [], {"data": {"path": str(base)}}))
+    return read
+
+
+def _semseg(train: str, test: str) -> Callable[[Path], Any]:
+    return lambda base: segmentation.load_data(str(base), train, test)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A reader on its fixture: ``build(base)`` writes the layout under ``base``; ``read(base)`` reads it; ``root``
+    (under ``base``) is the dataset's root the links are judged against; ``file`` and ``folder`` are glob patterns
+    under it (the first match is linked out; no folder where the layout has none below its root)."""
+
+    build: Callable[[Path], Any]
+    read: Callable[[Path], Any]
+    root: str
+    file: str
+    folder: str | None
+
+
+CASES = {
+    "image folder (pretrain, linear, kNN, fine-tune)": Case(
+        lambda b: imagenet_layout(b / "data", 2, 1), lambda b: scan_images(b / "data"), "data", "train/*/*_0.JPEG",
+        "train/n01443537"),
+    "iNaturalist 2018": Case(lambda b: inat_layout(b / "inat", 2, 1), lambda b: inat_splits(b / "inat"), "inat",
+                             "train_val2018/*/*/*.jpg", "train_val2018"),
+    "Flowers-102 folder (eval linear)": Case(flowers_layout, lambda b: find_listed(b), "flowers-102",
+                                             "jpg/image_00001.jpg", "jpg"),
+    "Pets folder (eval linear)": Case(pets_layout, lambda b: find_listed(b), "oxford-iiit-pet", "images/*_1.jpg",
+                                      "images"),
+    "suite Caltech-101": Case(suite_layouts.caltech101, lambda b: readers.confined(readers.caltech101(b)),
+                              "caltech101", "101_ObjectCategories/*/*.jpg", "101_ObjectCategories/*"),
+    "suite Flowers-102": Case(suite_layouts.flowers, lambda b: readers.confined(readers.flowers102(b)),
+                              "flowers-102", "jpg/image_00001.jpg", "jpg"),
+    "suite Pets": Case(suite_layouts.pets, lambda b: readers.confined(readers.oxford_pets(b)), "oxford-iiit-pet",
+                       "images/*_1.jpg", "images"),
+    "suite DTD": Case(suite_layouts.dtd, lambda b: readers.confined(readers.dtd(b)), "dtd/dtd", "images/*/*.jpg",
+                      "images/*"),
+    "suite CIFAR-10 batches": Case(suite_layouts.cifar10, lambda b: readers.confined(readers.cifar10(b)),
+                                   "cifar-10-batches-py", "data_batch_1", None),
+    "robustness ImageNet-A": Case(
+        lambda b: robustness_layout(b / "rob", b / "none"),
+        lambda b: find_sets(b / "rob", ("imagenet-a",), sorted({*WNIDS, *A_CLASSES}), []), "rob/imagenet-a",
+        "n*/*.jpg", "n*"),
+    "VOC detection": Case(lambda b: ensure_voc(b, trainval=4, test=2, size=64),
+                          lambda b: load_voc(b / "VOC2007", "trainval", CLASSES), "VOC2007", "JPEGImages/*.jpg",
+                          "Annotations"),
+    "COCO images": Case(lambda b: ensure_coco(b, train=4, val=2, size=64),
+                        lambda b: load_coco(b / "coco" / "annotations" / "instances_train2017.json",
+                                            b / "coco" / "train2017"), "coco/train2017", "*.jpg", None),
+    "COCO annotations (eval coco)": Case(lambda b: ensure_coco(b, train=4, val=2, size=64), _detection("coco"),
+                                         "coco", "annotations/instances_train2017.json", "annotations"),
+    "LVIS annotations (eval lvis)": Case(lambda b: ensure_lvis(b, train=4, val=2, size=64), _detection("lvis"),
+                                         "lvis", "lvis_v0.5_train.json", None),
+    "Cityscapes instances (eval cityscapes)": Case(
+        lambda b: ensure_cityscapes(b, train=4, val=2, size=64), _detection("cityscapes"),
+        "cityscapes/leftImg8bit/train", "*/*_leftImg8bit.png", "*"),
+    "VOC semantic segmentation": Case(voc_segmentation_layout,
+                                      _semseg("voc_2012_sem_seg_train_aug", "voc_2012_sem_seg_val"), "VOC2012",
+                                      "JPEGImages/*.jpg", "SegmentationClassAug"),
+    "Cityscapes semantic segmentation": Case(
+        cityscapes_layout, _semseg("cityscapes_fine_sem_seg_train", "cityscapes_fine_sem_seg_val"),
+        "cityscapes/gtFine/train", "*/*_labelTrainIds.png", "*"),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Path], Path]:
+    """Each case's layout written once; ``copy(name, where)`` gives a fresh copy of it (links kept as links)."""
+    made: dict[str, Path] = {}
+
+    def copy(name: str, where: Path) -> Path:
+        if name not in made:
+            made[name] = tmp_path_factory.mktemp("layout")
+            CASES[name].build(made[name])
+        shutil.copytree(made[name], where, symlinks=True)
+        return where
+    return copy
+
+
+def _first(root: Path, pattern: str) -> Path:
+    found = sorted(p for p in root.glob(pattern) if not p.name.startswith("."))
+    assert found, f"no {pattern} under {root}"
+    return found[0]
+
+
+def _move_and_link(path: Path, to: Path) -> Path:
+    """``path`` moved to ``to``, and a link to it left in its place; returns the link's target's real path."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(path, to)
+    path.symlink_to(to)
+    return to.resolve()
+
+
+def _kinds(name: str) -> list[str]:
+    return ["file", "folder"] if CASES[name].folder else ["file"]
+
+
+OUT = [(name, kind) for name in CASES for kind in _kinds(name)]
+
+
+@pytest.mark.parametrize(("name", "kind"), OUT, ids=[f"{n}: {k}" for n, k in OUT])
+def test_a_link_out_of_the_dataset_is_refused_in_one_line(name: str, kind: str, built: Callable[[str, Path], Path],
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails on the old code: every reader read the file or folder wherever the link pointed."""
+    monkeypatch.delenv(FOLLOW_LINKS, raising=False)
+    case = CASES[name]
+    base = built(name, tmp_path / "base")
+    root = base / case.root
+    link = _first(root, case.file if kind == "file" else str(case.folder))
+    target = _move_and_link(link, tmp_path / "outside" / link.name)
+    with pytest.raises(UserError) as refused:
+        case.read(base)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{link} is a link to {target}, outside the dataset's root {root}: not read" in message, message
+    assert f"{FOLLOW_LINKS}=1" in message
+
+
+@pytest.mark.parametrize(("name", "kind"), OUT, ids=[f"{n}: {k}" for n, k in OUT])
+def test_a_link_inside_the_dataset_is_read(name: str, kind: str, built: Callable[[str, Path], Path],
+                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FOLLOW_LINKS, raising=False)
+    case = CASES[name]
+    base = built(name, tmp_path / "base")
+    root = base / case.root
+    link = _first(root, case.file if kind == "file" else str(case.folder))
+    _move_and_link(link, root / ".moved" / f"{link.name}.kept")  # hidden, and named as no reader lists
+    assert case.read(base)
+
+
+@pytest.mark.parametrize(("name", "kind"), OUT, ids=[f"{n}: {k}" for n, k in OUT])
+def test_follow_links_reads_the_link_out(name: str, kind: str, built: Callable[[str, Path], Path],
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FOLLOW_LINKS, "1")
+    case = CASES[name]
+    base = built(name, tmp_path / "base")
+    link = _first(base / case.root, case.file if kind == "file" else str(case.folder))
+    _move_and_link(link, tmp_path / "outside" / link.name)
+    assert case.read(base)
+
+
+def test_the_caltech_category_linked_to_etc_is_refused_not_an_empty_class(tmp_path: Path) -> None:
+    """The issue's case: ``101_ObjectCategories/<category> -> /etc`` was a class without images."""
+    suite_layouts.caltech101(tmp_path)
+    category = _first(tmp_path / "caltech101" / "101_ObjectCategories", "*")
+    shutil.rmtree(category)
+    category.symlink_to("/etc")
+    with pytest.raises(readers.SuiteDataError, match=f"category folder {category} is a link to /etc, outside"):
+        readers.caltech101(tmp_path)
+
+
+def test_image_folders_resolve_only_the_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost bound: scanning an image folder asks ``realpath`` of the root, the split folder and each link,
+    never of each file (1.28M on ImageNet)."""
+    import os
+
+    imagenet_layout(tmp_path / "data", 3, 1)
+    inside = tmp_path / "data" / "train" / WNIDS[1] / "linked.JPEG"
+    inside.symlink_to(_first(tmp_path / "data" / "train" / WNIDS[0], "*_0.JPEG"))
+    calls: list[str] = []
+    real = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, *a, **k: calls.append(str(p)) or real(p, *a, **k))
+    found = scan_images(tmp_path / "data", verify=False)
+    assert str(inside) in [p for p, _ in found.samples]
+    assert len(calls) <= 4, calls  # root twice (the folder check, the link's), train/, the link
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_the_cli_refuses_a_link_out_in_one_line_and_follows_it_when_asked(
+        opt_in: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``moco eval knn`` on an ImageNet-layout folder whose class folder is a link out of it."""
+    if opt_in:
+        monkeypatch.setenv(FOLLOW_LINKS, "1")
+    else:
+        monkeypatch.delenv(FOLLOW_LINKS, raising=False)
+    root = imagenet_layout(tmp_path / "data", 2, 1)
+    target = _move_and_link(root / "val" / WNIDS[2], tmp_path / "outside" / WNIDS[2])
+    result = runner.invoke(app, ["eval", "knn", "random", "--arch", "resnet18", "-c", "knn_32px", "--data",
+                                 str(root), "--output-dir", str(tmp_path / "out")])
+    if opt_in:
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert f"{root / 'val' / WNIDS[2]} is a link to {target}, outside the dataset's root {root}" in lines[0]
