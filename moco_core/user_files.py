@@ -40,7 +40,7 @@ LIST_LIMIT = 256 * MiB
 RECORD_LIMIT = 64 * MiB
 CONFIG_LIMIT = 16 * MiB  # a YAML config (the presets are a few KiB; expanding aliases is bounded apart)
 INT_BITS = 64  # an integer literal must fit a signed 64-bit integer (torch.long, numpy.int64)
-FOLLOW_LINKS = "MOCO_FOLLOW_LINKS"  # "1": links in a dataset are followed out of its root (README, "Links")
+FOLLOW_LINKS = "MOCO_FOLLOW_LINKS"  # "1": links in a dataset are followed out of its root (README, "Pretraining")
 
 
 def regular_file(path: str | os.PathLike[str], *, what: str = "file", error: type[UserError] = UserError) -> Path:

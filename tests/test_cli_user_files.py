@@ -349,9 +349,10 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(b"")
     elif how == "bomb":  # 20000 x 20000 pixels in 388 KB
         path.write_bytes(corpus.bomb_png())
-    elif how == "link":  # a link to a file that is no image
-        path.unlink()
-        path.symlink_to("/etc/hostname" if Path("/etc/hostname").is_file() else sys.executable)
+    elif how == "link":  # a link to a file that is no image, inside the dataset (one out of it is refused:
+        path.unlink()  # tests/moco_core/test_links.py)
+        path.with_suffix(".txt").write_text("not an image\n")
+        path.symlink_to(path.with_suffix(".txt").name)
     elif how == "rgb":  # a colour picture where a label map belongs
         png = io.BytesIO()
         Image.new("RGB", Image.open(path).size, (200, 10, 10)).save(png, format="PNG")
