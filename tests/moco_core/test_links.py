@@ -7,6 +7,7 @@ a Caltech category linked to /etc became an empty class).
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,38 +15,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from classification.layouts import find_listed
 from classification.robustness import find_sets
 from classification.suite import readers
-from cli import app
 from moco_core.data.data import scan_images
 from moco_core.data.inat import inat_splits
 from moco_core.data.shapes import CLASSES
 from moco_core.errors import UserError
 from moco_core.user_files import FOLLOW_LINKS
 from tests import suite_layouts
-from tests.layouts import A_CLASSES, WNIDS, flowers_layout, imagenet_layout, inat_layout, pets_layout, robustness_layout
-from tests.transfer.segmentation.layouts import cityscapes_layout, voc_segmentation_layout
-from transfer.config import load_transfer_config
-from transfer.detection import datasets as detection
-from transfer.detection.cityscapes import ensure_cityscapes
-from transfer.detection.coco import load_coco
-from transfer.detection.lvis import ensure_lvis
-from transfer.detection.voc import load_voc
-from transfer.embedded import ensure_coco, ensure_voc
-from transfer.segmentation import datasets as segmentation
+
+WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")  # tests/layouts.py's classes (ImageNet-A: 2nd, 4th)
+
+
+def _lazy(where: str) -> Callable[..., Any]:
+    """``module:function``, imported when called: tests/moco_core collects without the transfer extras
+    (tests/test_layers.py), and tests/layouts.py imports the transfer package."""
+    module, name = where.split(":")
+    return lambda *args, **kwargs: getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
 def _detection(task: str) -> Callable[[Path], Any]:
     def read(base: Path) -> Any:
-        return detection.load_data(load_transfer_config(task, f"{task}_embedded", [], {"data": {"path": str(base)}}))
+        config = _lazy("transfer.config:load_transfer_config")(task, f"{task}_embedded", [],
+                                                                {"data": {"path": str(base)}})
+        return _lazy("transfer.detection.datasets:load_data")(config)
     return read
 
 
 def _semseg(train: str, test: str) -> Callable[[Path], Any]:
-    return lambda base: segmentation.load_data(str(base), train, test)
+    return lambda base: _lazy("transfer.segmentation.datasets:load_data")(str(base), train, test)
 
 
 @dataclass(frozen=True)
@@ -61,16 +61,18 @@ class Case:
     folder: str | None
 
 
+LAYOUTS, EMBEDDED, SEGMENTATION = "tests.layouts:", "transfer.embedded:", "tests.transfer.segmentation.layouts:"
 CASES = {
     "image folder (pretrain, linear, kNN, fine-tune)": Case(
-        lambda b: imagenet_layout(b / "data", 2, 1), lambda b: scan_images(b / "data"), "data", "train/*/*_0.JPEG",
-        "train/n01443537"),
-    "iNaturalist 2018": Case(lambda b: inat_layout(b / "inat", 2, 1), lambda b: inat_splits(b / "inat"), "inat",
-                             "train_val2018/*/*/*.jpg", "train_val2018"),
-    "Flowers-102 folder (eval linear)": Case(flowers_layout, lambda b: find_listed(b), "flowers-102",
-                                             "jpg/image_00001.jpg", "jpg"),
-    "Pets folder (eval linear)": Case(pets_layout, lambda b: find_listed(b), "oxford-iiit-pet", "images/*_1.jpg",
-                                      "images"),
+        lambda b: _lazy(LAYOUTS + "imagenet_layout")(b / "data", 2, 1), lambda b: scan_images(b / "data"), "data",
+        "train/*/*_0.JPEG", "train/n01443537"),
+    "iNaturalist 2018": Case(
+        lambda b: _lazy(LAYOUTS + "inat_layout")(b / "inat", 2, 1), lambda b: inat_splits(b / "inat"), "inat",
+        "train_val2018/*/*/*.jpg", "train_val2018"),
+    "Flowers-102 folder (eval linear)": Case(
+        _lazy(LAYOUTS + "flowers_layout"), find_listed, "flowers-102", "jpg/image_00001.jpg", "jpg"),
+    "Pets folder (eval linear)": Case(
+        _lazy(LAYOUTS + "pets_layout"), find_listed, "oxford-iiit-pet", "images/*_1.jpg", "images"),
     "suite Caltech-101": Case(suite_layouts.caltech101, lambda b: readers.confined(readers.caltech101(b)),
                               "caltech101", "101_ObjectCategories/*/*.jpg", "101_ObjectCategories/*"),
     "suite Flowers-102": Case(suite_layouts.flowers, lambda b: readers.confined(readers.flowers102(b)),
@@ -82,28 +84,33 @@ CASES = {
     "suite CIFAR-10 batches": Case(suite_layouts.cifar10, lambda b: readers.confined(readers.cifar10(b)),
                                    "cifar-10-batches-py", "data_batch_1", None),
     "robustness ImageNet-A": Case(
-        lambda b: robustness_layout(b / "rob", b / "none"),
-        lambda b: find_sets(b / "rob", ("imagenet-a",), sorted({*WNIDS, *A_CLASSES}), []), "rob/imagenet-a",
-        "n*/*.jpg", "n*"),
-    "VOC detection": Case(lambda b: ensure_voc(b, trainval=4, test=2, size=64),
-                          lambda b: load_voc(b / "VOC2007", "trainval", CLASSES), "VOC2007", "JPEGImages/*.jpg",
-                          "Annotations"),
-    "COCO images": Case(lambda b: ensure_coco(b, train=4, val=2, size=64),
-                        lambda b: load_coco(b / "coco" / "annotations" / "instances_train2017.json",
-                                            b / "coco" / "train2017"), "coco/train2017", "*.jpg", None),
-    "COCO annotations (eval coco)": Case(lambda b: ensure_coco(b, train=4, val=2, size=64), _detection("coco"),
-                                         "coco", "annotations/instances_train2017.json", "annotations"),
-    "LVIS annotations (eval lvis)": Case(lambda b: ensure_lvis(b, train=4, val=2, size=64), _detection("lvis"),
-                                         "lvis", "lvis_v0.5_train.json", None),
+        lambda b: _lazy(LAYOUTS + "robustness_layout")(b / "rob", b / "none"),
+        lambda b: find_sets(b / "rob", ("imagenet-a",), list(WNIDS), []), "rob/imagenet-a", "n*/*.jpg", "n*"),
+    "VOC detection": Case(
+        lambda b: _lazy(EMBEDDED + "ensure_voc")(b, trainval=4, test=2, size=64),
+        lambda b: _lazy("transfer.detection.voc:load_voc")(b / "VOC2007", "trainval", CLASSES), "VOC2007",
+        "JPEGImages/*.jpg", "Annotations"),
+    "COCO images": Case(
+        lambda b: _lazy(EMBEDDED + "ensure_coco")(b, train=4, val=2, size=64),
+        lambda b: _lazy("transfer.detection.coco:load_coco")(b / "coco" / "annotations" / "instances_train2017.json",
+                                                             b / "coco" / "train2017"),
+        "coco/train2017", "*.jpg", None),
+    "COCO annotations (eval coco)": Case(
+        lambda b: _lazy(EMBEDDED + "ensure_coco")(b, train=4, val=2, size=64), _detection("coco"), "coco",
+        "annotations/instances_train2017.json", "annotations"),
+    "LVIS annotations (eval lvis)": Case(
+        lambda b: _lazy("transfer.detection.lvis:ensure_lvis")(b, train=4, val=2, size=64), _detection("lvis"),
+        "lvis", "lvis_v0.5_train.json", None),
     "Cityscapes instances (eval cityscapes)": Case(
-        lambda b: ensure_cityscapes(b, train=4, val=2, size=64), _detection("cityscapes"),
-        "cityscapes/leftImg8bit/train", "*/*_leftImg8bit.png", "*"),
-    "VOC semantic segmentation": Case(voc_segmentation_layout,
-                                      _semseg("voc_2012_sem_seg_train_aug", "voc_2012_sem_seg_val"), "VOC2012",
-                                      "JPEGImages/*.jpg", "SegmentationClassAug"),
+        lambda b: _lazy("transfer.detection.cityscapes:ensure_cityscapes")(b, train=4, val=2, size=64),
+        _detection("cityscapes"), "cityscapes/leftImg8bit/train", "*/*_leftImg8bit.png", "*"),
+    "VOC semantic segmentation": Case(
+        _lazy(SEGMENTATION + "voc_segmentation_layout"), _semseg("voc_2012_sem_seg_train_aug", "voc_2012_sem_seg_val"),
+        "VOC2012", "JPEGImages/*.jpg", "SegmentationClassAug"),
     "Cityscapes semantic segmentation": Case(
-        cityscapes_layout, _semseg("cityscapes_fine_sem_seg_train", "cityscapes_fine_sem_seg_val"),
-        "cityscapes/gtFine/train", "*/*_labelTrainIds.png", "*"),
+        _lazy(SEGMENTATION + "cityscapes_layout"),
+        _semseg("cityscapes_fine_sem_seg_train", "cityscapes_fine_sem_seg_val"), "cityscapes/gtFine/train",
+        "*/*_labelTrainIds.png", "*"),
 }
 
 
@@ -198,7 +205,7 @@ def test_image_folders_resolve_only_the_links(tmp_path: Path, monkeypatch: pytes
     never of each file (1.28M on ImageNet)."""
     import os
 
-    imagenet_layout(tmp_path / "data", 3, 1)
+    _lazy(LAYOUTS + "imagenet_layout")(tmp_path / "data", 3, 1)
     inside = tmp_path / "data" / "train" / WNIDS[1] / "linked.JPEG"
     inside.symlink_to(_first(tmp_path / "data" / "train" / WNIDS[0], "*_0.JPEG"))
     calls: list[str] = []
@@ -209,9 +216,6 @@ def test_image_folders_resolve_only_the_links(tmp_path: Path, monkeypatch: pytes
     assert len(calls) <= 4, calls  # root twice (the folder check, the link's), train/, the link
 
 
-runner = CliRunner()
-
-
 @pytest.mark.parametrize("opt_in", [False, True])
 def test_the_cli_refuses_a_link_out_in_one_line_and_follows_it_when_asked(
         opt_in: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,9 +224,13 @@ def test_the_cli_refuses_a_link_out_in_one_line_and_follows_it_when_asked(
         monkeypatch.setenv(FOLLOW_LINKS, "1")
     else:
         monkeypatch.delenv(FOLLOW_LINKS, raising=False)
-    root = imagenet_layout(tmp_path / "data", 2, 1)
+    root = _lazy(LAYOUTS + "imagenet_layout")(tmp_path / "data", 2, 1)
     target = _move_and_link(root / "val" / WNIDS[2], tmp_path / "outside" / WNIDS[2])
-    result = runner.invoke(app, ["eval", "knn", "random", "--arch", "resnet18", "-c", "knn_32px", "--data",
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["eval", "knn", "random", "--arch", "resnet18", "-c", "knn_32px", "--data",
                                  str(root), "--output-dir", str(tmp_path / "out")])
     if opt_in:
         assert result.exit_code == 0, result.output
