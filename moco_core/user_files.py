@@ -192,7 +192,7 @@ def all_within(root: str | os.PathLike[str], paths: Iterable[str | os.PathLike[s
         folder, name = os.path.split(os.fspath(path))
         if folder not in links:
             if _leaves(real_root, os.path.realpath(folder)):
-                _refuse(root, real_root, folder, what, error)
+                _refuse(root, real_root, path, what, error)
             links[folder] = _links_in(folder)
         if name in links[folder] and _leaves(real_root, os.path.realpath(path)):
             _refuse(root, real_root, path, what, error)
@@ -220,8 +220,9 @@ def _refuse(root: str | os.PathLike[str], real_root: str, path: str | os.PathLik
         if ".." not in parts[:depth] and os.path.islink(prefix) and _leaves(real_root, os.path.realpath(prefix)):
             link, target = prefix, os.path.realpath(prefix)
             break
-    raise error(f"{what} {link} is a link to {target}, outside the dataset's root {root}: not read (links out of "
-                f"a dataset are followed with {FOLLOW_LINKS}=1)")
+    named = f"{what} {link}" if link == os.fspath(path) else f"{what} {os.fspath(path)}: {link}"
+    raise error(f"{named} is a link to {target}, outside the dataset's root {root}: not read (links out of a "
+                f"dataset are followed with {FOLLOW_LINKS}=1)")
 
 
 def _size(limit: int) -> str:
