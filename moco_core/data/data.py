@@ -82,9 +82,10 @@ def _images_under(directory: str, seen: set[tuple[int, int]], revisited: list[tu
         for entry in entries:
             if entry.name.startswith("."):
                 continue
-            if entry.is_symlink():
+            folder = _is_dir(entry)
+            if entry.is_symlink() and (folder or is_image_file(entry.name)):  # what is read, never a stray link
                 within(root, entry.path, what="dataset entry", error=DatasetError)
-            if not _is_dir(entry):
+            if not folder:
                 if is_image_file(entry.name):
                     found.append(entry.path)
                 continue
@@ -115,7 +116,7 @@ def _collect(base: Path, root: Path) -> tuple[list[tuple[str, int]], list[str], 
     with os.scandir(base) as listing:
         entries = sorted((e for e in listing if not e.name.startswith(".")), key=lambda e: e.name)
     for entry in entries:
-        if entry.is_symlink():
+        if entry.is_symlink() and (_is_dir(entry) or is_image_file(entry.name)):
             within(root, entry.path, what="dataset entry", error=DatasetError)
     seen, revisited = {_directory_key(str(base))}, []
     folders = []  # the class folders, registered before any is read: a link into another class is not followed

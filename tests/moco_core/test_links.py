@@ -239,3 +239,13 @@ def test_the_cli_refuses_a_link_out_in_one_line_and_follows_it_when_asked(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert f"{root / 'val' / WNIDS[2]} is a link to {target}, outside the dataset's root {root}" in lines[0]
+
+
+def test_a_link_out_that_no_reader_opens_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what is read is judged: a stray README linked out of a class folder is no image and stops nothing."""
+    monkeypatch.delenv(FOLLOW_LINKS, raising=False)
+    root = _lazy(LAYOUTS + "imagenet_layout")(tmp_path / "data", 2, 1)
+    (tmp_path / "notes.txt").write_text("elsewhere\n")
+    (root / "train" / WNIDS[0] / "README").symlink_to(tmp_path / "notes.txt")
+    (root / "train" / "LICENSE").symlink_to(tmp_path / "notes.txt")
+    assert len(scan_images(root, verify=False).classes) == len(WNIDS)
