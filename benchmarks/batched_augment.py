@@ -6,16 +6,18 @@
 For each preset: the two crops (query and key views) of one batch of decoded images, computed
 - ``per-image``: image by image (``tests/moco_core/data/per_image_augment.py``, the equality tests' reference:
   ``roi_align`` on each image alone, each jitter op per image in its order, the flags as ``if``s);
-- ``batched``: ``TensorTwoCrops``, what the tensor pipeline runs (crops by size bucket, per-position colour
-  blends, masked ops, one grouped blur).
+- ``batched``: ``TensorTwoCrops``, what the tensor pipeline runs (one ``roi_align`` per bucket of similar image
+  sizes, the colour jitter as one blend per op position, each flagged op on its samples gathered together, the
+  blur as one grouped convolution per direction).
 Both draw the same parameters from the same seed; the script prints the largest difference between their views.
 
-Figures: the median wall time of ``--repeats`` runs after one untimed run, images/s (images, not views), and the
-pixel ops one batch runs: leaf aten ops (ops that call no other op) with an input of at least one crop's
-``crop x crop`` elements, counted by torch.profiler; on CUDA each is about one kernel launch (the ops on the small
-parameter tensors run on the CPU there). The images are ``--batch`` photograph-like uint8 images (a coarse random
-grid upsampled) of ImageNet's usual sizes (500 x 375, 375 x 500, 500 x 333, ...) scaled to ``--max-side``, made
-once from a fixed seed. ``--max-side 64 --crop 32 --batch 128`` is the ``embedded`` preset's setting on CPU.
+Figures: the median wall time of ``--repeats`` rounds after an untimed one (the two take turns in each round),
+images/s (images, not views), and the pixel ops one batch runs: leaf aten ops (ops that call no other op) with an
+input of at least one crop's ``crop x crop`` elements, counted by torch.profiler; on CUDA each is about one kernel
+launch (the ops on the small parameter tensors run on the CPU there). The images are ``--batch``
+photograph-like uint8 images (a coarse random grid upsampled) of ImageNet's usual sizes (500 x 375, 375 x 500,
+500 x 333, ...) scaled to ``--max-side``, made once from a fixed seed. ``--max-side 64 --crop 32 --batch 128`` is
+the ``embedded`` preset's setting on CPU.
 """
 
 from __future__ import annotations
@@ -69,15 +71,17 @@ def photo_like_images(count: int, max_side: int = 500, seed: int = 0) -> list[to
     return images
 
 
-def seconds(fn: Callable[[], Views], repeats: int) -> tuple[float, Views]:
-    """The median wall time of ``repeats`` calls after an untimed one, and the last result."""
-    out = fn()
-    times = []
+def seconds(fns: dict[str, Callable[[], Views]], repeats: int) -> tuple[dict[str, float], dict[str, Views]]:
+    """Each function's median wall time over ``repeats`` rounds after an untimed one, the functions taking turns in
+    each round (a shared machine's load then weighs on all alike), and each one's last result."""
+    outs = {name: fn() for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            outs[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}, outs
 
 
 def pixel_ops(fn: Callable[[], Views], pixels: int) -> int:
@@ -95,12 +99,12 @@ def measure(cfg: AugmentConfig, images: list[torch.Tensor], repeats: int) -> dic
     def per_image() -> Views:
         return per_image_two_crops(images, cfg, torch.Generator().manual_seed(0))
 
+    fns = {"per_image": per_image, "batched": batched}
+    times, views = seconds(fns, repeats)
     row: dict[str, float] = {}
-    views = {}
-    for name, fn in (("per_image", per_image), ("batched", batched)):
-        row[f"{name}_ms"], views[name] = seconds(fn, repeats)
-        row[f"{name}_ms"] *= 1000
-        row[f"{name}_images_s"] = len(images) / row[f"{name}_ms"] * 1000
+    for name, fn in fns.items():
+        row[f"{name}_ms"] = times[name] * 1000
+        row[f"{name}_images_s"] = len(images) / times[name]
         row[f"{name}_ops"] = pixel_ops(fn, cfg.crop_size**2)
     diffs = torch.cat([(a - b).abs().flatten() for a, b in zip(views["per_image"], views["batched"], strict=True)])
     row["max_abs_diff"] = float(diffs.max())

@@ -1,13 +1,14 @@
 """The tensor augmentation computed one image at a time: the reference the batched pipeline must equal.
 
-:func:`moco_core.data.tensor_augment.apply_params` augments a whole batch in a handful of batched kernels (crops
-by size bucket, per-position colour blends, masked grayscale, solarize and flip, one grouped blur). This module
-applies the same :class:`~moco_core.data.tensor_augment.AugmentParams` image by image, with no batching logic
-at all: each crop is ``roi_align`` on that image alone, each enabled jitter op runs in that image's own order
-with its own factor, and the flags are plain ``if``s. The per-image pixel ops are the product's own
-(``tensor_augment.JITTER_OPS``, ``gaussian_blur``, ``solarize``, ``normalize``), which
-``test_tensor_augment.py`` checks against torchvision and PIL on fixed parameters; what this reference checks
-is everything the batching adds: masks, per-sample factors and orders, buckets and the order of the views.
+:func:`moco_core.data.tensor_augment.apply_params` augments a whole batch in batched kernels (one ``roi_align`` per
+bucket of similar image sizes, one colour blend per jitter position, each flagged op on its samples gathered
+together, one grouped blur convolution per direction). This module applies the same
+:class:`~moco_core.data.tensor_augment.AugmentParams` image by image, with no batching logic at all: each crop is
+``roi_align`` on that image alone, each enabled jitter op runs in that image's own order with its own factor, and
+the flags are plain ``if``s. The per-image pixel ops are the product's own (``tensor_augment.JITTER_OPS``,
+``gaussian_blur``, ``solarize``, ``normalize``), which ``test_tensor_augment.py`` checks against torchvision and
+PIL on fixed parameters; what this reference checks is everything the batching adds: masks, per-sample factors
+and orders, buckets and the order of the views.
 
 Used by ``test_batched_augment.py`` and by ``benchmarks/batched_augment.py`` (the per-image row).
 """
