@@ -246,6 +246,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         for path in done.values():
             record = json.loads((work / path).read_text())
             assert record["smoke"] is True and len(record["history"]) == 45 and record["task"] == "transfer"
+            assert record["transfer"]["solver"]["protocol"] == (
+                "ssl-transfer" if "solver.protocol=ssl-transfer" in command else "converged")
         if "--shots" in command:
             assert all((work / path).with_name("fewshot.result.json").is_file() for path in done.values())
     elif command.startswith(("moco eval linear", "moco eval knn")):
