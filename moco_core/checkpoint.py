@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from moco_core.checkpoint_budget import check_tensors, check_zip
 from moco_core.errors import UserError
 from moco_core.file_sets import fill_synced
 from moco_core.user_files import regular_file
@@ -305,13 +306,15 @@ def load(path: str | Path, *, stand_ins: tuple[tuple[type, str], ...] = ()) -> d
 
     ``stand_ins``: (class, "module.name") pairs: each named global of the pickle is read as that inert class
     instead (moco_core/model/weights/files.py: the ``argparse.Namespace`` that DINO's and MAE's training
-    checkpoints pickle). Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, and for
-    pickles that would need any other object to load.
+    checkpoints pickle). Raises CheckpointError (one line) for missing, truncated or non-checkpoint files, for
+    pickles that would need any other object to load, and for files whose sizes overrun what they hold
+    (:mod:`moco_core.checkpoint_budget`: compressed zip records, expanded tensors), before allocating them.
     """
     path = regular_file(path, what="checkpoint", error=CheckpointError)  # missing, a FIFO, a device, a folder
     plainly = not_a_pickle(path)
     if plainly:
         raise CheckpointError(f"{path}: not a checkpoint: {plainly}")
+    check_zip(path, error=CheckpointError)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch's note on pickle protocols: the error says more
@@ -337,6 +340,7 @@ def load(path: str | Path, *, stand_ins: tuple[tuple[type, str], ...] = ()) -> d
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {first[:200]}") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict, found {type(obj).__name__}")
+    check_tensors(obj, path, error=CheckpointError)
     return obj
 
 

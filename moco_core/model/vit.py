@@ -134,6 +134,12 @@ STANDARD_HEADS = {96: 3, 192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16, 1536: 24}
 VIT_SIZES = {(192, 12): "tiny", (384, 12): "small", (768, 12): "base", (1024, 24): "large", (1280, 32): "huge",
              (1536, 40): "giant"}
 
+# The largest ViT built from a file's dimensions: the standard shapes' with room (DINOv2's ViT-g/14: 40 blocks of
+# width 1536, 37 x 37 patches of its 518-pixel crops, 4 registers; patches of 4 to 32 pixels). Checked before the
+# network is built: one key blocks.99999999.* in a file asked for 10^8 blocks, and the allocation died at 7 GB.
+VIT_LIMITS = {"depth": 48, "embed_dim": 2048, "patch_size": 32, "grid": 64, "reg_tokens": 16}
+MLP_RATIO_LIMIT = 8  # MLP width / embedding width (ViT-g's SwiGLU packs 2 x 4096 for 1536: 5.3)
+
 
 @dataclass(frozen=True)
 class VitSpec:
@@ -162,6 +168,25 @@ class VitSpec:
     @property
     def img_size(self) -> int:
         return self.grid * self.patch_size
+
+    @property
+    def least_parameters(self) -> int:
+        """The values its blocks' matrices hold (q, k, v, the projection, the MLP's two layers): fewer than the
+        network's, so a file holding fewer values cannot fill it."""
+        fc2_in = self.mlp_hidden // 2 if self.swiglu else self.mlp_hidden  # SwiGLU's fc1 packs two halves
+        return self.depth * self.embed_dim * (4 * self.embed_dim + self.mlp_hidden + fc2_in)
+
+    def beyond_limits(self) -> str | None:
+        """What in this shape is past :data:`VIT_LIMITS` (or is no shape at all), in words; None when it fits."""
+        for name, limit in VIT_LIMITS.items():
+            value, least = getattr(self, name), 0 if name == "reg_tokens" else 1
+            if not least <= value <= limit:
+                return f"{name.replace('_', ' ')} {value} (from {least} to {limit}: the largest ViT's with room)"
+        if not 1 <= self.mlp_hidden <= MLP_RATIO_LIMIT * self.embed_dim:
+            return f"an MLP of {self.mlp_hidden} (at most {MLP_RATIO_LIMIT}x the width {self.embed_dim})"
+        if not 1 <= self.num_heads <= self.embed_dim or self.embed_dim % self.num_heads:
+            return f"{self.num_heads} heads (a divisor of the width {self.embed_dim})"
+        return None
 
     @property
     def arch(self) -> str:
@@ -197,7 +222,10 @@ def _mlp_layer(hidden: int, swiglu: bool) -> Any:
 def build_vit_spec(spec: VitSpec, *, num_classes: int = 0) -> nn.Module:
     """timm's VisionTransformer of ``spec`` (class-token features after the last norm, a Linear ``head`` for
     ``num_classes``), weights untouched: the caller loads them. Input crops: ``spec.img_size``, or any multiple of
-    the patch size where ``spec.dynamic``."""
+    the patch size where ``spec.dynamic``; a shape past :data:`VIT_LIMITS` is refused before anything is built."""
+    problem = spec.beyond_limits()
+    if problem is not None:
+        raise UserError(f"a ViT of {problem} is not built")
     timm_vit = _timm()
     model = timm_vit.VisionTransformer(
         img_size=spec.img_size, patch_size=spec.patch_size, embed_dim=spec.embed_dim, depth=spec.depth,

@@ -90,22 +90,33 @@ def resolve_path(source: str | Path) -> Path:
 def find(path: Path) -> Found:
     """The layout ``path`` holds (:class:`Found`), from the first reader that recognises it."""
     content = files.read_file(path)
-    if content.kind == "safetensors":
-        found = hub.read(content)
-    else:
-        obj = content.obj
-        readers = (moco.read, dino.read, dinov2.read, barlow.read, simclr.read, swav.read, mae.read,
-                   lambda o: lightning.read(o, path), plain.read)
-        found = next((f for f in (read(obj) for read in readers) if f is not None), None)  # the first that matches
-        if found is None and isinstance(obj.get("state_dict"), dict) and any(
-                isinstance(k, str) and k.startswith("module.") for k in obj["state_dict"]):
-            raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* (v1/v2) or "
-                                             f"module.base_encoder.* (v3) keys; not a MoCo pretraining checkpoint, "
-                                             f"nor another layout read here")
+    try:
+        found = hub.read(content) if content.kind == "safetensors" else _pickled(content.obj, path)
+    except checkpoint.CheckpointError as err:  # a reader's refusal of what the file holds: the file named
+        raise checkpoint.CheckpointError(str(err) if str(err).startswith(str(path)) else f"{path}: {err}") from None
     if found is None:
         raise checkpoint.CheckpointError(f"{path}: not a weights file of a layout read here (ours, the official "
                                          f"MoCo ones, DINO, DINOv2, SwAV, Barlow Twins, SimCLR, MAE, solo-learn, "
                                          f"lightly, timm, transformers, torchvision); found {_describe(content)}")
+    return found
+
+
+def _pickled(obj: dict[str, Any], path: Path) -> Found | None:
+    """The layout a pickled dict holds: the one method's reader that recognises it, else a library's plain names.
+    A dict two methods' readers recognise is refused: which network it holds would be the order of the readers'."""
+    readers = (moco.read, dino.read, dinov2.read, barlow.read, simclr.read, swav.read, mae.read,
+               lambda o: lightning.read(o, path))
+    matches = [f for f in (read(obj) for read in readers) if f is not None]
+    if len(matches) > 1:
+        raise checkpoint.CheckpointError(f"{path}: holds two layouts, {matches[0].description} and "
+                                         f"{matches[1].description}: which network to read is not clear; save the "
+                                         f"one to evaluate alone")
+    found = matches[0] if matches else plain.read(obj)
+    if found is None and isinstance(obj.get("state_dict"), dict) and any(
+                isinstance(k, str) and k.startswith("module.") for k in obj["state_dict"]):
+        raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* (v1/v2) or "
+                                         f"module.base_encoder.* (v3) keys; not a MoCo pretraining checkpoint, "
+                                         f"nor another layout read here")
     return found
 
 

@@ -89,14 +89,18 @@ def _read_safetensors(path: Path) -> WeightsFile:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise checkpoint.CheckpointError(f"{path}: not a readable safetensors file (truncated or corrupt?): "
                                          f"{first[:200]}") from None
-    beside = {name: _json_beside(path, name) for name in ("config.json", "preprocessor_config.json")}
+    beside = {name: json_beside(path, name) for name in ("config.json", "preprocessor_config.json")}
     return WeightsFile(path, "safetensors", tensors, metadata, beside["config.json"],
                        beside["preprocessor_config.json"])
 
 
-def _json_beside(path: Path, name: str) -> dict[str, Any]:
+def json_beside(path: Path, name: str) -> dict[str, Any]:
+    """The JSON object in the file ``name`` beside ``path``, {} where there is none. One that is there but no
+    regular file (a FIFO, a device, a folder, a dangling link) is refused in one line, as the weights file itself
+    would be (:func:`moco_core.user_files.regular_file`): read, a FIFO waits for ever; skipped, what the weights
+    are said to be would change without a word."""
     other = path.with_name(name)
-    if not other.is_file():
+    if not other.exists() and not other.is_symlink():
         return {}
     found = read_json(other, limit=CONFIG_LIMIT, what=name, error=checkpoint.CheckpointError)
     if not isinstance(found, dict):

@@ -13,6 +13,7 @@ preprocessor's ``image_mean``/``image_std``) where it states one, else the metho
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from moco_core import checkpoint
@@ -46,10 +47,20 @@ def read(weights: WeightsFile) -> Found | None:
         found.method, found.encoder = method, weights.metadata.get(METADATA_ENCODER) or found.encoder
         found.layout, found.description = "moco-convert", f"{found.description} written by moco convert"
         heads = weights.metadata.get(METADATA_HEADS, "")
-        if found.vit is not None and heads.isdigit():
-            found.vit = vit_names.vit_spec(found.state, heads=int(heads), dynamic=method == "dinov2",
-                                           fixed_position=method == "mocov3")
+        if found.vit is not None and heads:
+            found.vit = vit_names.vit_spec(found.state, heads=_heads(heads, found.vit.embed_dim),
+                                           dynamic=method == "dinov2", fixed_position=method == "mocov3")
     return found
+
+
+def _heads(stated: str, width: int) -> int:
+    """The heads ``moco.num_heads`` states: a whole number in ASCII digits up to the width (``str.isdigit`` takes
+    ``²``, which ``int`` refuses, and 5,000 digits are past ``int``'s limit); one line otherwise."""
+    if not re.fullmatch(r"[1-9][0-9]{0,5}", stated) or int(stated) > width:
+        shown = stated[:20] + ("..." if len(stated) > 20 else "")
+        raise checkpoint.CheckpointError(f"its metadata's {METADATA_HEADS} {shown!r} ({len(stated)} characters) is "
+                                         f"no number of heads of a ViT of width {width} (1 to {width})")
+    return int(stated)
 
 
 def _timm(state: dict[str, Any]) -> Found | None:

@@ -17,12 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moco_core import checkpoint
 from moco_core.model.weights import resnet_names, vit_names
-from moco_core.model.weights.files import CONFIG_LIMIT
+from moco_core.model.weights.files import json_beside
 from moco_core.model.weights.formats import CIFAR, IMAGENET
 from moco_core.model.weights.layout import Found, strip
-from moco_core.user_files import read_json
 
 # solo-learn's method names (its --method / cfg.method) that are one of ours
 SOLO_METHODS = {"byol": "byol", "barlow_twins": "barlowtwins", "dino": "dino", "swav": "swav", "mocov3": "mocov3",
@@ -57,9 +55,5 @@ def read(obj: dict[str, Any], path: Path) -> Found | None:
 
 def _solo_method(path: Path) -> str | None:
     """The method solo-learn's ``args.json`` beside the checkpoint names, where it is one of ours."""
-    args = path.with_name("args.json")
-    if not args.is_file():
-        return None
-    found = read_json(args, limit=CONFIG_LIMIT, what="args.json", error=checkpoint.CheckpointError)
-    method = found.get("method") if isinstance(found, dict) else None
+    method = json_beside(path, "args.json").get("method")
     return SOLO_METHODS.get(method) if isinstance(method, str) else None

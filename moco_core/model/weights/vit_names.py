@@ -23,15 +23,47 @@ import torch
 from moco_core import checkpoint
 from moco_core.model.vit import STANDARD_HEADS, VitSpec, named_shape
 
-_CHUNKED = re.compile(r"blocks\.(\d+)\.(\d+)\.(.+)")
+_CHUNKED = re.compile(r"blocks\.([0-9]+)\.([0-9]+)\.(.+)")
 
 
 def is_timm_vit(state: dict[str, torch.Tensor]) -> bool:
     return "patch_embed.proj.weight" in state and "pos_embed" in state and "cls_token" in state
 
 
+_BLOCK_NUMBER = re.compile(r"0|[1-9][0-9]{0,8}")  # ASCII digits (re's \d takes any script's), no leading zeros
+
+
 def depth_of(state: dict[str, torch.Tensor]) -> int:
-    return 1 + max((int(k.split(".")[1]) for k in state if k.startswith("blocks.")), default=-1)
+    """The number of blocks of timm-named ``state``, read from its keys ``blocks.N.*``: N numbered 0 to depth - 1
+    in a row, each block with the same names under it as block 0. Anything else is refused before a network is
+    built of it (one extra key ``blocks.99999999.norm1.weight`` asked for 10^8 blocks); shapes that differ are
+    the strict load's to name."""
+    blocks: dict[int, set[str]] = {}
+    for key in state:
+        if not key.startswith("blocks."):
+            continue
+        number, _, rest = key[len("blocks."):].partition(".")
+        if not _BLOCK_NUMBER.fullmatch(number) or not rest:
+            raise checkpoint.CheckpointError(f"key {key[:80]!r}: {number[:20]!r} is no block number (0, 1, 2...)")
+        blocks.setdefault(int(number), set()).add(rest)
+    depth = len(blocks)
+    if set(blocks) != set(range(depth)):
+        gap = next(n for n in range(depth) if n not in blocks)
+        raise checkpoint.CheckpointError(f"its {depth} blocks are numbered {_numbers(sorted(blocks))}, not 0 to "
+                                         f"{depth - 1} in a row (block {gap} is missing)")
+    first = blocks.get(0, set())
+    for n, names in sorted(blocks.items()):
+        if names != first:
+            lacks, more = sorted(first - names), sorted(names - first)
+            said = f"lacks blocks.{n}.{lacks[0]}" if lacks else f"has blocks.{n}.{more[0]}, which block 0 has not"
+            raise checkpoint.CheckpointError(f"block {n} {said} ({len(lacks) + len(more)} names differ): every block "
+                                             f"of a ViT has the same tensors")
+    return depth
+
+
+def _numbers(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:4]))
+    return shown + (f", ... {numbers[-1]}" if len(numbers) > 4 else "")
 
 
 def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_eps: float = 1e-6,
@@ -50,15 +82,23 @@ def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_e
     fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
     # SwiGLU (DINOv2's ViT-g): fc1 packs the two halves, so it is twice as wide as what fc2 takes
     swiglu = fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]
-    heads = heads or STANDARD_HEADS.get(width)
-    if heads is None or width % heads:
+    if heads is None and width not in STANDARD_HEADS:
         raise checkpoint.CheckpointError(f"a ViT of width {width}: its number of heads is not in the weights and "
                                          f"no standard ViT has that width ({sorted(STANDARD_HEADS)})")
-    return VitSpec(patch_size=patch, embed_dim=width, depth=depth, num_heads=heads, grid=grid,
-                   mlp_hidden=fc1.shape[0] if fc1 is not None else 4 * width, swiglu=swiglu,
+    spec = VitSpec(patch_size=patch, embed_dim=width, depth=depth, num_heads=heads or STANDARD_HEADS[width],
+                   grid=grid, mlp_hidden=fc1.shape[0] if fc1 is not None else 4 * width, swiglu=swiglu,
                    qkv_bias="blocks.0.attn.qkv.bias" in state, layer_scale="blocks.0.ls1.gamma" in state,
                    reg_tokens=reg, no_embed_class=no_embed_class, norm_eps=norm_eps, dynamic=dynamic,
                    fixed_position=fixed_position)
+    problem = spec.beyond_limits()
+    if problem is not None:
+        raise checkpoint.CheckpointError(f"its ViT has {problem}; not built")
+    held = sum(t.numel() for t in state.values())
+    if spec.least_parameters > held:
+        raise checkpoint.CheckpointError(f"its ViT ({depth} blocks of width {width}, an MLP of {spec.mlp_hidden}) "
+                                         f"needs at least {spec.least_parameters} weights, and its tensors hold "
+                                         f"{held}: not built")
+    return spec
 
 
 def mocov3_heads(state: dict[str, torch.Tensor]) -> int | None:
@@ -72,13 +112,15 @@ def from_dinov2(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """DINOv2's backbone names to timm's (see the module docstring); ``mask_token`` left out. SwiGLU's ``w12`` and
     ``w3`` become timm's GluMlp ``fc1`` and ``fc2`` (:func:`vit_spec` tells it by fc1's width)."""
     out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        chunked = _CHUNKED.fullmatch(key)
-        if chunked:
-            key = f"blocks.{chunked.group(2)}.{chunked.group(3)}"
+    for given, value in state.items():
+        chunked = _CHUNKED.fullmatch(given)
+        key = f"blocks.{chunked.group(2)}.{chunked.group(3)}" if chunked else given
         if key == "mask_token":
             continue
         key = key.replace(".mlp.w12.", ".mlp.fc1.").replace(".mlp.w3.", ".mlp.fc2.")
+        if key in out:  # the same block in two chunks, or chunked and not: which one is the network's?
+            raise checkpoint.CheckpointError(f"{given!r} and another key are both {key!r}: a block is in two "
+                                             f"chunks (blocks.C.N: each block N in one chunk C)")
         out[key] = value
     if "register_tokens" in out:  # cls, registers, patches; the position embedding of the cls and the patches
         pos = out.pop("pos_embed")
