@@ -94,6 +94,10 @@ def find(path: Path) -> Found:
         found = hub.read(content) if content.kind == "safetensors" else _pickled(content.obj, path)
     except checkpoint.CheckpointError as err:  # a reader's refusal of what the file holds: the file named
         raise checkpoint.CheckpointError(str(err) if str(err).startswith(str(path)) else f"{path}: {err}") from None
+    except (IndexError, RuntimeError, ValueError, TypeError) as err:  # tensors of shapes no file of its layout has
+        first = " ".join(str(err).split())[:200] or type(err).__name__
+        raise checkpoint.CheckpointError(f"{path}: its tensors do not have the shapes of the layout its names say "
+                                         f"({type(err).__name__}: {first})") from None
     if found is None:
         raise checkpoint.CheckpointError(f"{path}: not a weights file of a layout read here (ours, the official "
                                          f"MoCo ones, DINO, DINOv2, SwAV, Barlow Twins, SimCLR, MAE, solo-learn, "

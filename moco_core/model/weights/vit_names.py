@@ -66,10 +66,18 @@ def _numbers(numbers: list[int]) -> str:
     return shown + (f", ... {numbers[-1]}" if len(numbers) > 4 else "")
 
 
+_DIMS = {"patch_embed.proj.weight": 4, "pos_embed": 3, "reg_token": 3, "blocks.0.mlp.fc1.weight": 2,
+         "blocks.0.mlp.fc2.weight": 2}
+
+
 def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_eps: float = 1e-6,
              dynamic: bool = False, fixed_position: bool = False) -> VitSpec:
     """The shape of a timm-named ViT from its tensors; ``heads`` (not in the weights) defaults to the standard
     shape's of that width (:data:`moco_core.model.vit.STANDARD_HEADS`)."""
+    for key, dims in _DIMS.items():  # the shapes read below, with the number of dimensions they are read from
+        if key in state and state[key].dim() != dims:
+            raise checkpoint.CheckpointError(f"its {key} has shape {list(state[key].shape)}: a ViT's has {dims} "
+                                             f"dimensions")
     proj, pos = state["patch_embed.proj.weight"], state["pos_embed"]
     width, patch, depth = proj.shape[0], proj.shape[-1], depth_of(state)
     reg = state["reg_token"].shape[1] if "reg_token" in state else 0
@@ -104,6 +112,8 @@ def vit_spec(state: dict[str, torch.Tensor], *, heads: int | None = None, norm_e
 def mocov3_heads(state: dict[str, torch.Tensor]) -> int | None:
     """MoCo v3's heads for its ViT shapes (ViT-S: 12, not the standard 6), by patch, width and depth."""
     proj = state["patch_embed.proj.weight"]
+    if proj.dim() != _DIMS["patch_embed.proj.weight"]:
+        return None  # vit_spec names it
     named = named_shape(proj.shape[-1], proj.shape[0], depth_of(state))
     return named[1].num_heads if named is not None else None
 
