@@ -12,7 +12,7 @@ import torch
 
 from classification.linear import subset_checks
 from classification.splits import SMALL_PRESETS, LinearDataConfig, dataset_record, load_splits
-from moco_core.config import load_config, require, run_checks
+from moco_core.config import divisor_check, load_config, require, run_checks
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.weights.formats import format_checks
@@ -50,6 +50,7 @@ def load_knn_config(config: str | None, overrides: list[str], flags: dict[str, A
     require([
         (cfg.k >= 1, "k", f"must be >= 1, got {cfg.k}"),
         (0 < cfg.temperature < math.inf, "temperature", f"must be finite and > 0, got {cfg.temperature}"),
+        divisor_check("temperature", cfg.temperature),
         (cfg.batch_size >= 1, "batch_size", f"must be >= 1, got {cfg.batch_size}"),
         (d.path is not None, "data.path", "not set: pass --data DIR (with train/ and val/) or --data embedded"),
         (8 <= d.crop_size <= d.resize, "data.crop_size", f"need 8 <= crop_size <= resize, got {d.crop_size} and "

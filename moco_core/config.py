@@ -24,7 +24,7 @@ import yaml
 
 from moco_core import smoke
 from moco_core.errors import UserError, show
-from moco_core.user_files import CONFIG_LIMIT, read_text, regular_file
+from moco_core.user_files import CONFIG_LIMIT, int_problem, read_text, regular_file
 
 logger = logging.getLogger("moco.config")
 
@@ -223,9 +223,11 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {show(value)}")
         return value
-    if annotation is int:
+    if annotation is int:  # a count, a seed or a size: records hold it, so it fits what the report reads
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer, got {show(value)}")
+        if int_problem(value) is not None:
+            raise ConfigError(f"{key}: {int_problem(value)}")
         return value
     if annotation is float:
         if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):
@@ -347,6 +349,8 @@ def load_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a config") from None
+    except ValueError as err:  # a number past Python's 4,300 digits, an impossible date: PyYAML's int() or date()
+        raise ConfigError(f"{where}: a value YAML cannot convert ({str(err).split(':')[0]})") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -625,9 +629,31 @@ def seed_problem(seed: int) -> str | None:
 
 Check = tuple[bool, str, "str | None"]  # (holds, "section.key", what is wrong when it does not)
 
+# float32's smallest normal number and its largest: a divisor outside them (a double's 1e-50 is 0 in float32, 1e-39
+# is subnormal and its reciprocal overflows) makes the quotient inf or NaN, a traceback or a score at chance.
+FLOAT32_TINY = 2.0 ** -126
+FLOAT32_MAX = (2 - 2.0 ** -23) * 2.0 ** 127
+
+
+def divisor_check(key: str, values: float | tuple[float, ...]) -> Check:
+    """A temperature or a std, each of which divides float32 tensors: every value must be one float32 holds as a
+    normal number. Listed after the key's own check (> 0, finite), whose message stays the first said."""
+    bad = next((v for v in (values if isinstance(values, tuple) else (values,))
+                if not FLOAT32_TINY <= v <= FLOAT32_MAX), None)
+    return (bad is None, key, f"{bad} divides float32 tensors, where it is 0, subnormal or infinite: need values "
+            f"in [{FLOAT32_TINY:.3g}, {FLOAT32_MAX:.3g}]")
+
 
 # run.loggers: each mirrors metrics.jsonl (moco_core/run/loggers.py); the package it needs, named as its extra too.
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def extra_problem(what: str, module: str, extra: str, pip_name: str | None = None) -> str | None:
+    """Why ``what`` cannot run here: ``module``, of the optional extra ``extra``, is not installed (checked when
+    the config is read, not when the run has trained for hours and imports it to test); None when it is."""
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return f"{what} needs {module}: pip install 'moco[{extra}]' (or pip install {pip_name or module})"
 
 
 def loggers_problem(names: tuple[str, ...]) -> str | None:
@@ -672,6 +698,7 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         *run_checks(r.device, r.seed, r.loggers),
         (0.0 <= m.momentum <= 1.0, "model.momentum", f"must be in [0, 1], got {m.momentum}"),
         (0 < m.temperature < math.inf, "model.temperature", f"must be finite and > 0, got {m.temperature}"),
+        divisor_check("model.temperature", m.temperature),
         (m.bn_groups >= 1, "model.bn_groups", f"must be >= 1, got {m.bn_groups}"),
         (0.0 <= m.bank_momentum <= 1.0, "model.bank_momentum", f"must be in [0, 1], got {m.bank_momentum}"),
         (0 < o.lr < math.inf, "optim.lr", f"must be finite and > 0, got {o.lr}"),
@@ -697,6 +724,8 @@ def validate_pretrain(cfg: PretrainConfig) -> None:
         (r.knn_every >= 0, "run.knn_every", f"must be >= 0, got {r.knn_every}"),
         (r.knn_every == 0 or d.knn_path is not None, "data.knn_path", "not set, but run.knn_every asks for the "
          "kNN monitor: give a labelled root with train/ and val/ (or embedded)"),
+        (all(math.isfinite(v) for v in a.mean), "augment.mean", f"must be finite, got {list(a.mean)}"),
+        divisor_check("augment.std", a.std),
         (min(a.color_jitter) >= 0 and a.color_jitter[3] <= 0.5, "augment.color_jitter",
          f"need values >= 0 and hue <= 0.5, got {list(a.color_jitter)}"),
     ]
@@ -731,11 +760,11 @@ def mocov3_checks(cfg: PretrainConfig) -> list[Check]:
     return [
         (not unused, f"model.{unused[0][0] if unused else ''}", f"not used by method mocov3 ({unused[0][1]})"
          if unused else None),
-        (not vit or importlib.util.find_spec("timm") is not None, "model.arch",
-         f"{m.arch} needs timm: pip install 'moco[vit]' (or pip install timm)"),
+        (not vit or extra_problem(m.arch, "timm", "vit") is None, "model.arch", extra_problem(m.arch, "timm", "vit")),
         (1 <= v.dim <= 65536, "v3.dim", f"must be in [1, 65536] (official: 256), got {v.dim}"),
         (1 <= v.mlp_dim <= 65536, "v3.mlp_dim", f"must be in [1, 65536] (official: 4096), got {v.mlp_dim}"),
         (0 < v.temperature < math.inf, "v3.temperature", f"must be finite and > 0, got {v.temperature}"),
+        divisor_check("v3.temperature", v.temperature),
         (0.0 <= v.momentum <= 1.0, "v3.momentum", f"must be in [0, 1], got {v.momentum}"),
         (vit or not v.stop_grad_conv1, "v3.stop_grad_conv1", f"freezes a ViT's patch projection; {m.arch} has none"),
         (0 <= o.warmup_epochs < o.epochs, "optim.warmup_epochs", f"must be in [0, optim.epochs) (a warm-up as long "

@@ -41,6 +41,17 @@ RECORD_LIMIT = 64 * MiB
 CONFIG_LIMIT = 16 * MiB  # a YAML config (the presets are a few KiB; expanding aliases is bounded apart)
 INT_BITS = 64  # an integer literal must fit a signed 64-bit integer (torch.long, numpy.int64)
 FOLLOW_LINKS = "MOCO_FOLLOW_LINKS"  # "1": links in a dataset are followed out of its root (README, "Pretraining")
+INT_LIMIT = 1 << (INT_BITS - 1)  # such an integer is in [-INT_LIMIT, INT_LIMIT)
+
+
+def int_problem(value: int) -> str | None:
+    """Why ``value`` is not an integer of at most :data:`INT_BITS` bits (the bound every record is read with, so a
+    config, a list or a record holding it is refused where it enters, not when the report reads what a run wrote),
+    or None."""
+    if -INT_LIMIT <= value < INT_LIMIT:
+        return None
+    shown = str(value) if value.bit_length() < 256 else f"an integer of {value.bit_length()} bits"
+    return f"{shown} is beyond {INT_BITS} bits (at most {INT_LIMIT - 1})"
 
 
 def regular_file(path: str | os.PathLike[str], *, what: str = "file", error: type[UserError] = UserError) -> Path:
@@ -96,7 +107,7 @@ def _parse_int(text: str) -> int:
     if len(text.lstrip("-")) > 20:
         raise _NumberError(f"integer {text[:24]}... ({len(text)} characters) beyond {INT_BITS} bits")
     value = int(text)
-    if not -(1 << (INT_BITS - 1)) <= value < 1 << (INT_BITS - 1):
+    if int_problem(value) is not None:
         raise _NumberError(f"integer {text} beyond {INT_BITS} bits")
     return value
 

@@ -15,7 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, replace, require, run_checks
+from moco_core.config import (
+    ARCHS,
+    SCHEDULES,
+    Check,
+    ConfigError,
+    divisor_check,
+    extra_problem,
+    load_config,
+    replace,
+    require,
+    run_checks,
+)
 from moco_core.model.weights.formats import format_checks
 
 TASKS = ("voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
@@ -29,6 +40,9 @@ DEFAULT_PRESETS = {"voc": "voc_R50_C4_24k", "coco": "coco_R50_C4_1x", "keypoints
 DENSEPOSE_NEEDED = ("dense pose needs detectron2's DensePose project (projects/DensePose; torchvision has no dense "
                     "pose): install detectron2 from its source, then pip install --no-build-isolation -e "
                     "detectron2/projects/DensePose, and use --engine detectron2")
+# The packages a task's evaluator imports at test time beyond the base install: (module, pip extra, its pip name).
+# Checked with the config (validate_transfer), for every engine: the schedule is hours of GPUs before the test.
+TASK_EXTRAS = {"lvis": ("lvis", "lvis", "lvis"), "cityscapes": ("cityscapesscripts", "cityscapes", "cityscapesScripts")}
 _VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
 
 
@@ -190,10 +204,11 @@ def input_statistics(cfg: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(i.mean), tuple(i.std)
 
 
-def input_checks(mean: tuple[float, ...] | None, std: tuple[float, ...] | None) -> list[tuple[bool, str, str]]:
+def input_checks(mean: tuple[float, ...] | None, std: tuple[float, ...] | None) -> list[Check]:
     return [(mean is None or all(math.isfinite(v) for v in mean), "input.mean", "must be finite numbers or null"),
             (std is None or all(math.isfinite(v) and v > 0 for v in std), "input.std",
-             "must be positive numbers or null")]
+             "must be positive numbers or null"),
+            divisor_check("input.std", tuple(std or ()))]
 
 
 def model_name(cfg: TransferConfig, arch: str) -> str:
@@ -229,7 +244,9 @@ def validate_transfer(cfg: TransferConfig) -> TransferConfig:
 
     d, i, s, r = cfg.detector, cfg.input, cfg.solver, cfg.run
     names = (*cfg.data.train, cfg.data.test)
+    missing = extra_problem(f"the {cfg.task} evaluation", *TASK_EXTRAS[cfg.task]) if cfg.task in TASK_EXTRAS else None
     checks = [
+        (missing is None, "task", missing),
         (cfg.engine in ENGINES, "engine", f"expected one of {list(ENGINES)}, got {cfg.engine!r}"),
         (d.arch is None or d.arch in ARCHS, "detector.arch", f"expected one of {list(ARCHS)} or null, got {d.arch!r}"),
         (len(d.anchor_sizes) >= 1 and min(d.anchor_sizes) > 0, "detector.anchor_sizes", "need positive sizes"),

@@ -19,6 +19,21 @@ import numpy as np
 import torch
 
 from classification.frozen import logreg
+from moco_core.config import Check
+
+# Draws of each k: ssl-transfer and the papers make 5 to 10, each a whole sweep of the L2 strengths (45 fits); a
+# bound keeps a mistyped count from a run that never ends.
+MAX_TRIES = 100
+
+
+def fewshot_checks(shots: tuple[int, ...], tries: int, seed: int) -> list[Check]:
+    """The checks of a few-shot section (``moco eval linear --shots``, ``moco eval transfer --shots``)."""
+    return [(all(k >= 1 for k in shots), "fewshot.shots", f"must be >= 1, got {list(shots)}"),
+            (len(set(shots)) == len(shots), "fewshot.shots", "names a value twice"),
+            (tries >= 1, "fewshot.tries", f"must be >= 1, got {tries}"),
+            (tries <= MAX_TRIES, "fewshot.tries", f"must be at most {MAX_TRIES} (each try is a whole sweep of the L2 "
+             f"strengths; the papers make 5 to 10), got {tries}"),
+            (seed >= 0, "fewshot.seed", f"must be >= 0, got {seed}")]
 
 
 def shot_seed(seed: int, shots: int, attempt: int) -> int:

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.heads import DINOV2_LRS
 from classification.frozen.logreg import LAMBDAS
 from classification.frozen.taps import RESNET_TAPS, VIT_TAPS
 from classification.linear import subset_checks
 from classification.robustness import SETS
 from classification.splits import LinearDataConfig
-from moco_core.config import load_config, require, run_checks
+from moco_core.config import divisor_check, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 
 
@@ -143,12 +144,10 @@ def validate_grid(cfg: GridConfig) -> GridConfig:
         (len(set(cfg.robustness.sets)) == len(cfg.robustness.sets), "robustness.sets", "names a set twice"),
         (all(n in SETS for n in cfg.robustness.sets), "robustness.sets", f"known sets: {', '.join(SETS)}"),
         (cfg.run.log_every >= 1, "run.log_every", f"must be >= 1, got {cfg.run.log_every}"),
-        (all(k >= 1 for k in cfg.fewshot.shots), "fewshot.shots", f"must be >= 1, got {list(cfg.fewshot.shots)}"),
-        (len(set(cfg.fewshot.shots)) == len(cfg.fewshot.shots), "fewshot.shots", "names a value twice"),
-        (cfg.fewshot.tries >= 1, "fewshot.tries", f"must be >= 1, got {cfg.fewshot.tries}"),
-        (cfg.fewshot.seed >= 0, "fewshot.seed", f"must be >= 0, got {cfg.fewshot.seed}"),
+        *fewshot_checks(cfg.fewshot.shots, cfg.fewshot.tries, cfg.fewshot.seed),
         (cfg.fewshot.knn_k >= 1, "fewshot.knn_k", f"must be >= 1, got {cfg.fewshot.knn_k}"),
         (0 < cfg.fewshot.knn_temperature < math.inf, "fewshot.knn_temperature", "must be finite and > 0"),
+        divisor_check("fewshot.knn_temperature", cfg.fewshot.knn_temperature),
         (cfg.fewshot.max_iter >= 1, "fewshot.max_iter", f"must be >= 1, got {cfg.fewshot.max_iter}"),
         (bool(cfg.fewshot.lambdas) and all(0 < v < math.inf for v in cfg.fewshot.lambdas), "fewshot.lambdas",
          "must be finite values > 0, at least one"),

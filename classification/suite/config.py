@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from classification.frozen import ssl_transfer
+from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.logreg import PRECISIONS, SOLVERS
-from moco_core.config import ConfigError, did_you_mean, load_config, require, run_checks
+from moco_core.config import ConfigError, did_you_mean, extra_problem, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 
 
@@ -132,6 +133,8 @@ def load_suite_config(config: str | None, overrides: list[str],
         (s.protocol != ssl_transfer.NAME or ssl_transfer.available() is None, "solver.protocol",
          str(ssl_transfer.available())),
         (s.name in SOLVERS, "solver.name", f"{s.name!r}: expected one of {', '.join(SOLVERS)}"),
+        (s.name != "sklearn" or extra_problem("solver sklearn", "sklearn", "sklearn", "scikit-learn") is None,
+         "solver.name", extra_problem("solver sklearn", "sklearn", "sklearn", "scikit-learn")),
         (s.precision is None or s.precision in PRECISIONS, "solver.precision",
          f"{s.precision!r}: expected one of {', '.join(PRECISIONS)}"),
         (s.max_iter is None or s.max_iter >= 1, "solver.max_iter", f"must be >= 1, got {s.max_iter}"),
@@ -139,9 +142,7 @@ def load_suite_config(config: str | None, overrides: list[str],
         (0 < s.lambda_min <= s.lambda_max < math.inf, "solver.lambda_min",
          f"need 0 < lambda_min <= lambda_max, got {s.lambda_min} and {s.lambda_max}"),
         (s.lambdas >= 1, "solver.lambdas", f"must be >= 1, got {s.lambdas}"),
-        (all(n >= 1 for n in k.shots), "fewshot.shots", f"must be >= 1, got {list(k.shots)}"),
-        (k.tries >= 1, "fewshot.tries", f"must be >= 1, got {k.tries}"),
-        (k.seed >= 0, "fewshot.seed", f"must be >= 0, got {k.seed}"),
+        *fewshot_checks(k.shots, k.tries, k.seed),
         *run_checks(cfg.run.device, cfg.run.seed),
         *format_checks(cfg.run.weights_format),
     ])

@@ -1,0 +1,117 @@
+"""Numbers, degenerate data and optional packages checked where they enter, through the CLI (issue 55, classes 2,
+3 and 7): each case ends in one ``error:`` line before any work, where it used to run and break later (a record the
+report refuses, a run that never ends, a traceback at the end of the schedule, a score at chance)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from moco_core.user_files import INT_BITS, parse_json
+
+runner = CliRunner()
+BIG = "9" * 23  # 23 digits: past 64 bits
+GRID = ["eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_grid_embedded"]
+LINEAR = ["eval", "linear", "random", "--arch", "resnet18", "--data", "embedded"]
+SUITE = ["eval", "transfer", "random", "--arch", "resnet18", "--data", "embedded"]
+KNN = ["eval", "knn", "random", "--arch", "resnet18", "--data", "embedded"]
+
+
+def one_line(args: list[str], expected: str) -> None:
+    """``moco ARGS`` ends in exactly one line, ``error: EXPECTED...``, with exit code 2 and no traceback."""
+    done = runner.invoke(app, args)
+    shown = f"moco {' '.join(args)[:200]}\n{done.output[-1500:]}"
+    assert done.exit_code == 2 and "Traceback" not in done.output, shown
+    assert done.output.startswith(f"error: {expected}") and done.output.count("\n") == 1, shown
+
+
+# (arguments, the start of the one line): checked with --print-config, which validates the config it prints
+NUMBERS = [
+    ([*GRID, "--shots", BIG], f"fewshot.shots[0]: {BIG} is beyond 64 bits"),
+    ([*GRID, "--shots", f"1,{BIG}"], f"fewshot.shots[1]: {BIG} is beyond 64 bits"),
+    ([*GRID, "--set", f"select.seed={BIG}"], f"select.seed: {BIG} is beyond 64 bits"),
+    ([*GRID, "--shots", "1", "--set", f"fewshot.seed={BIG}"], f"fewshot.seed: {BIG} is beyond 64 bits"),
+    ([*LINEAR, "--labels", "10%", "--set", f"data.subset_seed={BIG}"], f"data.subset_seed: {BIG} is beyond"),
+    ([*KNN, "--labels", "10%", "--set", f"data.subset_seed={BIG}"], f"data.subset_seed: {BIG} is beyond"),
+    ([*SUITE, "--set", f"data.split_seed={BIG}"], f"data.split_seed: {BIG} is beyond 64 bits"),
+    ([*SUITE, "--shots", BIG], f"fewshot.shots[0]: {BIG} is beyond 64 bits"),
+    ([*KNN, "--batch-size", BIG], f"batch_size: {BIG} is beyond 64 bits"),
+    (["pretrain", "-c", "embedded", "--set", f"optim.batch_size={BIG * 20}"],
+     f"optim.batch_size: an integer of {int(BIG * 20).bit_length()} bits is beyond 64 bits"),
+    (["pretrain", "-c", "embedded", "--set", f"run.seed={'9' * 5000}"],
+     "override 'run.seed=999"),  # past Python's 4,300 digits: PyYAML's int() refused it with a traceback
+    ([*GRID, "--shots", "1", "--tries", "101"], "fewshot.tries: must be at most 100"),
+    ([*GRID, "--shots", "1", "--tries", BIG], f"fewshot.tries: {BIG} is beyond 64 bits"),
+    ([*SUITE, "--shots", "1", "--tries", "1000000"], "fewshot.tries: must be at most 100"),
+    # divisors, checked in float32, the precision they divide in: a double's 1e-50 is 0 there, 1e-39 subnormal
+    (["pretrain", "-c", "embedded", "--set", "augment.std=[0.2,1e-50,0.2]"], "augment.std: 1e-50 divides float32"),
+    (["pretrain", "-c", "embedded", "--set", "augment.std=[0.2,0.2,1e-39]"], "augment.std: 1e-39 divides float32"),
+    (["pretrain", "-c", "embedded", "--set", "model.temperature=1e-50"], "model.temperature: 1e-50 divides"),
+    (["pretrain", "-c", "mocov3_embedded", "--set", "v3.temperature=1e-50"],
+     "v3.temperature: 1e-50 divides float32"),
+    (["eval", "voc", "random", "--arch", "resnet18", "--data", "embedded", "--set", "input.std=[1e-50,1,1]"],
+     "input.std: 1e-50 divides float32"),
+    (["eval", "semseg", "random", "--arch", "resnet18", "--data", "embedded", "--set", "input.std=[1,1,1e-45]"],
+     "input.std: 1e-45 divides float32"),
+    ([*KNN, "--temperature", "1e-50"], "temperature: 1e-50 divides float32"),
+    ([*KNN, "--temperature", "1e39"], "temperature: 1e+39 divides float32"),
+    ([*GRID, "--shots", "1", "--set", "fewshot.knn_temperature=1e-50"], "fewshot.knn_temperature: 1e-50 divides"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), NUMBERS, ids=[" ".join(a[-2:])[:40] for a, _ in NUMBERS])
+def test_numbers_are_checked_when_the_config_is_read(args: list[str], expected: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    one_line([*args, "--print-config"], expected)
+
+
+def test_the_config_takes_what_the_report_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bound: the largest seed a config takes is the largest integer a record is read with, and one more is
+    refused by both."""
+    monkeypatch.chdir(tmp_path)
+    largest = 2 ** (INT_BITS - 1) - 1
+    assert parse_json(str(largest)) == largest
+    done = runner.invoke(app, [*GRID, "--set", f"select.seed={largest}", "--print-config"])
+    assert done.exit_code == 0 and f"seed: {largest}" in done.output, done.output
+    with pytest.raises(Exception, match="beyond 64 bits"):
+        parse_json(str(largest + 1))
+    one_line([*GRID, "--set", f"select.seed={largest + 1}", "--print-config"], f"select.seed: {largest + 1} is")
+
+
+# (command, the module blocked, the start of the one line): an evaluator's package missing, for every engine
+EXTRAS = [
+    (["eval", "lvis", "random", "--arch", "resnet18", "--data", "embedded", "--engine", "torchvision"], "lvis",
+     "task: the lvis evaluation needs lvis: pip install 'moco[lvis]'"),
+    (["eval", "lvis", "random", "--arch", "resnet18", "--data", "embedded", "--engine", "detectron2"], "lvis",
+     "task: the lvis evaluation needs lvis: pip install 'moco[lvis]'"),
+    (["eval", "cityscapes", "random", "--arch", "resnet18", "--data", "embedded", "--engine", "torchvision"],
+     "cityscapesscripts", "task: the cityscapes evaluation needs cityscapesscripts: pip install 'moco[cityscapes]'"),
+    (["eval", "cityscapes", "random", "--arch", "resnet18", "--data", "embedded", "--engine", "auto"],
+     "cityscapesscripts", "task: the cityscapes evaluation needs cityscapesscripts: pip install 'moco[cityscapes]'"),
+    ([*SUITE, "--solver", "sklearn"], "sklearn", "solver.name: solver sklearn needs sklearn: pip install "
+     "'moco[sklearn]' (or pip install scikit-learn)"),
+]
+
+
+@pytest.mark.parametrize(("args", "module", "expected"), EXTRAS, ids=[f"{a[1]}-{a[-1]}" for a, _, _ in EXTRAS])
+def test_missing_extras_are_said_before_the_work(args: list[str], module: str, expected: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package is blocked in this process (``sys.modules[name] = None``: its import raises ImportError, as
+    where it is not installed); the run functions are stubs that record a call, so that reaching them (the old
+    behaviour: the whole schedule, then an ImportError traceback at test time) fails the test at once."""
+    import classification.suite.run
+    import transfer.run
+
+    calls: list[str] = []
+    monkeypatch.setattr(transfer.run, "evaluate", lambda *a, **k: calls.append("transfer"))
+    monkeypatch.setattr(classification.suite.run, "run_suite", lambda *a, **k: calls.append("suite"))
+    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.chdir(tmp_path)
+    one_line(args, expected)
+    one_line([*args, "--print-config"], expected)
+    assert calls == []
