@@ -251,6 +251,7 @@ def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")
+    require_batch_statistics(model, len(splits.train), cfg.optim.batch_size, cfg.data)
     if world > 1:  # BN statistics over the whole batch, as the paper's fine-tuning (SyncBN)
         model = sync_batchnorm_for(nn.SyncBatchNorm.convert_sync_batchnorm(model), device)
     model = model.to(device)
@@ -274,6 +275,21 @@ def _set_up(cfg: FinetuneConfig, pretrained: str, device: torch.device, failures
     if note and distributed.is_main():
         print(note, file=sys.stderr)
     return _Setup(model, trained, info, optimizer, sampler, train_loader, val_loader, splits, layout)
+
+
+def require_batch_statistics(model: nn.Module, images: int, batch_size: int, data: LinearDataConfig) -> None:
+    """Fine-tuning trains BatchNorm in train mode, which normalises by the batch's own statistics: a batch of one
+    image has none (PyTorch's "Expected more than 1 value per channel" ValueError at the first step, after the
+    set-up). The smallest batch is min(images, batch size), drop_last leaving out a short last one, so both must
+    be 2 or more; said in one line before training. A network without BatchNorm (a ViT) trains on one image."""
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return
+    why = "fine-tuning trains BatchNorm on each batch's statistics, which needs at least 2 images a batch"
+    if batch_size < 2:
+        raise ConfigError(f"optim.batch_size: {why}; got {batch_size}")
+    if images < 2:
+        key = "data.subset" if data.subset else "data.labels" if data.labels else "data.path"
+        raise ConfigError(f"{key}: {why}; the training images are {images}: give at least 2")
 
 
 def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_progress: bool | str,

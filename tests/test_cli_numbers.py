@@ -115,3 +115,62 @@ def test_missing_extras_are_said_before_the_work(args: list[str], module: str, e
     one_line(args, expected)
     one_line([*args, "--print-config"], expected)
     assert calls == []
+
+
+def last_line(args: list[str], expected: str) -> None:
+    """``moco ARGS`` ends in one ``error: EXPECTED...`` line, the last (notes and warnings may come before), exit
+    code 2, no traceback."""
+    done = runner.invoke(app, args)
+    shown = f"moco {' '.join(args)[:200]}\n{done.output[-1500:]}"
+    errors = [line for line in done.output.splitlines() if line.startswith("error: ")]
+    assert done.exit_code == 2 and "Traceback" not in done.output and len(errors) == 1, shown
+    assert done.output.splitlines()[-1].startswith(f"error: {expected}"), shown
+
+
+@pytest.fixture(scope="module")
+def few_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ImageNet-layout folder (4 classes, 2 train images each, one val), a subset file naming one train image,
+    and a one-class folder of 2 train images (``--labels 1%`` of it is one image)."""
+    from tests.layouts import WNIDS, imagenet_layout
+
+    root = tmp_path_factory.mktemp("few")
+    imagenet_layout(root / "data", train_per_class=2, val_per_class=1)
+    (root / "one.txt").write_text(f"{WNIDS[0]}_0.JPEG\n")
+    for split, names in (("train", ("a.JPEG", "b.JPEG")), ("val", ("c.JPEG",))):
+        folder = root / "small" / split / WNIDS[0]
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / name).write_bytes((root / "data" / "train" / WNIDS[0] / f"{WNIDS[0]}_0.JPEG").read_bytes())
+    return root
+
+
+SMALL = {"trained": ["--set", "data.crop_size=32", "--set", "data.resize=36", "--set", "optim.epochs=1"],
+         "knn": ["--crop-size", "32", "--resize", "36"]}
+ONE_IMAGE = [  # (command, data folder, more arguments, None: it runs and writes its record, or the one line)
+    (["eval", "finetune"], "data", ["--subset", "one.txt"],
+     "data.subset: fine-tuning trains BatchNorm on each batch's statistics, which needs at least 2 images a batch; "
+     "the training images are 1"),
+    (["eval", "finetune"], "small", ["--labels", "1%"], "data.labels: fine-tuning trains BatchNorm"),
+    (["eval", "finetune"], "data", ["--set", "optim.batch_size=1"], "optim.batch_size: fine-tuning trains BatchNorm"),
+    (["eval", "linear"], "data", ["--subset", "one.txt"], None),  # BN in eval mode: one image trains fc
+    (["eval", "knn"], "data", ["--subset", "one.txt"], None),  # a bank of one image: k is cut to 1
+    (["eval", "linear", "--grid"], "data", ["--subset", "one.txt"], "select.holdout_fraction: no class of the 1 "
+     "train images has 2 images to hold one out"),
+]
+
+
+@pytest.mark.parametrize(("command", "folder", "more", "expected"), ONE_IMAGE,
+                         ids=[f"{' '.join(c[1:])}-{m[-1]}" for c, _, m, _ in ONE_IMAGE])
+def test_one_training_image(command: list[str], folder: str, more: list[str], expected: str | None,
+                            few_images: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fewest images each protocol takes: fine-tuning ended in BatchNorm's ValueError traceback after the
+    set-up; now one line before training (a ViT, without BatchNorm, would train). The frozen protocols run."""
+    monkeypatch.chdir(few_images)
+    out = tmp_path / "run"
+    args = [*command[:2], "random", "--arch", "resnet18", *command[2:], "--data", folder, "--device", "cpu",
+            "--workers", "0", *SMALL["knn" if command[1] == "knn" else "trained"], "--output-dir", str(out), *more]
+    if expected is not None:
+        last_line(args, expected)
+        return
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0 and (out / "result.json").is_file(), done.output[-1500:]
