@@ -35,7 +35,7 @@ from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
 from moco_core.model.weights.formats import format_checks
 from moco_core.optimizer_state import load_optimizer_state
-from moco_core.run.knn import effective_k, topk_accuracy
+from moco_core.run.knn import effective_k, require_finite, topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -464,6 +464,7 @@ def _cached(model: nn.Module, splits: Splits, batch: int, cfg: LinearConfig,
     with autocast(device, cfg.run.amp):
         (train_x, train_y), (val_x, val_y) = (_raw_features(model, loader, device) for loader in loaders)
     setattr(model, name, fc)
+    require_finite({"train images": train_x, "val images": val_x}, "run.cached_features")
     index = torch.arange(len(train_y))
     train = TensorDataset(train_x.float().cpu(), train_y.cpu(), index)
     val = DataLoader(TensorDataset(val_x.float().cpu(), val_y.cpu(), torch.arange(len(val_y))), batch_size=batch)

@@ -174,3 +174,41 @@ def test_one_training_image(command: list[str], folder: str, more: list[str], ex
         return
     done = runner.invoke(app, args)
     assert done.exit_code == 0 and (out / "result.json").is_file(), done.output[-1500:]
+
+
+@pytest.fixture(scope="module")
+def overflowing_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torchvision ResNet-18 file whose every value is finite, with BN scales of 1e10: its activations pass
+    float32's range within a few blocks, and its features are NaN."""
+    from tests.weights_layouts import resnet_state, torchvision_file
+
+    state = resnet_state()
+    for key in state:
+        if key.endswith(("bn1.weight", "bn2.weight")):
+            state[key] = state[key] * 1e10
+    assert all(value.isfinite().all() for value in state.values())
+    return torchvision_file(tmp_path_factory.mktemp("overflow") / "resnet18.pth", state)
+
+
+NON_FINITE = [  # (command and options, the start of the one line): every reader of frozen features refuses them
+    (["eval", "knn"], ["--crop-size", "32", "--resize", "36"], "kNN: the backbone's features (train images, val"),
+    (["eval", "linear", "--cached-features"], SMALL["trained"], "run.cached_features: the backbone's features "
+     "(train images, val images) are not finite"),
+    (["eval", "linear", "--grid"], SMALL["trained"], "epoch 1's train images: the backbone's features (layer4) are "
+     "not finite"),
+    (["eval", "linear", "--shots", "1", "--tries", "1"], SMALL["trained"], "train: the backbone's features "
+     "(layer4) are not finite"),
+    (["eval", "transfer"], ["--datasets", "shapes", "--set", "data.resize=32", "--set", "data.crop_size=32"],
+     "shapes train features: the backbone's features"),
+]
+
+
+@pytest.mark.parametrize(("command", "more", "expected"), NON_FINITE, ids=[" ".join(c[1:]) for c, _, _ in NON_FINITE])
+def test_non_finite_features_are_refused(command: list[str], more: list[str], expected: str, few_images: Path,
+                                         overflowing_weights: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN features from finite weights: one line naming them, never a score at chance or "lower the lr"."""
+    monkeypatch.chdir(few_images)
+    data = "embedded" if command[1] == "transfer" else "data"
+    last_line([*command[:2], str(overflowing_weights), *command[2:], "--data", data, "--device", "cpu", "--workers",
+               "0", "--weights-format", "supervised", "--output-dir", str(tmp_path / "run"), *more], expected)

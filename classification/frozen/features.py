@@ -37,6 +37,7 @@ from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
+from moco_core.run.knn import require_finite
 from moco_core.run.progress import LINE, Progress, format_duration
 from moco_core.run.runtime import autocast
 from moco_core.user_files import parse_json
@@ -143,10 +144,7 @@ def extract_features(backbone: nn.Module, dataset: Dataset, *, taps: Sequence[st
     if not labels:
         raise UserError(f"{what}: the dataset is empty; no features to compute")
     features = {tap: torch.cat(parts) for tap, parts in out.items()}
-    broken = [tap for tap, value in features.items() if not torch.isfinite(value).all()]
-    if broken:
-        raise UserError(f"{what}: the backbone's features ({', '.join(broken)}) are not finite (NaN or inf): its "
-                        f"weights or BN statistics are broken; nothing can be evaluated from them")
+    require_finite(features, what)
     n = len(dataset)  # type: ignore[arg-type]
     if progress:
         print(f"{what}: {n} images in {format_duration(seconds)} ({n / max(seconds, 1e-9):.0f} images/s)",

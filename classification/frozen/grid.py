@@ -48,6 +48,7 @@ from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import is_vit
 from moco_core.optimizer_state import load_optimizer_state
+from moco_core.run.knn import non_finite_error
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -210,11 +211,24 @@ def _shard(samples: list[tuple[str, int]], transform: Any, failures: DecodeFailu
     return DataLoader(Subset(dataset, range(rank, len(dataset), world)), batch_size=batch_size, num_workers=workers)
 
 
-def _features(run: _Run, images: torch.Tensor, device: torch.device, amp: bool) -> dict[str, torch.Tensor]:
-    """Every tap of one batch, from one frozen pass (bf16 under autocast), as fp32 for the heads."""
+def _features(run: _Run, images: torch.Tensor, device: torch.device, amp: bool,
+              finite: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tap of one batch, from one frozen pass (bf16 under autocast), as fp32 for the heads. ``finite`` (tap ->
+    a bool on the device, True to start) is and-ed with whether the batch's features are all finite: no host sync
+    a batch; :func:`_require_finite` reads it once at the end of the pass."""
     with torch.no_grad(), autocast(device, amp):
         out = run.taps(images.to(device, non_blocking=True))
+    for tap, value in out.items():
+        finite[tap] = finite.get(tap, torch.ones((), dtype=torch.bool, device=device)) & torch.isfinite(value).all()
     return {tap: value.float() for tap, value in out.items()}
+
+
+def _require_finite(finite: dict[str, torch.Tensor], where: str) -> None:
+    """A NaN or inf feature (finite weights can give them) would make every head diverge, or score at chance:
+    one line naming the taps instead."""
+    broken = [tap for tap, ok in finite.items() if not bool(ok)]
+    if broken:
+        raise non_finite_error(where, broken)
 
 
 def _train_epoch(cfg: GridConfig, run: _Run, epoch: int, step: int, total: int, device: torch.device,
@@ -222,10 +236,10 @@ def _train_epoch(cfg: GridConfig, run: _Run, epoch: int, step: int, total: int, 
     """One epoch of every head; (steps done so far, each head's mean loss over the epoch)."""
     run.sampler.set_epoch(epoch)
     summed = torch.zeros(len(run.heads.specs), dtype=torch.float64, device=device)
-    batches = 0
+    batches, finite = 0, {}
     for images, target, _ in run.train_loader:
         factor = set_lr(run.optimizer, step, total)  # cosine per iteration, as DINOv2's scheduler
-        features = _features(run, images, device, cfg.run.amp)
+        features = _features(run, images, device, cfg.run.amp, finite)
         losses = head_losses(run.trained(features), target.to(device))  # (H,)
         run.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
@@ -236,6 +250,7 @@ def _train_epoch(cfg: GridConfig, run: _Run, epoch: int, step: int, total: int, 
         if progress.enabled and (step % cfg.run.log_every == 0 or step == total):  # .min() syncs: only to show it
             progress.update(step, epoch, cfg.optim.epochs, best_head_loss=losses.detach().nan_to_num(math.inf)
                             .min().item(), lr_factor=factor)
+    _require_finite(finite, f"epoch {epoch + 1}'s train images")
     return step, (summed / max(batches, 1)).tolist()
 
 
@@ -246,9 +261,9 @@ def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
     (H, 3); with ``keep``, the top-1 prediction of every head for every image of the dataset, gathered from every
     rank: (N, H) in dataset order."""
     counts = torch.zeros(len(run.heads.specs) + 1, 3, dtype=torch.float64, device=device)  # last row: images
-    indices, predictions = [], []
+    indices, predictions, finite = [], [], {}
     for images, target, index in loader:
-        logits = run.heads(_features(run, images, device, amp))  # (H, N, C)
+        logits = run.heads(_features(run, images, device, amp, finite))  # (H, N, C)
         target = target.to(device)
         counts[:-1, :2] += head_hits(logits, target)
         counts[:-1, 2] += head_losses(logits, target).double() * target.shape[0]
@@ -256,6 +271,7 @@ def _evaluate(run: _Run, loader: DataLoader, device: torch.device, amp: bool,
         if keep:
             indices.append(index)
             predictions.append(logits.argmax(2).t().cpu())  # (N, H)
+    _require_finite(finite, "the scored images")
     if distributed.world_size() > 1:
         torch.distributed.all_reduce(counts)
     kept = None

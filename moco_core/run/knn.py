@@ -7,7 +7,7 @@ quality signal in minutes, without training anything, so it also serves as a mon
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -19,6 +19,21 @@ from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.model.vit import classifier_name
 from moco_core.run.progress import Progress
+
+
+def non_finite_error(what: str, names: Sequence[str]) -> UserError:
+    """The one line for features (of ``names``: taps, splits) that are not finite. Finite weights can give them
+    (activations past float32's range, broken BN statistics), and a NaN scores at chance without a word."""
+    return UserError(f"{what}: the backbone's features ({', '.join(names)}) are not finite (NaN or inf): its weights "
+                     f"or BN statistics are broken, or its activations overflow float32; nothing can be evaluated "
+                     f"from them")
+
+
+def require_finite(features: Mapping[str, torch.Tensor], what: str) -> None:
+    """:func:`non_finite_error` for the entries of ``features`` that hold a NaN or an inf (one sync each)."""
+    broken = [name for name, value in features.items() if not torch.isfinite(value).all()]
+    if broken:
+        raise non_finite_error(what, broken)
 
 
 @torch.no_grad()
@@ -120,8 +135,6 @@ class KnnMonitor:
             setattr(encoder, name, head)
             if progress is not None:
                 progress.clear()
-        if not (torch.isfinite(bank).all() and torch.isfinite(queries).all()):  # NaN votes would score at random
-            raise UserError("kNN: the encoder's features are not finite (NaN or inf): its weights or BN statistics "
-                            "are broken; no accuracy can be measured")
+        require_finite({"train images": bank, "val images": queries}, "kNN")  # NaN votes would score at random
         scores = knn_scores(queries, bank, bank_labels, self.num_classes, k=self.k, temperature=self.temperature)
         return topk_accuracy(scores, labels, (1, 5))
