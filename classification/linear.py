@@ -35,7 +35,7 @@ from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
 from moco_core.model.weights.formats import format_checks
 from moco_core.optimizer_state import load_optimizer_state
-from moco_core.run.knn import effective_k, require_finite, topk_accuracy
+from moco_core.run.knn import effective_k, non_finite_error, require_finite, topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress, format_duration
 from moco_core.run.records import write_record
@@ -187,13 +187,17 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bo
     top-``num_classes`` (:func:`moco_core.run.knn.topk_accuracy`: 100% for every class the model scores)."""
     model.eval()
     counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, images
+    finite = torch.ones((), dtype=torch.bool, device=device)  # read once after the pass: no host sync a batch
     for images, target, _ in loader:
         with autocast(device, amp):
             scores = model(images.to(device, non_blocking=True)).float()
+        finite &= torch.isfinite(scores).all()
         acc = topk_accuracy(scores, target.to(device), (1, 5))
         n = target.shape[0]
         counts += torch.tensor([acc["top1"] * n / 100, acc["top5"] * n / 100, n], device=device,
                                dtype=torch.float64)
+    if not bool(finite):  # NaN scores rank as class 0: a score at chance, without a word
+        raise non_finite_error("evaluation", ["val images, in eval mode"])
     if distributed.world_size() > 1:
         torch.distributed.all_reduce(counts)
     return {"top1": (counts[0] / counts[2]).item() * 100, "top5": (counts[1] / counts[2]).item() * 100}

@@ -212,3 +212,19 @@ def test_non_finite_features_are_refused(command: list[str], more: list[str], ex
     data = "embedded" if command[1] == "transfer" else "data"
     last_line([*command[:2], str(overflowing_weights), *command[2:], "--data", data, "--device", "cpu", "--workers",
                "0", "--weights-format", "supervised", "--output-dir", str(tmp_path / "run"), *more], expected)
+
+
+def test_non_finite_scores_after_fine_tuning_are_refused(few_images: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finite weights with negative BN running variances: training normalises by the batch's statistics and runs,
+    evaluation (eval mode, the running ones, still negative after one step) gives NaN scores, which ranked as class
+    0, a score at chance in the record without a word; now one line."""
+    from tests.weights_layouts import resnet_state, torchvision_file
+
+    state = {key: value * 0 - 100.0 if key.endswith("running_var") else value for key, value in resnet_state().items()}
+    weights = torchvision_file(tmp_path / "negative_variance.pth", state)
+    monkeypatch.chdir(few_images)
+    last_line(["eval", "finetune", str(weights), "--weights-format", "supervised", "--data", "data", "--device", "cpu",
+               "--workers", "0", *SMALL["trained"], "--output-dir", str(tmp_path / "run")],
+              "evaluation: the backbone's features (val images, in eval mode) are not finite")
+    assert not (tmp_path / "run" / "result.json").exists()
