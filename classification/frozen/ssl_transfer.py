@@ -40,16 +40,6 @@ MAX_ITER = 100  # scikit-learn's default, which ssl-transfer's linear.py leaves 
 TOL = 1e-4
 
 
-def available() -> str | None:
-    """None where the protocol can run, else why not (one line)."""
-    try:
-        import scipy.optimize  # noqa: F401
-    except ImportError:
-        return ("solver.protocol ssl-transfer drives scipy's L-BFGS-B as scikit-learn does, and scipy is not "
-                "installed: pip install -e '.[sklearn]'")
-    return None
-
-
 def fit_lbfgsb(problem: _Problem, C: float, *, init: torch.Tensor | None, max_iter: int, tol: float) -> Fit:
     """One fit at ``C`` by scipy's L-BFGS-B with scikit-learn's options, from ``init`` ([W.flatten(), b]) or 0."""
     from scipy.optimize import minimize

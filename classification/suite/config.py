@@ -35,6 +35,7 @@ class SuiteFeaturesConfig:
 
 
 PROTOCOLS = ("converged", ssl_transfer.NAME)
+SSL_NEEDS = "solver.protocol ssl-transfer (scipy's L-BFGS-B, driven as scikit-learn drives it)"
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,8 @@ def load_suite_config(config: str | None, overrides: list[str],
         (d.split_seed >= 0, "data.split_seed", f"must be >= 0, got {d.split_seed}"),
         (f.batch_size >= 1, "features.batch_size", f"must be >= 1, got {f.batch_size}"),
         (s.protocol in PROTOCOLS, "solver.protocol", f"{s.protocol!r}: expected one of {', '.join(PROTOCOLS)}"),
-        (s.protocol != ssl_transfer.NAME or ssl_transfer.available() is None, "solver.protocol",
-         str(ssl_transfer.available())),
+        (s.protocol != ssl_transfer.NAME or extra_problem(SSL_NEEDS, "scipy", "sklearn") is None, "solver.protocol",
+         extra_problem(SSL_NEEDS, "scipy", "sklearn")),
         (s.name in SOLVERS, "solver.name", f"{s.name!r}: expected one of {', '.join(SOLVERS)}"),
         (s.name != "sklearn" or extra_problem("solver sklearn", "sklearn", "sklearn", "scikit-learn") is None,
          "solver.name", extra_problem("solver sklearn", "sklearn", "sklearn", "scikit-learn")),

@@ -156,3 +156,13 @@ def test_the_protocols_defaults_and_what_the_user_sets() -> None:
     assert (plain["max_iter"], plain["precision"], plain["protocol"]) == (1000, "float32", "converged")
     mine = load_suite_config(None, ["data.path=embedded", "solver.protocol=ssl-transfer", "solver.max_iter=50"])
     assert mine.solver_options()["max_iter"] == 50
+
+
+def test_without_scipy_the_protocol_is_refused_when_the_config_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from classification.suite.config import load_suite_config
+    from moco_core.config import ConfigError
+
+    monkeypatch.setitem(__import__("sys").modules, "scipy", None)
+    with pytest.raises(ConfigError, match=r"solver.protocol.*needs scipy: pip install 'moco\[sklearn\]'"):
+        load_suite_config(None, ["data.path=embedded", "solver.protocol=ssl-transfer"])
+    load_suite_config(None, ["data.path=embedded"])  # the converged protocol needs none
