@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -119,11 +120,21 @@ def _parse_float(text: str) -> float:
     return value
 
 
+# Text whose digit runs are all at most 18 long and whose exponents have at most 2 digits holds no number beyond the
+# limits (its integers are below 10^18 < 2^63, its floats below 10^117): it is parsed without the checks above,
+# which cost a Python call a number (a report reads 10^7 numbers of per-image outcomes; issue 55).
+_WIDE_NUMBER = re.compile(r"[0-9]{19}|[eE][+-]?[0-9]{3}")
+
+
 def parse_json(text: str | bytes, *, what: str = "JSON", error: type[UserError] = UserError) -> Any:
     """JSON ``text`` parsed, its numbers checked (see the module docstring); malformed text is ``error``, whose
     message is ``"{what}: malformed JSON (why)"`` (``"malformed JSON (why)"`` when ``what`` is empty)."""
     said = f"{what}: malformed JSON" if what else "malformed JSON"
     try:
+        if isinstance(text, bytes):  # decoded as json.loads decodes bytes (UTF-8, -16 or -32), to be searched
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        if _WIDE_NUMBER.search(text) is None:
+            return json.loads(text)
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
     except _NumberError as err:
         raise error(f"{said} ({err})") from None

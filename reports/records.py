@@ -159,14 +159,28 @@ def find_record_files(roots: Iterable[str]) -> list[tuple[str, Path]]:
 TRANSFER_TASKS = ("transfer", "transfer-fewshot")
 
 
-def load_records(roots: Iterable[str]) -> tuple[list[Record], list[Skipped]]:
-    """All usable records under ``roots``, and the skipped files with their reasons (the transfer suite's records
-    are :mod:`reports.transfer`'s)."""
-    records: list[Record] = []
-    skipped: list[Skipped] = []
+def read_records(roots: Iterable[str]) -> list[tuple[str, Any]]:
+    """(display path, decoded JSON) of every record file under ``roots``, each file read once; where a file cannot
+    be read, its RecordError in place of the JSON. :func:`load_records` and :func:`reports.transfer.load_trials`
+    share one reading (a report over 10,000 records read each twice)."""
+    read: list[tuple[str, Any]] = []
     for shown, file in find_record_files(roots):
         try:
-            data = read_json(file)
+            read.append((shown, read_json(file)))
+        except RecordError as err:
+            read.append((shown, err))
+    return read
+
+
+def load_records(roots: Iterable[str], read: list[tuple[str, Any]] | None = None) -> tuple[list[Record], list[Skipped]]:
+    """All usable records under ``roots`` (or of ``read``, :func:`read_records` of them), and the skipped files
+    with their reasons (the transfer suite's records are :mod:`reports.transfer`'s)."""
+    records: list[Record] = []
+    skipped: list[Skipped] = []
+    for shown, data in read_records(roots) if read is None else read:
+        try:
+            if isinstance(data, RecordError):
+                raise data
             if isinstance(data, dict) and data.get("task") in TRANSFER_TASKS:
                 continue
             records.append(parse_record(data, shown))

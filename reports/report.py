@@ -15,7 +15,7 @@ from reports import FORMATS
 from reports.expected import Expected
 from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
-from reports.records import TASK_METRICS, Record, Skipped, load_records
+from reports.records import TASK_METRICS, Record, Skipped, load_records, read_records
 from reports.studies import Study, find_studies
 from reports.summary import Entry, Stat, delta, group, supervised_reference
 from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, mechanism_label
@@ -88,8 +88,9 @@ class Inputs:
 
 def read_inputs(roots: Sequence[str]) -> Inputs:
     """The records and transfer suites under ``roots``, those skipped, and the studies they form."""
-    records, skipped = load_records(roots)
-    trials, transfer_skipped = load_trials(roots)
+    read = read_records(roots)
+    records, skipped = load_records(roots, read)
+    trials, transfer_skipped = load_trials(roots, read)
     studies = find_studies(records, roots)
     if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.transfer's)
         runs = len({t.run for t in trials})

@@ -18,25 +18,28 @@ Significance, between each row and the random-init row (the floor) and the super
 - rows of one trial each: per dataset, a paired permutation test over the test images (SimCLR's choice): each
   image's outcome under the two rows swapped at random. For top-1 its exact distribution is the binomial one of
   McNemar's exact test (only the images one row gets right and the other wrong move), computed exactly; for mean
-  per-class accuracy, where images weigh 1/(classes x their class's size), 10,000 random swaps (seed 0). The
-  11-point mAP has no per-image form: no test.
+  per-class accuracy, where images weigh 1/(classes x their class's size), 10,000 random swaps (numpy's generator,
+  seed 0). The 11-point mAP has no per-image form: no test. Both run in numpy over the outcomes (a test set of 10^6
+  images takes well under a second; benchmarks/report_scale.py), which are checked when the record is read: 0s and
+  1s and whole-number labels, as many of each, or the record is skipped with the reason.
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from reports.pretraining import Pretraining
 from reports.protocols import MARK_TITLES, SMOKE_NOTE, UNFINISHED_NOTE
 from reports.published import PublishedRow
-from reports.records import RecordError, Skipped, find_record_files, pretraining_of, read_json
+from reports.records import RecordError, Skipped, pretraining_of, read_records
 from reports.summary import pretraining_identity
 from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
 
@@ -59,8 +62,8 @@ class Result:
     dataset: str
     metric: str
     value: float
-    correct: list[int] | None = None
-    labels: list[int] | None = None
+    correct: np.ndarray | list[int] | None = None  # (N,) each test image right (1) or wrong (0)
+    labels: np.ndarray | list[int] | None = None  # (N,) each test image's class
     split_sha: str | None = None
 
 
@@ -80,15 +83,71 @@ class Trial:
 
 
 def _setting(data: dict[str, Any]) -> tuple[str, ...]:
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    cfg_data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    solver = config.get("solver") if isinstance(config.get("solver"), dict) else {}
+    config = _object(data, "config")
+    cfg_data, solver = _object(config, "data", "config."), _object(config, "solver", "config.")
     dataset = data["dataset"]
     suite = str(dataset.get("version")) if dataset.get("path") == "embedded" else "real datasets"
-    view = f"{cfg_data.get('crop_size', '?')}-px {cfg_data.get('interpolation', 'bicubic')} crops"
-    low, high = solver.get("lambda_min", 1e-6), solver.get("lambda_max", 1e5)
-    sweep = f"{solver.get('lambdas', 45)} L2 values {low:g} to {high:g}"
+    crop = _field(cfg_data, "crop_size", int, "?", "config.data.")
+    interpolation = _field(cfg_data, "interpolation", str, "bicubic", "config.data.")
+    view = f"{crop}-px {interpolation} crops"
+    low = _field(solver, "lambda_min", float, 1e-6, "config.solver.")
+    high = _field(solver, "lambda_max", float, 1e5, "config.solver.")
+    sweep = f"{_field(solver, 'lambdas', int, 45, 'config.solver.')} L2 values {low:g} to {high:g}"
     return suite, view, sweep
+
+
+def _object(obj: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
+    """``obj[key]`` where it is an object, {} where it is absent; RecordError where it is something else."""
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(f"field '{prefix}{key}' is not an object (a {type(value).__name__})")
+    return value
+
+
+def _field(obj: dict[str, Any], key: str, kind: type, default: Any, prefix: str) -> Any:
+    """``obj[key]`` where it is a ``kind`` (a float: any finite number; never a bool), ``default`` where it is
+    absent; RecordError where it is something else."""
+    value = obj.get(key)
+    if value is None:
+        return default
+    wanted = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, wanted) or (kind is float and not math.isfinite(value)):
+        raise RecordError(f"field '{prefix}{key}' is not a {'number' if kind is float else kind.__name__} "
+                          f"({str(value)[:40]!r})")
+    return value
+
+
+def _outcomes(transfer: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """(correct, labels), each (N,), of the record's ``transfer.test_correct`` and ``transfer.test_labels``;
+    (None, None) where it has neither (the 11-point mAP); RecordError where they are not N 0s and 1s and N whole
+    numbers."""
+    raw_correct, raw_labels = transfer.get("test_correct"), transfer.get("test_labels")
+    if raw_correct is None and raw_labels is None:
+        return None, None
+    correct = _whole_numbers(raw_correct, "transfer.test_correct")
+    labels = _whole_numbers(raw_labels, "transfer.test_labels")
+    if not np.isin(correct, (0, 1)).all():
+        raise RecordError("field 'transfer.test_correct' holds numbers other than 0 and 1")
+    if len(correct) != len(labels):
+        raise RecordError(f"fields 'transfer.test_correct' and 'transfer.test_labels' differ in length "
+                          f"({len(correct)} and {len(labels)} test images)")
+    return correct.astype(np.int8), labels
+
+
+def _whole_numbers(value: Any, name: str) -> np.ndarray:
+    """``value`` as an int64 array (N,), where it is a list of whole numbers (not bools); RecordError otherwise."""
+    problem = f"field {name!r} is not a list of whole numbers"
+    if not isinstance(value, list):
+        raise RecordError(f"{problem} (a {type(value).__name__})")
+    try:
+        array = np.array(value) if value else np.zeros(0, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):  # ragged nested lists
+        raise RecordError(problem) from None
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise RecordError(f"{problem} (it holds {array.dtype.name if array.ndim == 1 else 'lists'})")
+    return array.astype(np.int64)
 
 
 def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Result, bool]:
@@ -101,27 +160,24 @@ def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Res
     if not (isinstance(dataset, dict) and isinstance(transfer, dict) and isinstance(backbone, dict)):
         raise RecordError("a transfer record needs 'dataset', 'transfer' and 'backbone' objects")
     name, metric, value = dataset.get("name"), transfer.get("metric"), transfer.get("test")
-    if not isinstance(name, str) or metric not in METRIC_NAMES or isinstance(value, bool) or \
-            not isinstance(value, int | float) or not math.isfinite(value):
+    if not isinstance(name, str) or not isinstance(metric, str) or metric not in METRIC_NAMES or \
+            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RecordError("field 'dataset.name', 'transfer.metric' or 'transfer.test' is missing or not valid")
-    correct, labels = transfer.get("test_correct"), transfer.get("test_labels")
-    ok = isinstance(correct, list) and isinstance(labels, list) and len(correct) == len(labels)
+    correct, labels = _outcomes(transfer)
     splits = dataset.get("splits") if isinstance(dataset.get("splits"), dict) else {}
-    result = Result(name, metric, float(value), correct if ok else None, labels if ok else None,
+    result = Result(name, metric, float(value), correct, labels,
                     splits.get("sha256") if isinstance(splits.get("sha256"), str) else None)
     pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
     smoke = data.get("smoke") is True or pretrain.get("smoke") is True
     return str(Path(shown).parent.parent), pretraining_of(backbone), _setting(data), result, smoke
 
 
-def load_trials(roots: Iterable[str]) -> tuple[list[Trial], list[Skipped]]:
+def load_trials(roots: Iterable[str], read: list[tuple[str, Any]] | None = None) -> tuple[list[Trial], list[Skipped]]:
+    """The suite trials under ``roots`` (or of ``read``, :func:`reports.records.read_records` of them), and the
+    transfer records skipped with why (files that are not records are listed by :func:`load_records`)."""
     trials: dict[str, Trial] = {}
     skipped = []
-    for shown, file in find_record_files(roots):
-        try:
-            data = read_json(file)
-        except RecordError:  # listed by reports.records' loader, which reads every record file too
-            continue
+    for shown, data in read_records(roots) if read is None else read:
         if not isinstance(data, dict) or data.get("task") != TASK:
             continue
         try:
@@ -240,39 +296,49 @@ def _compare(a: list[Trial], b: list[Trial], names: list[str]) -> str | None:
 def paired_p(a: Result | None, b: Result | None) -> float | None:
     """Two-sided p of the paired permutation test of two rows' outcomes on the same test images; None where it
     does not apply (no per-image outcomes, other test images, the mAP)."""
-    if a is None or b is None or a.correct is None or b.correct is None or a.labels != b.labels \
-            or a.split_sha != b.split_sha or a.metric == "map11":
+    if a is None or b is None or a.correct is None or b.correct is None or a.labels is None or b.labels is None \
+            or a.split_sha != b.split_sha or a.metric == "map11" or not np.array_equal(a.labels, b.labels):
         return None
+    diff = np.asarray(a.correct, dtype=np.int64) - np.asarray(b.correct, dtype=np.int64)  # (N,) in {-1, 0, 1}
     if a.metric == "top1":
-        plus = sum(1 for x, y in zip(a.correct, b.correct, strict=True) if x > y)
-        minus = sum(1 for x, y in zip(a.correct, b.correct, strict=True) if x < y)
-        return mcnemar_exact(plus, minus)
-    sizes: dict[int, int] = {}
-    for label in a.labels:  # type: ignore[union-attr]
-        sizes[label] = sizes.get(label, 0) + 1
-    weights = [(x - y) / (len(sizes) * sizes[label])
-               for x, y, label in zip(a.correct, b.correct, a.labels, strict=True) if x != y]  # type: ignore[arg-type]
-    return sign_flip_p(weights)
+        return mcnemar_exact(int((diff > 0).sum()), int((diff < 0).sum()))
+    _, index, sizes = np.unique(np.asarray(a.labels), return_inverse=True, return_counts=True)
+    weights = diff / (len(sizes) * sizes[index])  # (N,) each image's share of the mean per-class accuracy
+    return sign_flip_p(weights[diff != 0])
 
 
 def mcnemar_exact(plus: int, minus: int) -> float:
-    """Two-sided exact McNemar p: P(|X - n/2| >= |plus - n/2|), X ~ Binomial(n = plus + minus, 1/2)."""
-    n = plus + minus
-    if n == 0:
+    """Two-sided exact McNemar p: P(|X - n/2| >= |plus - n/2|), X ~ Binomial(n = plus + minus, 1/2). The binomial
+    is symmetric, so this is twice its lower tail up to min(plus, minus): the term at the tail's top from log-gamma,
+    the ones below it by the ratio P(X = k - 1) / P(X = k) = k / (n - k + 1), summed in numpy (O(min) operations,
+    none in Python; the terms that matter are the first ones, whose ratios are summed exactly enough)."""
+    n, low = plus + minus, min(plus, minus)
+    if 2 * low >= n:  # plus == minus (n = 0 included): every outcome is as extreme
         return 1.0
-    extreme = abs(plus - n / 2)
-    log_half = n * math.log(0.5)
-    p = sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + log_half)
-            for k in range(n + 1) if abs(k - n / 2) >= extreme - 1e-9)
-    return min(1.0, p)
+    top = math.lgamma(n + 1) - math.lgamma(low + 1) - math.lgamma(n - low + 1) + n * math.log(0.5)
+    k = np.arange(low, 0, -1, dtype=np.float64)  # low, low - 1, ..., 1
+    below = np.concatenate(([0.0], np.cumsum(np.log(k) - np.log(n - k + 1))))  # log P(X = low - j) / P(X = low)
+    return min(1.0, 2.0 * math.exp(top) * float(np.exp(below).sum()))
 
 
-def sign_flip_p(differences: list[float], permutations: int = PERMUTATIONS, seed: int = 0) -> float:
-    """Two-sided Monte Carlo p of the sum of paired ``differences`` under random sign flips ((hits + 1) / (N + 1))."""
-    observed = abs(sum(differences))
-    rng = random.Random(seed)
-    hits = sum(1 for _ in range(permutations)
-               if abs(sum(d if rng.random() < 0.5 else -d for d in differences)) >= observed - 1e-12)
+def sign_flip_p(differences: np.ndarray | list[float], permutations: int = PERMUTATIONS, seed: int = 0) -> float:
+    """Two-sided Monte Carlo p of the sum of paired ``differences`` under random sign flips ((hits + 1) / (N + 1)).
+
+    Flipping the signs of the m_v differences of magnitude v at random adds v (2 B_v - m_v), B_v ~ Binomial(m_v,
+    1/2), so each permutation draws one binomial a distinct magnitude (as many as the classes, for the mean
+    per-class accuracy) instead of a sign an image: the same distribution, in numpy, in blocks of at most 2^22
+    draws (numpy's generator, ``seed``)."""
+    magnitudes, counts = np.unique(np.abs(np.asarray(differences, dtype=np.float64)), return_counts=True)
+    observed = abs(float(np.sum(differences)))
+    rng = np.random.default_rng(seed)
+    block = max(1, (1 << 22) // max(1, len(magnitudes)))
+    hits, done = 0, 0
+    while done < permutations:
+        size = min(block, permutations - done)
+        heads = rng.binomial(counts, 0.5, size=(size, len(magnitudes)))  # (size, magnitudes)
+        sums = (2 * heads - counts) @ magnitudes  # (size,) the flipped sums
+        hits += int((np.abs(sums) >= observed - 1e-12).sum())
+        done += size
     return (hits + 1) / (permutations + 1)
 
 

@@ -1,0 +1,135 @@
+"""The report over large, malformed and look-alike records (issues 55 and 57): the transfer suite's paired tests in
+numpy against independent computations, malformed transfer records skipped with one line, a user's folder never
+named after the famous dataset whose layout it borrows, published rows only beside the real dataset, means over
+the datasets every row has."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+from reports.transfer import Result, mcnemar_exact, paired_p, sign_flip_p
+
+runner = CliRunner()
+
+MOCO = {"source": "/ckpt/s0/checkpoint_last.pth.tar", "format": "moco-suite", "arch": "resnet18", "sha256": "0" * 64,
+        "pretrain": {"method": "moco", "epochs": 100,
+                     "config": {"method": "moco", "data": {"path": "/data/own"}, "optim": {"epochs": 100},
+                                "model": {"arch": "resnet18"}, "run": {"seed": 0}}}}
+RANDOM = {"source": "random", "format": "random", "arch": "resnet18", "sha256": None, "pretrain": {}}
+
+
+def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cifar10", value: float = 50.0,
+                    metric: str = "top1", correct: Any = None, labels: Any = None, **fields: Any) -> Path:
+    """A transfer suite record (classification/suite/run.py's fields) of a real-datasets run at 224 px; ``fields``
+    update its ``dataset`` object (counts), ``transfer``'s outcomes are given as they should be written."""
+    transfer: dict[str, Any] = {"metric": metric, "test": value, "lambda": 1.0}
+    if correct is not None:
+        transfer.update(test_correct=correct, test_labels=labels if labels is not None else [0] * len(correct))
+    record = {"schema": "moco.result", "version": 1, "task": "transfer", "protocol": "linear-transfer",
+              "metrics": {metric: value}, "backbone": backbone,
+              "dataset": {"name": dataset, "path": "/data/own", "folder": f"/data/own/{dataset}",
+                          "splits": {"sha256": "s"}, **fields},
+              "config": {"data": {"crop_size": 224}}, "transfer": transfer}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+# ------------------------------------------------------------------------------------ issue 55: the paired tests
+
+
+def _mcnemar_by_sum(plus: int, minus: int) -> float:
+    """The definition, summed term by term over every k (the pure-Python computation the report ran before)."""
+    n = plus + minus
+    extreme = abs(plus - n / 2)
+    return min(1.0, sum(math.comb(n, k) for k in range(n + 1) if abs(k - n / 2) >= extreme - 1e-9) / 2 ** n)
+
+
+@pytest.mark.parametrize(("plus", "minus"), [(0, 0), (1, 0), (0, 7), (5, 0), (3, 1), (8, 2), (10, 9), (9, 10),
+                                             (40, 60), (120, 80), (300, 250), (700, 640)])
+def test_mcnemar_equals_the_sum_over_every_outcome(plus: int, minus: int) -> None:
+    assert mcnemar_exact(plus, minus) == pytest.approx(_mcnemar_by_sum(plus, minus), rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize(("plus", "minus"), [(4000, 3800), (400_000, 399_000), (500_100, 499_900), (30, 2)])
+def test_mcnemar_equals_scipys_exact_binomial_test_on_large_counts(plus: int, minus: int) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    expected = stats.binomtest(min(plus, minus), plus + minus, 0.5).pvalue
+    assert mcnemar_exact(plus, minus) == pytest.approx(expected, rel=1e-8)
+
+
+@pytest.mark.parametrize("differences", [[1.0] * 10, [0.5, -0.25, 0.25, 0.125, -0.5, 0.5, 0.25],
+                                         [0.1, 0.2, 0.3, -0.05, 0.4, 0.1, 0.1, -0.2, 0.3, 0.25, 0.15, 0.05], []])
+def test_sign_flips_match_the_exact_enumeration(differences: list[float]) -> None:
+    """Every one of the 2^m sign assignments, counted: the Monte Carlo p (10,000 draws) within 4 of its SEs."""
+    observed = abs(sum(differences))
+    flips = [abs(sum(s * d for s, d in zip(signs, differences, strict=True))) >= observed - 1e-12
+             for signs in itertools.product((1, -1), repeat=len(differences))]
+    exact = sum(flips) / len(flips)
+    se = math.sqrt(exact * (1 - exact) / 10_000)
+    assert sign_flip_p(differences) == pytest.approx(exact, abs=4 * se + 2e-4)
+
+
+def test_mean_per_class_test_weighs_images_by_their_class() -> None:
+    # one class: every image weighs the same, so the sign flips are McNemar's binomial (10^5 test images)
+    rng = np.random.default_rng(3)
+    a, b = (rng.random(100_000) < 0.6).astype(int), (rng.random(100_000) < 0.597).astype(int)
+    one = np.zeros(100_000, dtype=int)
+    exact = mcnemar_exact(int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum()))
+    got = paired_p(Result("pets", "mean_per_class", 0.0, a, one, "s"),
+                   Result("pets", "mean_per_class", 0.0, b, one, "s"))
+    assert got == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 10_000) + 2e-4)
+    # two classes of 4 and 1 images: a gets the lone class-1 image and one class-0 image right where b does not
+    # (weights 1/2 and 1/8): the sums under flips are +-1/2 +-1/8, |sum| >= 5/8 in 2 of the 4 assignments
+    pc_a = Result("pets", "mean_per_class", 0.0, [1, 0, 0, 0, 1], [0, 0, 0, 0, 1], "s")
+    pc_b = Result("pets", "mean_per_class", 0.0, [0, 0, 0, 0, 0], [0, 0, 0, 0, 1], "s")
+    assert paired_p(pc_a, pc_b) == pytest.approx(0.5, abs=0.02)
+
+
+# ------------------------------------------------------------------ issue 55: malformed transfer records skipped
+
+
+MALFORMED = {  # (correct, labels, other fields of the record) -> the reason the skipped list gives
+    "outcomes as strings": (["1", "0", "1"], [0, 1, 0], {}, "'transfer.test_correct' is not a list of whole numbers"),
+    "labels as lists": ([1, 0, 1], [[0], [1], [0]], {}, "'transfer.test_labels' is not a list of whole numbers"),
+    "outcomes not 0 or 1": ([1, 2, 0], [0, 1, 0], {}, "'transfer.test_correct' holds numbers other than 0 and 1"),
+    "lengths differ": ([1, 0, 1], [0, 1], {}, "differ in length (3 and 2 test images)"),
+    "outcomes an object": ({"a": 1}, [0], {}, "'transfer.test_correct' is not a list of whole numbers (a dict)"),
+    "metric a list": ([1, 0, 1], [0, 1, 0], {"metric": ["top1"]}, "'transfer.metric'"),
+    "sweep bound text": ([1, 0, 1], [0, 1, 0], {"lambda_min": "tiny"}, "'config.solver.lambda_min' is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_transfer_record_is_skipped_with_one_line(tmp_path: Path, case: str) -> None:
+    """Two single-trial rows, so the paired test runs over the good records: on d564f78 the strings and lists
+    ended in a TypeError traceback there, the rest were read as if valid or tracebacked when formatted."""
+    correct, labels, other, reason = MALFORMED[case]
+    transfer_record(tmp_path / "moco" / "cifar10" / "result.json", backbone=MOCO, value=66.7, correct=[1, 1, 0],
+                    labels=[0, 1, 0])
+    transfer_record(tmp_path / "random" / "cifar10" / "result.json", backbone=RANDOM, value=33.3,
+                    correct=[0, 1, 0], labels=[0, 1, 0])
+    bad = transfer_record(tmp_path / "moco" / "pets" / "result.json", backbone=MOCO, dataset="pets", correct=correct,
+                          labels=labels, metric="mean_per_class")
+    data = json.loads(bad.read_text())
+    if "metric" in other:
+        data["transfer"]["metric"] = other["metric"]
+    if "lambda_min" in other:
+        data["config"]["solver"] = {"lambda_min": other["lambda_min"]}
+    bad.write_text(json.dumps(data))
+    result = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "rep"), "--formats", "md"])
+    assert result.exit_code == 0, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    skipped = [line for line in result.output.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 1 and skipped[0].startswith("skipped 1: ") and str(bad) in skipped[0], skipped
+    assert reason in skipped[0], skipped[0]
+    assert "Traceback" not in result.output
