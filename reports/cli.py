@@ -28,7 +28,7 @@ def report_cli(
     split: Annotated[bool, typer.Option(
         "--split", help="One report per study, each in OUT/<study>/, instead of one with a section each.")] = False,
     mix_marked: Annotated[bool, typer.Option(
-        "--mix-marked", help="Put the rows of smoke runs (MOCO_SMOKE=1; marked [smoke]) and of unfinished "
+        "--mix-marked", help="Put the rows of smoke runs (MOCO_SMOKE=1; marked \\[smoke]) and of unfinished "
         "pretrainings (stopped part-way; marked unfinished) in the tables of finished real runs, instead of tables "
         "of their own.")] = False,
 ) -> None:

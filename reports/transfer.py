@@ -42,15 +42,11 @@ from reports.published import PublishedRow
 from reports.records import RecordError, Skipped, pretraining_of, read_records
 from reports.summary import pretraining_identity
 from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
+from reports.transfer_datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
 
 TASK = "transfer"
 PUBLISHED_TASK = "transfer_linear"
-REAL = ("food101", "cifar10", "cifar100", "cub200", "sun397", "cars", "aircraft", "voc2007", "dtd", "pets",
-        "caltech101", "flowers")
 EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
-HEADERS = {"food101": "Food", "cifar10": "CIFAR10", "cifar100": "CIFAR100", "cub200": "CUB", "sun397": "SUN397",
-           "cars": "Cars", "aircraft": "Aircraft", "voc2007": "VOC07", "dtd": "DTD", "pets": "Pets",
-           "caltech101": "Caltech", "flowers": "Flowers"}
 METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
 PERMUTATIONS = 10_000
 
@@ -65,6 +61,11 @@ class Result:
     correct: np.ndarray | list[int] | None = None  # (N,) each test image right (1) or wrong (0)
     labels: np.ndarray | list[int] | None = None  # (N,) each test image's class
     split_sha: str | None = None
+    header: str = ""  # the column's header ("CIFAR10", "digits (CIFAR-10 layout)"); "": the dataset's name
+
+    @property
+    def title(self) -> str:
+        return self.header or HEADERS.get(self.dataset, self.dataset)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def _setting(data: dict[str, Any]) -> tuple[str, ...]:
     config = _object(data, "config")
     cfg_data, solver = _object(config, "data", "config."), _object(config, "solver", "config.")
     dataset = data["dataset"]
-    suite = str(dataset.get("version")) if dataset.get("path") == "embedded" else "real datasets"
+    suite = str(dataset.get("version")) if dataset.get("path") == "embedded" else REAL_SUITE
     crop = _field(cfg_data, "crop_size", int, "?", "config.data.")
     interpolation = _field(cfg_data, "interpolation", str, "bicubic", "config.data.")
     view = f"{crop}-px {interpolation} crops"
@@ -165,11 +166,14 @@ def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Res
         raise RecordError("field 'dataset.name', 'transfer.metric' or 'transfer.test' is missing or not valid")
     correct, labels = _outcomes(transfer)
     splits = dataset.get("splits") if isinstance(dataset.get("splits"), dict) else {}
-    result = Result(name, metric, float(value), correct, labels,
-                    splits.get("sha256") if isinstance(splits.get("sha256"), str) else None)
+    setting, key, header = _setting(data), name, ""
+    if setting[0] == REAL_SUITE and not is_released(name, dataset):  # one's own folder in a famous layout
+        setting, (key, header) = (OWN_SUITE, *setting[1:]), own_column(name, dataset)
+    result = Result(key, metric, float(value), correct, labels,
+                    splits.get("sha256") if isinstance(splits.get("sha256"), str) else None, header)
     pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
     smoke = data.get("smoke") is True or pretrain.get("smoke") is True
-    return str(Path(shown).parent.parent), pretraining_of(backbone), _setting(data), result, smoke
+    return str(Path(shown).parent.parent), pretraining_of(backbone), setting, result, smoke
 
 
 def load_trials(roots: Iterable[str], read: list[tuple[str, Any]] | None = None) -> tuple[list[Trial], list[Skipped]]:
@@ -207,46 +211,67 @@ def _table_mark(trial: Trial, mix_marked: bool) -> str:
 
 def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_marked: bool = False) -> list[Table]:
     """One table a setting, and one of its smoke trials and one of its unfinished pretrainings' after it (one
-    table, their rows marked, with ``mix_marked``)."""
+    table, their rows marked, with ``mix_marked``). The mean is over the datasets every trial of the table has
+    (its header says how many; a note names those left out), so no row's mean is over other datasets."""
     tables = []
     for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
         mine = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
-        order = REAL if setting[0] == "real datasets" else EMBEDDED
+        order = REAL if setting[0] == REAL_SUITE else EMBEDDED
         names = [n for n in order if any(n in t.results for t in mine)]
         names += sorted({n for t in mine for n in t.results} - set(names))
+        common = [n for n in names if all(n in t.results for t in mine)]
+        titles = {n: next(t.results[n].title for t in mine if n in t.results) for n in names}
         rows_of: dict[tuple[Any, ...], list[Trial]] = {}
         for trial in mine:
             rows_of.setdefault((pretraining_identity(trial.pretraining), trial.smoke), []).append(trial)
         groups = sorted(rows_of.values(), key=lambda g: (g[0].pretraining.sort_key(), g[0].smoke))
-        columns = (Column("pretraining"), Column("n", True), *(Column(HEADERS.get(n, n), True) for n in names),
-                   Column("mean", True))
+        columns = (Column("pretraining"), Column("n", True), *(Column(titles[n], True) for n in names),
+                   Column(f"mean of {len(common)}", True))
         rows = []
         for group in groups:
             cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
-            means = [statistics.fmean(t.results[n].value for n in names) for t in group
-                     if all(n in t.results for n in names)]
+            means = [statistics.fmean(t.results[n].value for n in common) for t in group] if common else []
             rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(means))))
-        pub = [p for p in published if p.task == PUBLISHED_TASK and setting[0] == "real datasets"
+        pub = [p for p in published if p.task == PUBLISHED_TASK and setting[0] == REAL_SUITE
                and setting[1].startswith("224-px") and not mark]
-        for p in pub:
-            values = [p.values.get(n) for n in names]
-            mean = statistics.fmean(values) if all(v is not None for v in values) else None  # type: ignore[arg-type]
-            rows.append(Row((Cell(p.label), Cell(MISSING), *(Cell(fmt(v)) if v is not None else Cell(MISSING)
-                                                            for v in values),
-                             Cell(fmt(mean)) if mean is not None else Cell(MISSING)), p.origin))
-        metrics = "; ".join(f"{HEADERS.get(n, n)}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
+        rows += [_published_row(p, names, common) for p in pub]
+        metrics = "; ".join(f"{titles[n]}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
         notes = [f"Metrics: {metrics}. Frozen features, L2 logistic regression by L-BFGS, its strength chosen on "
                  f"val among the sweep's values, refit on train + val, tested once (moco eval transfer)."]
-        notes += significance(groups, names)
+        notes += _mean_note(names, common, titles)
+        notes += significance(groups, names, common)
         notes += [f"{p.label}: {p.source}" for p in pub]
+        if setting[0] == OWN_SUITE:
+            notes.append("Datasets read in a famous dataset's file layout but not of its released size (classes, "
+                         "train + val and test images) are named by their folder: no published row is beside them.")
         if mark == "unfinished":
             notes.append(UNFINISHED_NOTE)
         if any(t.smoke for t in mine):
             notes.append(SMOKE_NOTE)
-        title = f"Linear transfer ({setting[0]})" + (f", {MARK_TITLES[mark]}" if mark else "")
-        tables.append(Table(_section(setting, mark), title, columns, rows, subtitle=", ".join(setting[1:]),
+        # the view in the heading: the 224-px and 32-px tables of one suite had the same one
+        title = f"Linear transfer ({setting[0]}, {setting[1]})" + (f", {MARK_TITLES[mark]}" if mark else "")
+        tables.append(Table(_section(setting, mark), title, columns, rows, subtitle=", ".join(setting[2:]),
                             notes=notes))
     return tables
+
+
+def _published_row(row: PublishedRow, names: list[str], common: list[str]) -> Row:
+    """A published row: its values where it has them; its mean over ``common`` where it has all of them."""
+    values = [row.values.get(n) for n in names]
+    means = [row.values[n] for n in common if n in row.values]
+    mean = Cell(fmt(statistics.fmean(means))) if common and len(means) == len(common) else Cell(MISSING)
+    return Row((Cell(row.label), Cell(MISSING), *(Cell(fmt(v)) if v is not None else Cell(MISSING) for v in values),
+                mean), row.origin)
+
+
+def _mean_note(names: list[str], common: list[str], titles: dict[str, str]) -> list[str]:
+    if len(common) == len(names):
+        return []
+    left = ", ".join(titles[n] for n in names if n not in common)
+    if not common:
+        return [f"No mean: no dataset is in every row ({left} are not)."]
+    return [f"Mean of {len(common)}: over {', '.join(titles[n] for n in common)}, the datasets every row has; "
+            f"{left} left out (not in every row)."]
 
 
 def _section(setting: tuple[str, ...], mark: str) -> str:
@@ -262,8 +287,9 @@ def _metric(trials: list[Trial], name: str) -> str:
     return next(t.results[name].metric for t in trials if name in t.results)
 
 
-def significance(groups: list[list[Trial]], names: list[str]) -> list[str]:
-    """Notes comparing each row with the random-init and supervised rows (see the module docstring)."""
+def significance(groups: list[list[Trial]], names: list[str], common: list[str]) -> list[str]:
+    """Notes comparing each row with the random-init and supervised rows (see the module docstring): the Welch
+    test of the mean over ``common`` (the datasets every row has), the paired tests on each of ``names``."""
     refs = [g for g in groups if g[0].pretraining.kind == "random"][:1]
     refs += [g for g in groups if g[0].pretraining.is_supervised][:1]
     notes = []
@@ -271,23 +297,22 @@ def significance(groups: list[list[Trial]], names: list[str]) -> list[str]:
         for other in groups:
             if other is ref or (other in refs and refs.index(other) < refs.index(ref)):
                 continue
-            line = _compare(other, ref, names)
+            line = _compare(other, ref, names, common)
             if line:
                 notes.append(f"{_label(other[0])} vs {_label(ref[0])}: {line}")
     return notes
 
 
-def _compare(a: list[Trial], b: list[Trial], names: list[str]) -> str | None:
-    means = [[statistics.fmean(t.results[n].value for n in names) for t in g if all(n in t.results for n in names)]
-             for g in (a, b)]
+def _compare(a: list[Trial], b: list[Trial], names: list[str], common: list[str]) -> str | None:
+    means = [[statistics.fmean(t.results[n].value for n in common) for t in g] if common else [] for g in (a, b)]
     if len(means[0]) >= 2 and len(means[1]) >= 2:
         diff = statistics.fmean(means[0]) - statistics.fmean(means[1])
         se = math.sqrt(statistics.variance(means[0]) / len(means[0]) + statistics.variance(means[1]) / len(means[1]))
         where = f"{diff / se:.1f} SE" if se > 0 else "SE 0"
-        return (f"mean {diff:+.1f} points over {len(means[0])} and {len(means[1])} trials, {where} of the difference "
-                f"(Welch)")
+        return (f"mean of {len(common)} {diff:+.1f} points over {len(means[0])} and {len(means[1])} trials, {where} "
+                f"of the difference (Welch)")
     if len(a) == 1 and len(b) == 1:
-        tests = [f"{HEADERS.get(n, n)} p={p:.2g}" for n in names
+        tests = [f"{a[0].results[n].title} p={p:.2g}" for n in names
                  if (p := paired_p(a[0].results.get(n), b[0].results.get(n))) is not None]
         return "paired permutation test over the test images: " + ", ".join(tests) if tests else None
     return None
@@ -345,7 +370,8 @@ def sign_flip_p(differences: np.ndarray | list[float], permutations: int = PERMU
 def tidy(trials: list[Trial], *, mix_marked: bool = False) -> list[dict[str, str]]:
     """The CSV's rows: one a trial and dataset, with its marks (columns smoke, pretrain_unfinished)."""
     return [{"section": _section(t.setting, _table_mark(t, mix_marked)), "origin": "ours", "status": "ok",
-             "task": TASK, "protocol": "linear-transfer", "dataset": r.dataset, "pretraining": t.pretraining.label,
+             "task": TASK, "protocol": "linear-transfer", "dataset": r.header or r.dataset,
+             "pretraining": t.pretraining.label,
              "method": t.pretraining.method or "", "arch": t.pretraining.arch, "sha256": t.pretraining.sha256 or "",
              "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run,
              "smoke": "yes" if t.smoke else "no", "pretrain_unfinished": t.pretraining.unfinished_field}

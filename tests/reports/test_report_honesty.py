@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from reports.published import load_published
 from reports.transfer import Result, mcnemar_exact, paired_p, sign_flip_p
 
 runner = CliRunner()
@@ -28,7 +29,8 @@ RANDOM = {"source": "random", "format": "random", "arch": "resnet18", "sha256": 
 
 
 def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cifar10", value: float = 50.0,
-                    metric: str = "top1", correct: Any = None, labels: Any = None, **fields: Any) -> Path:
+                    metric: str = "top1", correct: Any = None, labels: Any = None, crop: int = 224,
+                    **fields: Any) -> Path:
     """A transfer suite record (classification/suite/run.py's fields) of a real-datasets run at 224 px; ``fields``
     update its ``dataset`` object (counts), ``transfer``'s outcomes are given as they should be written."""
     transfer: dict[str, Any] = {"metric": metric, "test": value, "lambda": 1.0}
@@ -38,7 +40,7 @@ def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cif
               "metrics": {metric: value}, "backbone": backbone,
               "dataset": {"name": dataset, "path": "/data/own", "folder": f"/data/own/{dataset}",
                           "splits": {"sha256": "s"}, **fields},
-              "config": {"data": {"crop_size": 224}}, "transfer": transfer}
+              "config": {"data": {"crop_size": crop}}, "transfer": transfer}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path
@@ -133,3 +135,103 @@ def test_a_malformed_transfer_record_is_skipped_with_one_line(tmp_path: Path, ca
     assert len(skipped) == 1 and skipped[0].startswith("skipped 1: ") and str(bad) in skipped[0], skipped
     assert reason in skipped[0], skipped[0]
     assert "Traceback" not in result.output
+
+
+# ------------------------------------------------------------------------- issue 57: which dataset, which mean
+
+DIGITS = {"classes": 10, "train_images": 1_150, "val_images": 288, "test_images": 359}  # 1,438 train + val
+CIFAR10 = {"classes": 10, "train_images": 40_000, "val_images": 10_000, "test_images": 10_000}
+PETS = {"classes": 37, "train_images": 2_944, "val_images": 736, "test_images": 3_669}
+
+
+def _report(tmp_path: Path) -> tuple[str, str]:
+    """(Markdown, CSV) of ``moco report`` over tmp_path/runs, through the command."""
+    out = tmp_path / "rep"
+    result = runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(out), "--formats", "md,csv"])
+    assert result.exit_code == 0, result.output
+    return (out / "report.md").read_text(), (out / "report.csv").read_text()
+
+
+def test_own_images_in_cifar10_layout_are_named_by_their_folder_without_published_rows(tmp_path: Path) -> None:
+    """scikit-learn's digits written as cifar-10-batches-py: d564f78 showed them as "CIFAR10" under "Linear transfer
+    (real datasets)" with the published supervised and DeepCluster-v2 CIFAR-10 numbers beside them."""
+    for name, backbone, value in (("moco", MOCO, 88.0), ("random", RANDOM, 70.0)):
+        transfer_record(tmp_path / "runs" / name / "cifar10" / "result.json", backbone=backbone, value=value,
+                        **DIGITS)
+    md, csv = _report(tmp_path)
+    assert "own (CIFAR-10 layout)" in md and "CIFAR10" not in md
+    assert "real datasets" not in md and "Linear transfer (own data in the suite's layouts)" in md
+    assert "| published" not in md and "Ericsson" not in md and "91.4" not in md and "94.0" not in md
+    assert "own (CIFAR-10 layout)" in csv and "Ericsson" not in csv
+
+
+def test_the_released_cifar10_keeps_its_name_and_its_published_rows(tmp_path: Path) -> None:
+    for name, backbone, value in (("moco", MOCO, 88.0), ("random", RANDOM, 70.0)):
+        transfer_record(tmp_path / "runs" / name / "cifar10" / "result.json", backbone=backbone, value=value,
+                        **CIFAR10)
+    md, _ = _report(tmp_path)
+    assert "Linear transfer (real datasets)" in md and "| CIFAR10" in md and "CIFAR-10 layout" not in md
+    published = [line for line in md.splitlines() if line.startswith("| published")]
+    assert len(published) == 2 and any("91.4" in line for line in published), published
+
+
+def test_the_mean_is_over_the_datasets_every_row_has_and_says_how_many(tmp_path: Path) -> None:
+    """MoCo has CIFAR-10 and Pets, random init CIFAR-10 only: d564f78 headed MoCo's mean of 2 datasets "mean",
+    beside random init's empty one; now both rows' means are over CIFAR-10, headed "mean of 1", Pets named."""
+    transfer_record(tmp_path / "runs" / "moco" / "cifar10" / "result.json", backbone=MOCO, value=80.0, **CIFAR10)
+    transfer_record(tmp_path / "runs" / "moco" / "pets" / "result.json", backbone=MOCO, value=40.0,
+                    dataset="pets", metric="mean_per_class", **PETS)
+    transfer_record(tmp_path / "runs" / "random" / "cifar10" / "result.json", backbone=RANDOM, value=30.0,
+                    **CIFAR10)
+    md, _ = _report(tmp_path)
+    header = next(line for line in md.splitlines() if line.startswith("| pretraining"))
+    assert header.rstrip(" |").endswith("mean of 1"), header
+    rows = {line.split("|")[1].strip().split(" (")[0]: line.rstrip(" |").rsplit("|", 1)[1].strip()
+            for line in md.splitlines() if line.startswith("| MoCo") or line.startswith("| random init")}
+    assert rows == {"MoCo": "80.0", "random init": "30.0"}, rows
+    assert "Mean of 1: over CIFAR10, the datasets every row has; Pets left out (not in every row)." in md
+
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "published_rows.md"
+
+
+def _ericsson_table_1() -> dict[str, dict[str, float]]:
+    """Table 1 of ../shared/reference/published_rows.md (section 1): model -> column -> value."""
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE} is not beside this clone")
+    lines = REFERENCE.read_text().split("## 1.", 1)[1].split("## 2.", 1)[0].splitlines()
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    header = table[0]
+    return {row[0]: {h: float(v) for h, v in zip(header[1:], row[1:], strict=True)} for row in table[2:]}
+
+
+def test_the_published_cifar10_rows_are_the_papers_table_1() -> None:
+    """d564f78 credited the ssl-transfer README's 91.47 and 94.07 to the paper's Table 1 (91.42 and 94.02)."""
+    reference = _ericsson_table_1()
+    models = {"supervised": "Supervised (torchvision)", "DeepCluster-v2 800ep": "DeepCluster-v2"}
+    rows = [r for r in load_published() if r.task == "transfer_linear"]
+    assert {r.pretrain for r in rows} == set(models)
+    for row in rows:
+        assert "arXiv 2011.13377 v2), Table 1" in row.source and "README" not in row.source
+        assert row.values == {"cifar10": reference[models[row.pretrain]]["CIFAR10"]}, row
+
+
+# ------------------------------------------------------------------------------- issue 57: headings, help text
+
+
+def test_the_224_and_32_px_transfer_tables_have_distinct_headings(tmp_path: Path) -> None:
+    """d564f78 headed both "Linear transfer (real datasets)", the view only in the line below."""
+    for crop in (224, 32):
+        for name, backbone in (("moco", MOCO), ("random", RANDOM)):
+            transfer_record(tmp_path / "runs" / f"{name}{crop}" / "cifar10" / "result.json", backbone=backbone,
+                            crop=crop, **CIFAR10)
+    md, _ = _report(tmp_path)
+    headings = [line for line in md.splitlines() if line.startswith("## Linear transfer")]
+    assert headings == ["## Linear transfer (real datasets, 224-px bicubic crops)",
+                        "## Linear transfer (real datasets, 32-px bicubic crops)"], headings
+
+
+def test_report_help_keeps_the_smoke_mark() -> None:
+    """rich read "[smoke]" in the --mix-marked help as markup and dropped it (d564f78: "marked )")."""
+    result = runner.invoke(app, ["report", "--help"])
+    assert result.exit_code == 0 and "marked [smoke])" in " ".join(result.output.split())
