@@ -43,6 +43,7 @@ from reports.records import RecordError, Skipped, pretraining_of, read_records
 from reports.summary import pretraining_identity
 from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
 from reports.transfer_datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
+from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots
 
 TASK = "transfer"
 PUBLISHED_TASK = "transfer_linear"
@@ -74,6 +75,8 @@ class Trial:
     pretraining: Pretraining
     setting: tuple[str, ...]
     results: dict[str, Result] = field(default_factory=dict)
+    fewshot: dict[str, list[Shots]] = field(default_factory=dict)  # by dataset column (reports.transfer_fewshot)
+    titles: dict[str, str] = field(default_factory=dict)  # the few-shot datasets' headers
     smoke: bool = False  # a smoke run's, or of weights a smoke run made: numbers that mean nothing
 
     def mark(self) -> str | None:
@@ -151,46 +154,77 @@ def _whole_numbers(value: Any, name: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What one suite record (the linear result or the few-shot one) says of its run and dataset."""
+
+    run: str
+    pretraining: Pretraining
+    setting: tuple[str, ...]
+    key: str  # the dataset's column: its name, or its folder's where it is one's own data (transfer_datasets)
+    header: str
+    smoke: bool
+
+
+def _read(data: dict[str, Any], shown: str) -> _Read:
+    dataset, backbone = data.get("dataset"), data.get("backbone")
+    if not (isinstance(dataset, dict) and isinstance(backbone, dict)):
+        raise RecordError(f"a {data.get('task')} record needs 'dataset' and 'backbone' objects")
+    name = dataset.get("name")
+    if not isinstance(name, str) or not name:
+        raise RecordError("field 'dataset.name' is missing or not valid")
+    setting, key, header = _setting(data), name, ""
+    if setting[0] == REAL_SUITE and not is_released(name, dataset):  # one's own folder in a famous layout
+        setting, (key, header) = (OWN_SUITE, *setting[1:]), own_column(name, dataset)
+    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
+    smoke = data.get("smoke") is True or pretrain.get("smoke") is True
+    return _Read(str(Path(shown).parent.parent), pretraining_of(backbone), setting, key, header, smoke)
+
+
 def parse(data: Any, shown: str) -> tuple[str, Pretraining, tuple[str, ...], Result, bool]:
     """(run, pretraining, setting, result, smoke) of one transfer record; RecordError when it is not one. Smoke: the
     record says so (written by a smoke run, or of weights a smoke run made), or its backbone does."""
     if not isinstance(data, dict) or data.get("task") != TASK:
         raise RecordError("not a transfer record")
-    dataset, transfer = data.get("dataset"), data.get("transfer")
-    backbone = data.get("backbone")
-    if not (isinstance(dataset, dict) and isinstance(transfer, dict) and isinstance(backbone, dict)):
-        raise RecordError("a transfer record needs 'dataset', 'transfer' and 'backbone' objects")
-    name, metric, value = dataset.get("name"), transfer.get("metric"), transfer.get("test")
-    if not isinstance(name, str) or not isinstance(metric, str) or metric not in METRIC_NAMES or \
+    transfer = data.get("transfer")
+    if not isinstance(transfer, dict):
+        raise RecordError("a transfer record needs a 'transfer' object")
+    read = _read(data, shown)
+    metric, value = transfer.get("metric"), transfer.get("test")
+    if not isinstance(metric, str) or metric not in METRIC_NAMES or \
             isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RecordError("field 'dataset.name', 'transfer.metric' or 'transfer.test' is missing or not valid")
+        raise RecordError("field 'transfer.metric' or 'transfer.test' is missing or not valid")
     correct, labels = _outcomes(transfer)
-    splits = dataset.get("splits") if isinstance(dataset.get("splits"), dict) else {}
-    setting, key, header = _setting(data), name, ""
-    if setting[0] == REAL_SUITE and not is_released(name, dataset):  # one's own folder in a famous layout
-        setting, (key, header) = (OWN_SUITE, *setting[1:]), own_column(name, dataset)
-    result = Result(key, metric, float(value), correct, labels,
-                    splits.get("sha256") if isinstance(splits.get("sha256"), str) else None, header)
-    pretrain = backbone.get("pretrain") if isinstance(backbone.get("pretrain"), dict) else {}
-    smoke = data.get("smoke") is True or pretrain.get("smoke") is True
-    return str(Path(shown).parent.parent), pretraining_of(backbone), setting, result, smoke
+    splits = data["dataset"].get("splits") if isinstance(data["dataset"].get("splits"), dict) else {}
+    result = Result(read.key, metric, float(value), correct, labels,
+                    splits.get("sha256") if isinstance(splits.get("sha256"), str) else None, read.header)
+    return read.run, read.pretraining, read.setting, result, read.smoke
 
 
 def load_trials(roots: Iterable[str], read: list[tuple[str, Any]] | None = None) -> tuple[list[Trial], list[Skipped]]:
-    """The suite trials under ``roots`` (or of ``read``, :func:`reports.records.read_records` of them), and the
-    transfer records skipped with why (files that are not records are listed by :func:`load_records`)."""
+    """The suite trials under ``roots`` (or of ``read``, :func:`reports.records.read_records` of them), with their
+    few-shot results, and the transfer records skipped with why (files that are not records are listed by
+    :func:`reports.records.load_records`)."""
     trials: dict[str, Trial] = {}
     skipped = []
     for shown, data in read_records(roots) if read is None else read:
-        if not isinstance(data, dict) or data.get("task") != TASK:
+        if not isinstance(data, dict) or data.get("task") not in (TASK, FEWSHOT_TASK):
             continue
         try:
-            run, pretraining, setting, result, smoke = parse(data, shown)
+            if data["task"] == TASK:
+                run, pretraining, setting, result, smoke = parse(data, shown)
+            else:
+                got, shots = _read(data, shown), parse_shots(data)
+                run, pretraining, setting, smoke = got.run, got.pretraining, got.setting, got.smoke
         except RecordError as err:
             skipped.append(Skipped(shown, str(err)))
             continue
         trial = trials.setdefault(f"{run}\0{setting}\0{smoke}", Trial(run, pretraining, setting, smoke=smoke))
-        trial.results[result.dataset] = result
+        if data["task"] == TASK:
+            trial.results[result.dataset] = result
+        else:
+            trial.fewshot[got.key] = shots
+            trial.titles[got.key] = got.header or HEADERS.get(got.key, got.key)
     return list(trials.values()), skipped
 
 
@@ -215,7 +249,12 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
     (its header says how many; a note names those left out), so no row's mean is over other datasets."""
     tables = []
     for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
-        mine = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
+        everyone = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
+        title = f"Linear transfer ({setting[0]}, {setting[1]})" + (f", {MARK_TITLES[mark]}" if mark else "")
+        mine = [t for t in everyone if t.results]
+        if not mine:
+            tables += _fewshot_tables(everyone, setting, mark, title)
+            continue
         order = REAL if setting[0] == REAL_SUITE else EMBEDDED
         names = [n for n in order if any(n in t.results for t in mine)]
         names += sorted({n for t in mine for n in t.results} - set(names))
@@ -249,10 +288,23 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
         if any(t.smoke for t in mine):
             notes.append(SMOKE_NOTE)
         # the view in the heading: the 224-px and 32-px tables of one suite had the same one
-        title = f"Linear transfer ({setting[0]}, {setting[1]})" + (f", {MARK_TITLES[mark]}" if mark else "")
         tables.append(Table(_section(setting, mark), title, columns, rows, subtitle=", ".join(setting[2:]),
                             notes=notes))
+        tables += _fewshot_tables(everyone, setting, mark, title)
     return tables
+
+
+def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, title: str) -> list[Table]:
+    """The few-shot table of a setting's trials (reports.transfer_fewshot), where any has few-shot results."""
+    shot = sorted((t for t in trials if t.fewshot), key=lambda t: (t.pretraining.sort_key(), t.smoke))
+    if not shot:
+        return []
+    titles = {n: t.titles[n] for n in (*REAL, *EMBEDDED) for t in shot if n in t.titles}
+    titles.update({n: h for t in shot for n, h in sorted(t.titles.items()) if n not in titles})
+    table = fewshot_table(_section(setting, mark) + "|fewshot", f"{title}, few-shot", [_label(t) for t in shot],
+                          [t.fewshot for t in shot], titles)
+    table.subtitle = ", ".join(setting[2:])
+    return [table]
 
 
 def _published_row(row: PublishedRow, names: list[str], common: list[str]) -> Row:
@@ -368,11 +420,19 @@ def sign_flip_p(differences: np.ndarray | list[float], permutations: int = PERMU
 
 
 def tidy(trials: list[Trial], *, mix_marked: bool = False) -> list[dict[str, str]]:
-    """The CSV's rows: one a trial and dataset, with its marks (columns smoke, pretrain_unfinished)."""
-    return [{"section": _section(t.setting, _table_mark(t, mix_marked)), "origin": "ours", "status": "ok",
-             "task": TASK, "protocol": "linear-transfer", "dataset": r.header or r.dataset,
-             "pretraining": t.pretraining.label,
-             "method": t.pretraining.method or "", "arch": t.pretraining.arch, "sha256": t.pretraining.sha256 or "",
-             "metric": r.metric, "mean": repr(round(r.value, 6)), "n": "1", "files": t.run,
-             "smoke": "yes" if t.smoke else "no", "pretrain_unfinished": t.pretraining.unfinished_field}
-            for t in trials for r in t.results.values()]
+    """The CSV's rows: one a trial and dataset (and k, for few-shot: its std over the tries, their number in the
+    note), with its marks (columns smoke, pretrain_unfinished)."""
+    rows = []
+    for t in trials:
+        base = {"section": _section(t.setting, _table_mark(t, mix_marked)), "origin": "ours", "status": "ok",
+                "task": TASK, "protocol": "linear-transfer", "pretraining": t.pretraining.label,
+                "method": t.pretraining.method or "", "arch": t.pretraining.arch,
+                "sha256": t.pretraining.sha256 or "", "n": "1", "files": t.run, "smoke": "yes" if t.smoke else "no",
+                "pretrain_unfinished": t.pretraining.unfinished_field}
+        rows += [{**base, "dataset": r.header or r.dataset, "metric": r.metric, "mean": repr(round(r.value, 6))}
+                 for r in t.results.values()]
+        rows += [{**base, "section": base["section"] + "|fewshot", "task": FEWSHOT_TASK,
+                  "protocol": "linear-transfer-fewshot", "dataset": t.titles[key], "metric": f"{s.shots}-shot",
+                  "mean": repr(round(s.mean, 6)), "std": repr(round(s.std, 6)), "note": f"std over {s.tries} tries"}
+                 for key, shots in t.fewshot.items() for s in shots]
+    return rows

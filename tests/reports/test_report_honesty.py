@@ -160,7 +160,7 @@ def test_own_images_in_cifar10_layout_are_named_by_their_folder_without_publishe
                         **DIGITS)
     md, csv = _report(tmp_path)
     assert "own (CIFAR-10 layout)" in md and "CIFAR10" not in md
-    assert "real datasets" not in md and "Linear transfer (own data in the suite's layouts)" in md
+    assert "real datasets" not in md and "Linear transfer (own data in the suite's layouts, 224-px" in md
     assert "| published" not in md and "Ericsson" not in md and "91.4" not in md and "94.0" not in md
     assert "own (CIFAR-10 layout)" in csv and "Ericsson" not in csv
 
@@ -170,7 +170,7 @@ def test_the_released_cifar10_keeps_its_name_and_its_published_rows(tmp_path: Pa
         transfer_record(tmp_path / "runs" / name / "cifar10" / "result.json", backbone=backbone, value=value,
                         **CIFAR10)
     md, _ = _report(tmp_path)
-    assert "Linear transfer (real datasets)" in md and "| CIFAR10" in md and "CIFAR-10 layout" not in md
+    assert "Linear transfer (real datasets, 224-px" in md and "| CIFAR10" in md and "CIFAR-10 layout" not in md
     published = [line for line in md.splitlines() if line.startswith("| published")]
     assert len(published) == 2 and any("91.4" in line for line in published), published
 
@@ -235,3 +235,37 @@ def test_report_help_keeps_the_smoke_mark() -> None:
     """rich read "[smoke]" in the --mix-marked help as markup and dropped it (d564f78: "marked )")."""
     result = runner.invoke(app, ["report", "--help"])
     assert result.exit_code == 0 and "marked [smoke])" in " ".join(result.output.split())
+
+
+# ----------------------------------------------------------------- issue 57: the suite's few-shot records shown
+
+
+def _fewshot_record(path: Path, backbone: dict[str, Any], results: Any) -> None:
+    """classification/suite/run.py's ``<dataset>/fewshot.result.json`` of a real-datasets run."""
+    path.write_text(json.dumps({
+        "schema": "moco.result", "version": 1, "task": "transfer-fewshot", "protocol": "linear-transfer-fewshot",
+        "metrics": {"5shot_top1": 1.0}, "backbone": backbone,
+        "dataset": {"name": "cifar10", "path": "/data/own", "metric": "top1", **CIFAR10},
+        "config": {"data": {"crop_size": 224}}, "fewshot": results}))
+
+
+def test_the_suites_few_shot_records_are_a_table_with_their_spread_and_tries(tmp_path: Path) -> None:
+    """d564f78 read fewshot.result.json nowhere and printed "skipped: none"."""
+    for name, backbone, mean, std in (("moco", MOCO, 58.61, 8.18), ("random", RANDOM, 40.0, 2.5)):
+        linear = transfer_record(tmp_path / "runs" / name / "cifar10" / "result.json", backbone=backbone, **CIFAR10)
+        _fewshot_record(linear.with_name("fewshot.result.json"), backbone,
+                        [{"shots": 5, "tries": 5, "mean": mean, "std": std, "runs": []}])
+    bad = tmp_path / "runs" / "other" / "cifar10" / "fewshot.result.json"
+    bad.parent.mkdir(parents=True)
+    _fewshot_record(bad, MOCO, [{"shots": 5, "mean": "high"}])
+    result = runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep"), "--formats",
+                                 "md,csv"])
+    assert result.exit_code == 0, result.output
+    md, csv = (tmp_path / "rep" / "report.md").read_text(), (tmp_path / "rep" / "report.csv").read_text()
+    assert "## Linear transfer (real datasets, 224-px bicubic crops), few-shot" in md
+    rows = [line for line in md.splitlines() if "CIFAR10 5-shot" in line or "± 8.2" in line or "± 2.5" in line]
+    assert any("58.6 ± 8.2" in line and line.rstrip(" |").endswith("5") for line in rows), rows
+    assert any("40.0 ± 2.5" in line for line in rows), rows
+    assert '"58.61","8.18"' in csv and "std over 5 tries" in csv
+    skipped = next(line for line in result.output.splitlines() if line.startswith("skipped"))
+    assert skipped.startswith("skipped 1: ") and str(bad) in skipped and "'fewshot'" in skipped, skipped
