@@ -127,6 +127,8 @@ class Record:
     # built from it. Checked where a command is built, never trusted as text.
     invocation: dict[str, Any] | None = None
     chosen: str | None = None  # a head grid's chosen head ("layer4 lr 1"; selection.chosen)
+    # few-shot: each metric's standard deviation over its tries, and the tries (the record's ``fewshot`` list)
+    spread: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -236,7 +238,23 @@ def parse_record(data: Any, shown: str) -> Record:
         k=_count(config.get("k")) if task == "knn" else None, chosen=_text(selection.get("chosen")),
         smoke=data.get("smoke") is True or pretrain.get("smoke") is True,
         invocation=invocation if isinstance(invocation, dict) else None,
+        spread=fewshot_spread(data.get("fewshot")) if task == "fewshot" else {},
     )
+
+
+def fewshot_spread(raw: Any) -> dict[str, tuple[float, int]]:
+    """(std over the tries, tries) of each few-shot metric ("5shot_linear_top1"), from the record's ``fewshot``
+    list (classification/frozen/shots.py: per k, "linear" and "knn" with their mean, std and runs); entries not
+    of that form give none (the metric is shown without its spread)."""
+    spread: dict[str, tuple[float, int]] = {}
+    for item in raw if isinstance(raw, list) else []:
+        shots = _count(item.get("shots")) if isinstance(item, dict) else None
+        for reader in ("linear", "knn") if shots else ():
+            got = item.get(reader) if isinstance(item.get(reader), dict) else {}
+            std, runs = _number(got.get("std")), got.get("runs")
+            if std is not None and std >= 0 and isinstance(runs, list) and runs:
+                spread[f"{shots}shot_{reader}_top1"] = (std, len(runs))
+    return spread
 
 
 def subset_label(subset: Any) -> str | None:

@@ -188,10 +188,18 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
         base.update(sha256="", method=entry.sweep.method, sweep_param=entry.sweep.param,
                     sweep_value=num(entry.sweep.value))
     metrics = TASK_METRICS[s.task] if entry.failed else list(entry.metrics)
-    rows = [{**base, "metric": m, **_stat_fields(entry.metrics.get(m)), "delta_vs_supervised":
-             num(delta(entry, reference, m))} for m in metrics]
+    rows = [{**base, "metric": m, **_stat_fields(entry.metrics.get(m)), **_spread_fields(entry, m),
+             "delta_vs_supervised": num(delta(entry, reference, m))} for m in metrics]
     rows += [{**base, "metric": "AP50", "class": name, **_stat_fields(stat)} for name, stat in entry.per_class.items()]
     return rows
+
+
+def _spread_fields(entry: Entry, metric: str) -> dict[str, str]:
+    """A one-trial few-shot row's std over its tries, and how many (the note)."""
+    if metric not in entry.spread:
+        return {}
+    std, tries = entry.spread[metric]
+    return {"std": num(std), "note": f"std over {tries} tries of the shots drawn"}
 
 
 def _stat_fields(stat: Stat | None) -> dict[str, str]:

@@ -120,6 +120,7 @@ class Entry:
     eval_recipe: str | None = None  # the evaluation config its trials share (None: they differ)
     smoke: bool = False  # its trials are smoke runs (MOCO_SMOKE=1, or of weights a smoke run made)
     invocation: dict[str, Any] | None = None  # how its first trial that says so was asked for (records.Record)
+    spread: dict[str, tuple[float, int]] = field(default_factory=dict)  # one few-shot trial's (std, tries)
 
     @property
     def failed(self) -> bool:
@@ -188,7 +189,8 @@ def _entry(trials: list[Record], setting: Setting) -> Entry:
                   failures=[r.failure or "no reason given" for r in trials if not r.ok],
                   files=sorted(r.path for r in trials), smoke=any(r.smoke for r in trials),
                   chosen=[r.chosen for r in ok if r.chosen],
-                  invocation=next((r.invocation for r in trials if r.invocation is not None), None))
+                  invocation=next((r.invocation for r in trials if r.invocation is not None), None),
+                  spread=ok[0].spread if len(ok) == 1 else {})
     for name in _ordered_union(r.metrics for r in ok):
         entry.metrics[name] = Stat(tuple(r.metrics[name] for r in ok if name in r.metrics))
     for name in _ordered_union(r.per_class for r in ok):

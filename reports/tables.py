@@ -162,6 +162,17 @@ def fmt_sweep(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
+def _with_spread(entry: Entry, metrics: tuple[str, ...], cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
+    """A one-trial few-shot row's cells with the spread over its tries (the record's; d564f78 dropped it)."""
+    return tuple(dataclasses.replace(c, std=fmt(entry.spread[m][0])) if m in entry.spread and c.std is None else c
+                 for c, m in zip(cells, metrics, strict=True))
+
+
+def _tries_note(entry: Entry) -> str:
+    tries = sorted({t for _, t in entry.spread.values()})
+    return f"± over {'/'.join(map(str, tries))} tries of the shots drawn" if tries else ""
+
+
 def stat_cell(stat: Stat | None, diff: float | None = None) -> Cell:
     if stat is None or stat.n == 0:
         return Cell(MISSING)
@@ -316,11 +327,13 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         if entry.failed:
             values = tuple(Cell("failed") for _ in metrics)
         else:
-            values = tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m)) for m in metrics)
+            values = _with_spread(entry, metrics, tuple(stat_cell(entry.metrics.get(m), delta(entry, reference, m))
+                                                        for m in metrics))
         outside, applied = checked_flags(entry, expected)
         checked |= applied
         mine = own[id(entry)]
-        note = "; ".join(n for n in (failure_note(entry), *outside, chosen_note(entry), _beside_note(mine)) if n)
+        note = "; ".join(n for n in (failure_note(entry), *outside, chosen_note(entry), _beside_note(mine),
+                                     _tries_note(entry)) if n)
         shown = (value_cell(mine.values.get(metrics[0])) if mine else Cell(MISSING),) if extra else ()
         rows.append(Row((row_label(entry, entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
                         "failed" if entry.failed else "ours"))

@@ -269,3 +269,18 @@ def test_the_suites_few_shot_records_are_a_table_with_their_spread_and_tries(tmp
     assert '"58.61","8.18"' in csv and "std over 5 tries" in csv
     skipped = next(line for line in result.output.splitlines() if line.startswith("skipped"))
     assert skipped.startswith("skipped 1: ") and str(bad) in skipped and "'fewshot'" in skipped, skipped
+
+
+def test_one_few_shot_trial_shows_its_spread_over_the_tries(write_record: Any, runs: Path, tmp_path: Path) -> None:
+    """moco eval linear --shots 5 --tries 5 records 58.61 +- 8.18; d564f78's table and CSV showed 58.6 alone."""
+    runs_of = [{"seed": i, "test": 50.0 + i} for i in range(5)]
+    write_record("fewshot/result.json", task="fewshot", protocol="fewshot",
+                 metrics={"5shot_linear_top1": 58.61, "5shot_knn_top1": 50.0}, config={},
+                 fewshot=[{"shots": 5, "linear": {"mean": 58.61, "std": 8.18, "runs": runs_of},
+                           "knn": {"mean": 50.0, "std": 1.5, "runs": runs_of}}])
+    result = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "rep"), "--formats", "md,csv"])
+    assert result.exit_code == 0, result.output
+    md, csv = (tmp_path / "rep" / "report.md").read_text(), (tmp_path / "rep" / "report.csv").read_text()
+    row = next(line for line in md.splitlines() if "58.6" in line)
+    assert "58.6 ± 8.2" in row and "50.0 ± 1.5" in row and "± over 5 tries of the shots drawn" in row, row
+    assert '"58.61","8.18"' in csv and "std over 5 tries" in csv
