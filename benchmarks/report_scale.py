@@ -20,8 +20,10 @@ that hangs is reported as such:
 Measured 2026-11-29 on the 2-core CPU machine shared with six other sessions (load average 10), seconds:
 
     case                                            d564f78                      after issue 55
-    large (4 records of 10^6 outcomes)              > 300 wall (killed)          12.7 wall
-    many (10,000 records, 1,000 outcomes each)      84 wall, 17.9 CPU            30-37 wall, 7.3-8.5 CPU
+    large (4 records of 10^6 outcomes)              > 300 wall (killed)          9.4-12.7 wall
+    many (10,000 records, 1,000 outcomes each)      84 wall, 17.9 CPU            17-37 wall, 7.3-12.8 CPU
+
+(the spread after is the machine's load, 5 to 10; peak resident memory of ``many``: 0.22 GiB.)
 
 Where the time went (cProfile of ``many`` on d564f78): every record file was read twice (once for the tables of
 :mod:`reports.records`, once for the transfer suite's), and the JSON parser called a Python checker for each of

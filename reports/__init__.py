@@ -8,6 +8,8 @@ self-contained report.html (plots as data URIs). Modules, in the order data flow
   where weights came from and their labels; ``protocols``: what an evaluation ran, and the titles saying so.
 * ``summary``: grouping trials by setting and pretraining; mean, sample std, n; differences to supervised.
 * ``published``: the paper's and the official repository's numbers (published.csv) and when they match a setting.
+* ``transfer``: the transfer suite's tables and paired tests; ``transfer_datasets``: whether a record is of the
+  released dataset it is named after or one's own folder in its layout; ``transfer_fewshot``: its few-shot table.
 * ``tables``: the tables as plain data; ``report``: building a report and the tidy CSV rows.
 * ``render``: Markdown, CSV, LaTeX, HTML with escaping (``safe_text``: control characters, CSV formulas);
   ``plots``: matplotlib PNGs; ``screenshot``: Chromium.
