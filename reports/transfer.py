@@ -47,6 +47,10 @@ from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_s
 
 TASK = "transfer"
 PUBLISHED_TASK = "transfer_linear"
+# The suite's solver protocols (classification/suite/config.py, config.solver.protocol; few-shot is always the
+# converged one), and the one that made Ericsson et al.'s Table 1, the published rows of PUBLISHED_TASK
+CONVERGED = "converged"
+PUBLISHED_PROTOCOL = "ssl-transfer protocol"
 EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
 METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
 PERMUTATIONS = 10_000
@@ -97,7 +101,11 @@ def _setting(data: dict[str, Any]) -> tuple[str, ...]:
     low = _field(solver, "lambda_min", float, 1e-6, "config.solver.")
     high = _field(solver, "lambda_max", float, 1e5, "config.solver.")
     sweep = f"{_field(solver, 'lambdas', int, 45, 'config.solver.')} L2 values {low:g} to {high:g}"
-    return suite, view, sweep
+    # the solver's protocol (config.solver.protocol; records before it are of the converged one): two rows of one
+    # checkpoint measured by two protocols are two measurements, never one row's trials
+    protocol = CONVERGED if data.get("task") == FEWSHOT_TASK else _field(solver, "protocol", str, CONVERGED,
+                                                                          "config.solver.")
+    return suite, view, sweep, f"{protocol} protocol"
 
 
 def _object(obj: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
@@ -271,8 +279,11 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
             cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
             means = [statistics.fmean(t.results[n].value for n in common) for t in group] if common else []
             rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(means))))
-        pub = [p for p in published if p.task == PUBLISHED_TASK and setting[0] == REAL_SUITE
-               and setting[1].startswith("224-px") and not mark]
+        # Ericsson et al.'s Table 1 was measured by ssl-transfer's linear.py: beside rows of that protocol only
+        comparable = setting[0] == REAL_SUITE and setting[1].startswith("224-px") and not mark
+        pub = [p for p in published if p.task == PUBLISHED_TASK and comparable and setting[3] == PUBLISHED_PROTOCOL]
+        apart = [p for p in published if p.task == PUBLISHED_TASK and comparable and setting[3] != PUBLISHED_PROTOCOL
+                 and any(n in p.values for n in names)]
         rows += [_published_row(p, names, common) for p in pub]
         metrics = "; ".join(f"{titles[n]}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
         notes = [f"Metrics: {metrics}. Frozen features, L2 logistic regression by L-BFGS, its strength chosen on "
@@ -280,6 +291,11 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
         notes += _mean_note(names, common, titles)
         notes += significance(groups, names, common)
         notes += [f"{p.label}: {p.source}" for p in pub]
+        if apart:
+            notes.append(f"Published rows not shown ({', '.join(p.label for p in apart)}): they were measured by "
+                         f"ssl-transfer's linear.py (100 iterations a value, weakest first, the first best kept), "
+                         f"not by the {setting[3]}; moco eval transfer --set solver.protocol=ssl-transfer measures "
+                         f"as they did.")
         if setting[0] == OWN_SUITE:
             notes.append("Datasets read in a famous dataset's file layout but not of its released size (classes, "
                          "train + val and test images) are named by their folder: no published row is beside them.")

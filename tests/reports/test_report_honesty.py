@@ -30,7 +30,7 @@ RANDOM = {"source": "random", "format": "random", "arch": "resnet18", "sha256": 
 
 def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cifar10", value: float = 50.0,
                     metric: str = "top1", correct: Any = None, labels: Any = None, crop: int = 224,
-                    **fields: Any) -> Path:
+                    protocol: str | None = None, **fields: Any) -> Path:
     """A transfer suite record (classification/suite/run.py's fields) of a real-datasets run at 224 px; ``fields``
     update its ``dataset`` object (counts), ``transfer``'s outcomes are given as they should be written."""
     transfer: dict[str, Any] = {"metric": metric, "test": value, "lambda": 1.0}
@@ -40,7 +40,8 @@ def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cif
               "metrics": {metric: value}, "backbone": backbone,
               "dataset": {"name": dataset, "path": "/data/own", "folder": f"/data/own/{dataset}",
                           "splits": {"sha256": "s"}, **fields},
-              "config": {"data": {"crop_size": crop}}, "transfer": transfer}
+              "config": {"data": {"crop_size": crop}, **({"solver": {"protocol": protocol}} if protocol else {})},
+              "transfer": transfer}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path
@@ -168,11 +169,29 @@ def test_own_images_in_cifar10_layout_are_named_by_their_folder_without_publishe
 def test_the_released_cifar10_keeps_its_name_and_its_published_rows(tmp_path: Path) -> None:
     for name, backbone, value in (("moco", MOCO, 88.0), ("random", RANDOM, 70.0)):
         transfer_record(tmp_path / "runs" / name / "cifar10" / "result.json", backbone=backbone, value=value,
-                        **CIFAR10)
+                        protocol="ssl-transfer", **CIFAR10)
     md, _ = _report(tmp_path)
     assert "Linear transfer (real datasets, 224-px" in md and "| CIFAR10" in md and "CIFAR-10 layout" not in md
     published = [line for line in md.splitlines() if line.startswith("| published")]
     assert len(published) == 2 and any("91.4" in line for line in published), published
+
+
+def test_a_converged_row_and_an_ssl_transfer_row_stand_apart_and_published_rows_only_beside_the_second(
+        tmp_path: Path) -> None:
+    """The same checkpoint measured by both solver protocols: two tables (never one row's trials), and Ericsson
+    et al.'s rows, which ssl-transfer's linear.py measured, only in the ssl-transfer one; the converged table
+    says why they are not beside it."""
+    for protocol, value in (("converged", 88.0), ("ssl-transfer", 87.0)):
+        transfer_record(tmp_path / "runs" / protocol / "cifar10" / "result.json", backbone=MOCO, value=value,
+                        protocol=protocol, **CIFAR10)
+    md, csv = _report(tmp_path)
+    sections = md.split("\n## ")
+    converged = next(s for s in sections if "converged protocol" in s)
+    ssl = next(s for s in sections if "ssl-transfer protocol" in s and s is not converged)
+    assert "88.0" in converged and "87.0" not in converged and "| published" not in converged
+    assert "Published rows not shown" in converged and "solver.protocol=ssl-transfer" in converged
+    assert "87.0" in ssl and "88.0" not in ssl
+    assert len([line for line in ssl.splitlines() if line.startswith("| published")]) == 2
 
 
 def test_the_mean_is_over_the_datasets_every_row_has_and_says_how_many(tmp_path: Path) -> None:
