@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from classification.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
 from classification.splits import SMALL_PRESETS, dataset_record
 from moco_core import checkpoint, distributed
+from moco_core.commands import checkpoint_name
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
@@ -49,7 +50,7 @@ from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_data, resolve_device
 from moco_core.run.schedule import short_schedule
 
-FINETUNE_LAST = checkpoint.FINETUNE_LAST
+FINETUNE_LAST = checkpoint_name("eval finetune")
 FINETUNE_VIT_PRESET = "finetune_vit"  # chosen for ViT weights when no -c is given
 
 
@@ -328,7 +329,7 @@ def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_p
             if note:
                 print(f"warning: {note}", file=sys.stderr)
             if main:  # after the evaluation: the RNG state the next epoch's loader starts from
-                checkpoint.save_atomic({"format": "moco-finetune", "epoch": epoch + 1, "arch": run.info.arch,
+                checkpoint.save_last({"format": "moco-finetune", "epoch": epoch + 1, "arch": run.info.arch,
                                         "model": _plain_state(run.model), "optimizer": run.optimizer.state_dict(),
                                         "history": history, "pretrained": pretrained,
                                         "rng": checkpoint.rng_state(), "config": to_dict(cfg)},

@@ -26,7 +26,7 @@ from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, datas
 from classification.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
 from classification.subsets import parse_labels
 from moco_core import checkpoint, distributed
-from moco_core.checkpoint import LINEAR_LAST
+from moco_core.commands import checkpoint_name
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.data import DecodeFailures
 from moco_core.errors import NonFiniteLossError, UserError
@@ -43,6 +43,8 @@ from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
 from moco_core.run.runtime import autocast, resolve_device
 from moco_core.run.schedule import short_schedule
 from moco_core.user_files import regular_file
+
+LINEAR_LAST = checkpoint_name("eval linear", "linear")  # fc, optimizer, history and RNG after the last epoch
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,7 @@ def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_
             if note:
                 print(f"warning: {note}", file=sys.stderr)
             if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
-                checkpoint.save_atomic({"format": "moco-linear", "epoch": epoch + 1,
+                checkpoint.save_last({"format": "moco-linear", "epoch": epoch + 1,
                                         "fc": classifier(run.model).state_dict(),
                                         "optimizer": run.optimizer.state_dict(), "history": history,
                                         "pretrained": pretrained, "rng": checkpoint.rng_state(),

@@ -26,10 +26,10 @@ from pathlib import Path
 import yaml
 
 from moco_core import checkpoint
-from moco_core.checkpoint import LINEAR_LAST, snapshot_name
+from moco_core.checkpoint import snapshot_name
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
-from moco_core.run.rundir import LOCK
+from moco_core.run.rundir import LOCK, last_checkpoint
 from moco_core.user_files import CONFIG_LIMIT, read_text
 
 SNAPSHOT = re.compile(r"checkpoint_(\d{4,})\.pth\.tar")
@@ -163,7 +163,7 @@ def evaluate_snapshots(run_dir: Path, out: Path, evaluate: Callable[[Path, Path,
             target = out / name.removesuffix(".pth.tar")
             log(f"snapshot {name} (epoch {epoch}): linear evaluation into {target}")
             records.append(evaluate(run_dir / name, target, {"snapshot": {"run": str(run_dir), "epoch": epoch}},
-                                    (target / LINEAR_LAST).is_file()))
+                                    last_checkpoint(target, "eval linear") is not None))
         done = {name for name in expected if (out / name.removesuffix(".pth.tar") / "result.json").is_file()}
         missing = [name for name in expected if name not in done]
         if not follow or not missing:

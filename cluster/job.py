@@ -21,17 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moco_core.checkpoint import FINETUNE_LAST, LAST, LINEAR_LAST
+from moco_core.commands import COMMANDS
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
 from moco_core.run import preemption
+from moco_core.run.rundir import last_checkpoint
 from moco_core.user_files import read_json
 
-COMMANDS = ("pretrain", "eval linear", "eval finetune", "eval voc", "eval coco", "eval keypoints", "eval lvis",
-            "eval cityscapes", "eval semseg", "eval snapshots")
 RECORD = "launch.json"  # in the run directory: every submission of the run, with its job id and log files;
 # run.json records each start (a requeue is one) with its job id
-DETECTRON2_LAST = "last_checkpoint"  # detectron2's pointer to its newest checkpoint
 
 
 class LaunchError(UserError):
@@ -85,20 +83,15 @@ class Command:
         return [*self.name.split(), *self.args, *self.resume_args()]
 
     def resume_args(self) -> list[str]:
-        d = self.run_dir
-        if self.name == "pretrain":
-            return ["--resume"] if (d / LAST).is_file() else []  # the run in --output-dir, which args name
-        if self.name == "eval linear":
-            return ["--resume"] if (d / LINEAR_LAST).is_file() else []
-        if self.name == "eval finetune":
-            return ["--resume"] if (d / FINETUNE_LAST).is_file() else []
-        if self.name == "eval snapshots":  # skips what is evaluated and resumes what is not, by itself
-            return []
-        return ["--resume"] if (d / LAST).is_file() or (d / DETECTRON2_LAST).is_file() else []
+        """``--resume`` where the run directory holds a checkpoint of this command to continue from (the run in
+        --output-dir, which args name); a command without --resume starts again, or skips what is done itself."""
+        return ["--resume"] if last_checkpoint(self.run_dir, self.name) is not None else []
 
     def finished(self) -> bool:
-        """An evaluation that wrote its result has nothing left to do (a finished pretraining resumes to no work)."""
-        return self.name not in ("pretrain", "eval snapshots") and (self.run_dir / "result.json").is_file()
+        """A run that wrote what says it is done (an evaluation's result) has nothing left to do; a pretraining or a
+        transfer suite resumes to no work."""
+        done = COMMANDS[self.name].done
+        return done is not None and (self.run_dir / done).is_file()
 
 
 class Job:

@@ -14,13 +14,8 @@ import dataclasses
 import sys
 
 from cluster.job import Command, LaunchError, run_moco
+from moco_core.commands import COMMANDS
 from moco_core.run.preemption import Stopper
-
-# the words that give a command its seed
-SEED_ARGS = {"pretrain": ("--seed", "{}"), "eval linear": ("--set", "run.seed={}"),
-             "eval finetune": ("--set", "run.seed={}"), "eval voc": ("--seed", "{}"), "eval coco": ("--seed", "{}"),
-             "eval keypoints": ("--seed", "{}"), "eval lvis": ("--seed", "{}"), "eval cityscapes": ("--seed", "{}"),
-             "eval semseg": ("--seed", "{}")}
 
 
 def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
@@ -30,17 +25,19 @@ def trial_commands(argv: list[str], trials: int, seed: int) -> list[Command]:
     if argv[:1] == ["sweep"]:
         raise LaunchError("moco trials does not run sweeps: use moco sweep --trials N (each trial in OUT/seed_<s>)")
     command = Command.parse(argv, runner="moco trials")
-    if command.name not in SEED_ARGS:
-        raise LaunchError(f"moco trials runs one of: {', '.join(SEED_ARGS)}; got {command.name!r}")
+    seed_words = COMMANDS[command.name].seed
+    if seed_words is None:
+        seeded = [name for name, row in COMMANDS.items() if row.seed is not None]
+        raise LaunchError(f"moco trials runs one of: {', '.join(seeded)}; got {command.name!r}")
     if any(a == "--seed" or a.startswith(("--seed=", "run.seed=")) for a in command.args):
         raise LaunchError("--seed: not with moco trials: each trial gets its own (--seed of moco trials, + 1, ...)")
     out = []
     for s in range(seed, seed + trials):
         run_dir = command.run_dir / f"seed_{s}"
         args = [a.replace("{seed}", str(s)) for a in command.args[:-2]]  # the last two: --output-dir DIR
-        option, value = SEED_ARGS[command.name]
-        seeded = [option, value.format(s)]
-        out.append(dataclasses.replace(command, args=(*args, *seeded, "--output-dir", str(run_dir)), run_dir=run_dir))
+        option, value = seed_words
+        out.append(dataclasses.replace(command, args=(*args, option, value.format(s), "--output-dir", str(run_dir)),
+                                       run_dir=run_dir))
     return out
 
 

@@ -28,15 +28,14 @@ import numpy as np
 import torch
 
 from moco_core.checkpoint_budget import check_tensors, check_zip
+from moco_core.commands import checkpoint_name
 from moco_core.errors import UserError
 from moco_core.file_sets import fill_synced
 from moco_core.user_files import regular_file
 
 FORMAT_VERSION = 1
-LAST = "checkpoint_last.pth.tar"
-LINEAR_LAST = "linear_last.pth.tar"  # a linear evaluation's fc, optimizer, history and RNG after its last epoch
-FINETUNE_LAST = "finetune_last.pth.tar"  # a fine-tuning's model, optimizer, history and RNG after its last epoch
-GRID_LAST = "grid_last.pth.tar"  # a head grid's heads, optimizer, history and RNG after its last epoch
+LAST = checkpoint_name("pretrain")  # checkpoint_last.pth.tar; each command's are in the table of commands
+POINTER = "last_checkpoint"  # the newest checkpoint's name, in its run directory: detectron2's file, as it writes it
 
 # Our module's state_dict names -> the official DDP-wrapped names. The only place where keys are renamed: MoCo
 # (to_official, from_official), the other methods (to_module_names, from_module_names) and the evaluations, which
@@ -220,6 +219,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_atomic(obj: dict[str, Any], path: Path) -> None:
     """torch.save ``obj`` to ``path`` through :func:`write_atomic`."""
     write_atomic(path, lambda f: torch.save(obj, f), what="checkpoint")
+
+
+def save_last(obj: dict[str, Any], path: Path) -> None:
+    """Save a run's newest checkpoint (:func:`save_atomic`), then name it in the run directory's :data:`POINTER`,
+    as detectron2's ``Checkpointer`` does: what ``--resume``, a requeued job, the demo, sweeps and snapshots read
+    (:func:`moco_core.run.rundir.last_checkpoint`), whatever the command calls its checkpoint."""
+    save_atomic(obj, path)
+    point_to(path.parent, path)
+
+
+def point_to(run_dir: Path, path: Path) -> None:
+    """Name ``path`` (a file in ``run_dir``, or in a folder of it) in ``run_dir``'s :data:`POINTER`, written
+    atomically after the file itself: the pointer never names a file that is not whole."""
+    data = path.relative_to(run_dir).as_posix().encode("utf-8")
+    write_atomic(run_dir / POINTER, lambda f: f.write(data), what=POINTER)
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, what: str = "file") -> None:

@@ -225,17 +225,6 @@ def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | No
         print(f"result: {record}")
 
 
-def _resumable(command: str) -> tuple[str, ...]:
-    """The files ``command`` continues from with --resume (patterns in its run directory): the linear protocol's and
-    the head grid's, fine-tuning's, a transfer suite's finished datasets, else a transfer task's checkpoint and
-    detectron2's pointer to it. kNN trains nothing and has no --resume, nor does few-shot need it (its features are
-    cached by content, and a run without result.json starts afresh)."""
-    from moco_core import checkpoint  # torch: only when a command stops
-
-    return {"eval linear": (checkpoint.LINEAR_LAST, checkpoint.GRID_LAST), "eval finetune": (checkpoint.FINETUNE_LAST,),
-            "eval knn": (), "eval transfer": ("*/result.json",)}.get(command, (checkpoint.LAST, "last_checkpoint"))
-
-
 def evaluation_rerun(recorded: dict[str, Any] | None, weights: str, output_dir: str) -> Callable[[], str] | None:
     """The command that continues an evaluation stopped part-way, built when it stops from how it was asked for
     (:func:`moco_core.commands.invocation`): the same preset, overrides, options and mode, its run directory, and
@@ -246,9 +235,9 @@ def evaluation_rerun(recorded: dict[str, Any] | None, weights: str, output_dir: 
 
     def rerun() -> str:
         from moco_core.commands import InvalidInvocation, command_line
+        from moco_core.run.rundir import last_checkpoint  # torch: only when a command stops
 
-        markers = _resumable(recorded["command"])
-        resume = any(next(Path(output_dir).glob(marker), None) is not None for marker in markers)
+        resume = last_checkpoint(Path(output_dir), recorded["command"]) is not None
         try:
             return command_line(recorded, weights=weights, output_dir=output_dir, resume=resume)
         except InvalidInvocation as err:  # our own options: would be a bug, said rather than hidden

@@ -1,7 +1,10 @@
-"""The command lines this suite suggests to its user (a report's "to add the random-init row, run: ...", an
-evaluation's "continue with: ..."), built from what the run they stand for was asked (its record's
-``invocation``), every field checked against its known set and every value shell-quoted: pasted into a shell, a
-suggestion runs that command and nothing else, whatever a record holds (a record is a file anyone can edit).
+"""The table of commands (:data:`COMMANDS`: a row per command that runs in a run directory, with its config
+classes, presets, options, trial seed and checkpoints, which ``moco launch``, ``moco trials``, the lists of presets
+and the resume answer read), and the command lines this suite suggests to its user (a report's "to add the
+random-init row, run: ...", an evaluation's "continue with: ..."), built from what the run they stand for was asked
+(its record's ``invocation``), every field checked against its known set and every value shell-quoted: pasted into
+a shell, a suggestion runs that command and nothing else, whatever a record holds (a record is a file anyone can
+edit).
 
 An evaluation's record keeps ``invocation`` (:func:`invocation`): the command, its preset (``-c``), its ``--set``
 overrides, the options given and the mode (``MOCO_SMOKE``). :func:`command_line` writes it back as a command for
@@ -15,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +46,76 @@ _COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _CO
            "weights_format": "weights_format"}
 _CLASSIFICATION = {**_COMMON, "labels": _LABELS, "subset": _PATH}
 _DETECTION = {**_COMMON, "engine": "engine", "train": _PATHS, "test": _PATH, "seed": _COUNT, "nproc": _COUNT}
-# The options of each evaluation a suggestion may carry over, by their names in the config of the CLI (kebab-case
-# on the command line): what changes what is measured, or where and on what it runs.
-OPTIONS: dict[str, dict[str, Any]] = {
-    "eval linear": {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH,
-                    "shots": _SHOTS, "tries": _COUNT},
-    "eval finetune": {**_CLASSIFICATION, "nproc": _COUNT},
-    "eval knn": {**_CLASSIFICATION, "k": _COUNT, "temperature": _NUMBER, "crop_size": _COUNT, "resize": _COUNT,
-                 "batch_size": _COUNT, "seed": _COUNT},
-    "eval voc": {**_DETECTION, "classes": _PATH},
-    "eval coco": _DETECTION, "eval keypoints": _DETECTION, "eval lvis": _DETECTION, "eval cityscapes": _DETECTION,
-    "eval densepose": _DETECTION,
-    "eval semseg": {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT,
-                    "seed": _COUNT, "nproc": _COUNT},
-    "eval transfer": {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"),
-                      "shots": _SHOTS, "tries": _COUNT, "seed": _COUNT},
-}
+_LAST = "checkpoint_last.pth.tar"  # a pretraining's newest checkpoint, and a torchvision fine-tuning's
+
+
+@dataclass(frozen=True)
+class Command:
+    """A row of the table of commands: a ``moco`` command that runs in a run directory of its own (every row runs
+    under ``moco launch``), with what the CLI's help, the presets, the suggested command lines, ``moco trials`` and
+    the resume answer (:func:`moco_core.run.rundir.last_checkpoint`) read of it."""
+
+    name: str  # as typed after moco: "pretrain", "eval linear"
+    configs: tuple[str, ...]  # the names of the config classes it reads
+    presets: tuple[str, ...]  # the prefixes of its presets in configs/; none: those no other command claims
+    # The options a suggested command line carries over, by their names in the config of the CLI (kebab-case on
+    # the command line): what changes what is measured, or where and on what it runs. None: nothing is suggested.
+    options: dict[str, Any] | None
+    seed: tuple[str, str] | None  # the option and value that give a trial its seed; None: no moco trials
+    # The checkpoints its epochs write, by mode: the files its --resume continues from (patterns in the run
+    # directory). A new start names the newest in the pointer beside them; these are what run directories written
+    # before the pointer are read by. Empty: no --resume (it trains nothing, or skips what is done by itself).
+    checkpoints: dict[str, str]
+    done: str | None = "result.json"  # the file that says the run is finished; None: a new start finds out itself
+
+
+_DETECTION_ROW = {"configs": ("TransferConfig",), "options": _DETECTION, "seed": ("--seed", "{}"),
+                  "checkpoints": {"torchvision": _LAST}}  # detectron2 writes the pointer itself, no checkpoint of ours
+_TABLE = (
+    Command("pretrain", ("PretrainConfig",), (), None, ("--seed", "{}"), {"pretrain": _LAST}, done=None),
+    Command("eval linear", ("LinearConfig", "GridConfig"), ("lincls_",),
+            {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH,
+             "shots": _SHOTS, "tries": _COUNT}, ("--set", "run.seed={}"),
+            {"linear": "linear_last.pth.tar", "grid": "grid_last.pth.tar"}),
+    Command("eval finetune", ("FinetuneConfig",), ("finetune_",), {**_CLASSIFICATION, "nproc": _COUNT},
+            ("--set", "run.seed={}"), {"finetune": "finetune_last.pth.tar"}),
+    Command("eval knn", ("KnnConfig",), ("knn_",),
+            {**_CLASSIFICATION, "k": _COUNT, "temperature": _NUMBER, "crop_size": _COUNT, "resize": _COUNT,
+             "batch_size": _COUNT, "seed": _COUNT}, ("--seed", "{}"), {}),
+    Command("eval snapshots", ("LinearConfig",), ("lincls_",), None, None, {}, done=None),
+    Command("eval transfer", ("TransferSuiteConfig",), ("transfer_",),
+            {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"), "shots": _SHOTS, "tries": _COUNT,
+             "seed": _COUNT}, ("--seed", "{}"), {"datasets": "*/result.json"}, done=None),
+    Command("eval voc", presets=("voc_",), **{**_DETECTION_ROW, "options": {**_DETECTION, "classes": _PATH}}),
+    *(Command(f"eval {task}", presets=(f"{task}_",), **_DETECTION_ROW)
+      for task in ("coco", "keypoints", "lvis", "cityscapes", "densepose")),
+    Command("eval semseg", ("SemsegConfig",), ("semseg_",),
+            {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT, "seed": _COUNT,
+             "nproc": _COUNT}, ("--seed", "{}"), {"semseg": _LAST}),
+)
+COMMANDS: dict[str, Command] = {row.name: row for row in _TABLE}  # the table, by name
+OPTIONS = {row.name: row.options for row in _TABLE if row.options is not None}  # the commands suggested, read here
+
+
+def checkpoint_name(command: str, mode: str | None = None) -> str:
+    """The file ``command``'s epochs write in ``mode`` (a key of its row's ``checkpoints``; None: its only one)."""
+    names = COMMANDS[command].checkpoints
+    return names[mode] if mode is not None else next(iter(names.values()))
+
+
+def preset_prefixes(key: str) -> tuple[str, ...]:
+    """The prefixes of the presets of ``key``: a command (``eval linear``), its last word (``linear``, as the help
+    texts ask) or the name of a config class (those of every command that reads it). Empty for pretraining and
+    for any other key: their presets are those no command claims (:func:`claimed_prefixes`)."""
+    rows = [row for row in _TABLE if key in (row.name, row.name.split()[-1], *row.configs)]
+    return tuple(dict.fromkeys(prefix for row in rows for prefix in row.presets))
+
+
+def claimed_prefixes() -> tuple[str, ...]:
+    """Every command's preset prefixes: a preset that starts with none of them is a pretraining's."""
+    return tuple(dict.fromkeys(prefix for row in _TABLE for prefix in row.presets))
+
+
 # --set keys a suggestion leaves out: where the run wrote (the suggestion names its own --output-dir)
 DROPPED_OVERRIDES = ("run.output_dir",)
 

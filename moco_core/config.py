@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from moco_core import smoke
+from moco_core.commands import claimed_prefixes, preset_prefixes
 from moco_core.errors import UserError, show
 from moco_core.user_files import CONFIG_LIMIT, int_problem, read_text, regular_file
 
@@ -388,23 +389,14 @@ def parse_override(text: str) -> dict[str, Any]:
 # The presets of configs/ each command takes, by the file's name: lincls_* for eval linear, knn_* for eval knn,
 # voc_*, coco_*, keypoints_*, lvis_* and cityscapes_* for the detection tasks, semseg_* for semantic segmentation,
 # the rest (embedded, moco_*, supervised_*) for pretraining.
-_PRESET_PREFIXES = {"linear": ("lincls_",), "knn": ("knn_",), "voc": ("voc_",), "coco": ("coco_",),
-                    "keypoints": ("keypoints_",), "lvis": ("lvis_",), "cityscapes": ("cityscapes_",),
-                    "densepose": ("densepose_",),
-                    "detection": ("voc_", "coco_", "keypoints_", "lvis_", "cityscapes_", "densepose_"),
-                    "semseg": ("semseg_",), "finetune": ("finetune_",), "transfer": ("transfer_",)}
-COMMANDS = {"PretrainConfig": "pretrain", "LinearConfig": "linear", "GridConfig": "linear", "KnnConfig": "knn",
-            "TransferConfig": "detection", "SemsegConfig": "semseg", "FinetuneConfig": "finetune",
-            "TransferSuiteConfig": "transfer"}
-
-
 def presets_for(command: str) -> list[str]:
-    """The names of the presets in ``configs/`` for ``command`` (pretrain, linear, knn, voc, coco), sorted."""
+    """The names of the presets in ``configs/`` for ``command`` (pretrain, linear, knn, voc, coco; or a config
+    class's name), sorted: by the table of commands' prefixes (:func:`moco_core.commands.preset_prefixes`)."""
     names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
-    if command in _PRESET_PREFIXES:
-        return [n for n in names if n.startswith(_PRESET_PREFIXES[command])]
-    taken = tuple({prefix for prefixes in _PRESET_PREFIXES.values() for prefix in prefixes})
-    return [n for n in names if not n.startswith(taken)]
+    prefixes = preset_prefixes(command)
+    if prefixes:
+        return [n for n in names if n.startswith(prefixes)]
+    return [n for n in names if not n.startswith(claimed_prefixes())]
 
 
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
@@ -510,7 +502,7 @@ def _layers(cls: type, config: str | None, overrides: tuple[str, ...] | list[str
     """(the stored config and preset merged, what the command gave: --set overrides and explicit flags merged)."""
     data: dict[str, Any] = dict(base or {})
     if config:
-        data = _merge(data, read_yaml(preset_path(config, COMMANDS.get(cls.__name__)), cls=cls))
+        data = _merge(data, read_yaml(preset_path(config, cls.__name__), cls=cls))
     explicit: dict[str, Any] = {}
     for text in overrides:
         explicit = _merge(explicit, parse_override(text))
@@ -545,7 +537,7 @@ def data_sources(cls: type, config: str | None = None, overrides: tuple[str, ...
     data, explicit = _layers(cls, config, overrides, base, flags)
     from_flags = given(flags or {})
     moved = _followers_moved(cls, data, explicit)
-    preset = read_yaml(preset_path(config, COMMANDS.get(cls.__name__))) if config else {}
+    preset = read_yaml(preset_path(config, cls.__name__)) if config else {}
     out = {}
     for key in ("data.path", *FOLLOWERS.get(cls.__name__, ())):
         if key in moved:

@@ -26,7 +26,7 @@ from moco_core.commands import invocation
 from moco_core.errors import UserError
 from moco_core.run.preemption import Stopper
 from moco_core.run.progress import LINE
-from moco_core.run.rundir import write_text_atomic
+from moco_core.run.rundir import last_checkpoint, write_text_atomic
 from moco_core.terminal import CLEAR_LINE, write_control
 from moco_core.user_files import read_json
 
@@ -144,7 +144,7 @@ def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str
     for name, preset in (("moco", "embedded"), ("supervised", "supervised_embedded")):
         cfg = validated(replace(load_config(PretrainConfig, preset, overrides.get(name, [])),
                                 run={"output_dir": str(runs[name]), "device": device}))
-        started = (runs[name] / checkpoint.LAST).is_file()
+        started = last_checkpoint(runs[name], "pretrain") is not None
         if started:  # the demo's own run, in this mode, with these settings: else it is not continued
             steps.require_pretraining_match(runs[name], to_dict(cfg))
         resume = runs[name] if started else None
@@ -179,19 +179,19 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
     extra = {"invocation": invocation(f"eval {task}", preset=preset, overrides=changes, options=options,
                                       smoke=smoke.enabled())}
     if task == "linear":
-        from classification.linear import LINEAR_LAST, linear_eval, load_linear_config
+        from classification.linear import linear_eval, load_linear_config
 
         cfg = load_linear_config(preset, overrides)
         cfg = replace(cfg, arch=RANDOM_ARCH) if weights == "random" else cfg
-        part_way = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted demo left part-way
+        part_way = last_checkpoint(out, "eval linear") is not None  # an evaluation an interrupted demo left part-way
         return to_dict(cfg), lambda: linear_eval(cfg, weights, show_progress=show_progress, resume=part_way,
                                                  extra=extra)
     if task == "finetune":
-        from classification.finetune import FINETUNE_LAST, finetune, load_finetune_config
+        from classification.finetune import finetune, load_finetune_config
 
         fcfg = load_finetune_config(preset, overrides)
         fcfg = replace(fcfg, arch=RANDOM_ARCH) if weights == "random" else fcfg
-        part_way = (out / FINETUNE_LAST).is_file()
+        part_way = last_checkpoint(out, "eval finetune") is not None
         return to_dict(fcfg), lambda: finetune(fcfg, weights, show_progress=show_progress, resume=part_way,
                                                extra=extra)
     if task == "semseg":
@@ -199,12 +199,12 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
         from transfer.segmentation.run import evaluate as evaluate_semseg
 
         scfg = load_semseg_config(preset, overrides)
-        resume = (out / checkpoint.LAST).is_file()
+        resume = last_checkpoint(out, "eval semseg") is not None
         return to_dict(scfg), lambda: evaluate_semseg(scfg, weights, show_progress=show_progress, resume=resume,
                                                       extra=extra)
     from transfer.config import load_transfer_config
     from transfer.run import evaluate
 
     tcfg = load_transfer_config(task, preset, overrides, {"engine": engine})
-    resume = (out / checkpoint.LAST).is_file()  # a fine-tuning an interrupted demo left part-way
+    resume = last_checkpoint(out, f"eval {task}") is not None  # a fine-tuning an interrupted demo left part-way
     return to_dict(tcfg), lambda: evaluate(tcfg, weights, show_progress=show_progress, resume=resume, extra=extra)

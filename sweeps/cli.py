@@ -73,9 +73,10 @@ def sweep_cli(
 def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers: int, quiet: bool) -> Any:
     """evaluate(checkpoint, out_dir, extra, seed) -> (record path, metrics) for the chosen evaluation."""
     from classification.knn import knn_eval
-    from classification.linear import LINEAR_LAST, LinearDataConfig, linear_eval, load_linear_config
+    from classification.linear import LinearDataConfig, linear_eval, load_linear_config
     from moco_core.config import replace
     from moco_core.data.augment import eval_resize
+    from moco_core.run.rundir import last_checkpoint
     from moco_core.user_files import read_json
 
     def knn(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
@@ -89,7 +90,7 @@ def _evaluator(kind: str, eval_config: str | None, root: str, crop: int, workers
 
     def linear(ckpt: Path, out: Path, extra: dict[str, Any], seed: int) -> tuple[Path, dict[str, float]]:
         cfg = replace(protocol, run={"output_dir": str(out), "seed": seed})
-        resume = (out / LINEAR_LAST).is_file()  # an evaluation an interrupted sweep left part-way
+        resume = last_checkpoint(out, "eval linear") is not None  # an evaluation an interrupted sweep left part-way
         record = linear_eval(cfg, str(ckpt), show_progress=not quiet, extra=extra, resume=resume)
         return record, read_json(record, what="record")["metrics"]
 

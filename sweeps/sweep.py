@@ -167,6 +167,7 @@ def run_sweep(
 def _point(cfg: PretrainConfig, param: str, value: float, output_dir: Path, evaluate: Evaluate, eval_name: str,
            show_progress: bool, stopper: Stopper) -> SweepPoint:
     """One point: its pretraining (unless finished), then its evaluation (unless recorded)."""
+    from moco_core.run.rundir import last_checkpoint
     from moco_core.run.train import pretrain  # torch loads only when a sweep runs
 
     name, seed = RECORD_NAMES[param], cfg.run.seed
@@ -177,7 +178,7 @@ def _point(cfg: PretrainConfig, param: str, value: float, output_dir: Path, eval
     failure = None
     if not checkpoint.finished(run_dir, pcfg.optim.epochs):
         stopper.doing = f"the pretraining of {point_dir}"
-        resume = run_dir if (run_dir / checkpoint.LAST).is_file() else None
+        resume = run_dir if last_checkpoint(run_dir, "pretrain") is not None else None
         try:
             pretrain(pcfg, resume=resume, show_progress=show_progress)
         except NonFiniteLossError as err:

@@ -91,7 +91,7 @@ def fine_tune(cfg: Any, model: nn.Module, train_set: Dataset, *, weights: str, i
 
     def save(done: int) -> None:
         if main:  # the RNG states after iteration ``done``: what the next batch's augmentation draws from
-            checkpoint.save_atomic({"iteration": done, "model": model.state_dict(), "optimizer":
+            checkpoint.save_last({"iteration": done, "model": model.state_dict(), "optimizer":
                                     optimizer.state_dict(), "config": to_dict(cfg), "format": CHECKPOINT_FORMAT,
                                     "backbone": dataclasses.asdict(info), "rng": checkpoint.rng_state()},
                                    run_dir / checkpoint.LAST)

@@ -41,6 +41,7 @@ from classification.linear import frozen_reference, sanity_check
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
 from classification.splits import Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
+from moco_core.commands import checkpoint_name
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.errors import NonFiniteLossError
@@ -60,7 +61,7 @@ from moco_core.run.rundir import (
 )
 from moco_core.run.runtime import autocast, resolve_device
 
-GRID_LAST = checkpoint.GRID_LAST
+GRID_LAST = checkpoint_name("eval linear", "grid")
 # what must not change between a run and its --resume: the heads' shapes and the images they train on
 _RESUME_KEYS = ("arch", "grid", "optim", "select", "data")
 
@@ -139,7 +140,7 @@ def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_prog
             if note:
                 print(f"warning: {note}", file=sys.stderr)
             if main:
-                checkpoint.save_atomic({"format": "moco-linear-grid", "epoch": epoch + 1,
+                checkpoint.save_last({"format": "moco-linear-grid", "epoch": epoch + 1,
                                         "heads": run.heads.state_dict(), "optimizer": run.optimizer.state_dict(),
                                         "history": history, "pretrained": pretrained,
                                         "rng": checkpoint.rng_state(), "config": to_dict(cfg)}, run_dir / GRID_LAST)

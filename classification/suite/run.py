@@ -43,6 +43,7 @@ from classification.suite.config import TransferSuiteConfig, check_datasets
 from classification.suite.images import as_dataset, label_tensor, readable
 from classification.suite.readers import SuiteDataError, confined
 from classification.suite.splits import Splits, resolve
+from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo, load_backbone
@@ -90,6 +91,7 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
                 continue
             try:
                 record = _evaluate(cfg, spec, root, out, backbone, device, show_progress)
+                point_to(out, record)  # what a --resume carries on after (moco_core.run.rundir.last_checkpoint)
                 outcome[name] = str(record)
             except (SuiteDataError, ConfigError) as err:
                 print(f"error: {name}: {err}", file=sys.stderr)

@@ -22,10 +22,11 @@ import yaml
 
 import moco_core
 from moco_core import distributed, smoke
-from moco_core.checkpoint import write_atomic
+from moco_core.checkpoint import POINTER, write_atomic
+from moco_core.commands import COMMANDS
 from moco_core.config import ConfigError
 from moco_core.errors import UserError
-from moco_core.user_files import RECORD_LIMIT, parse_json, read_bytes
+from moco_core.user_files import RECORD_LIMIT, parse_json, read_bytes, read_text
 
 LOCK = ".moco.lock"
 
@@ -133,6 +134,28 @@ def check_epoch_run(run_dir: Path, resume: bool, last: str, *, finished: str, un
         require_fresh(run_dir, (last,), unfinished, hint)
     else:
         require_same_mode(run_dir)
+
+
+def last_checkpoint(run_dir: Path, command: str) -> Path | None:
+    """The one answer to "can this run directory resume?": the newest checkpoint of ``command``'s run in
+    ``run_dir`` (a row of :data:`moco_core.commands.COMMANDS`), which its ``--resume`` continues from, or None
+    (nothing to continue: a new start; always for a command without ``--resume``).
+
+    The checkpoint is the file the run directory's pointer names (:func:`moco_core.checkpoint.save_last`; detectron2
+    writes its own), or, in a run directory written before the pointer, the first of the command's checkpoints
+    (:attr:`moco_core.commands.Command.checkpoints`) there. A pointer that is not a name of a file in ``run_dir``
+    (a file anyone can edit) counts as none."""
+    patterns = COMMANDS[command].checkpoints.values()
+    if not patterns:
+        return None
+    try:
+        name = read_text(run_dir / POINTER, limit=4096, what=POINTER).strip()
+    except UserError:
+        name = ""
+    named = run_dir / name
+    if name and not Path(name).is_absolute() and ".." not in Path(name).parts and named.is_file():
+        return named
+    return next((path for pattern in patterns for path in sorted(run_dir.glob(pattern)) if path.is_file()), None)
 
 
 def require_same_mode(run_dir: Path) -> None:

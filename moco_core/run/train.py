@@ -452,7 +452,7 @@ class _StepSaver:
     def save(self, step: int, state: EpochState) -> None:
         if self.enabled:
             ckpt = checkpoint_dict(self.cfg, self.method, self.optimizer, epoch=self.epoch, step=step, partial=state)
-            checkpoint.save_atomic(ckpt, self.run_dir / checkpoint.LAST)
+            checkpoint.save_last(ckpt, self.run_dir / checkpoint.LAST)
 
     def stop_requested(self, step: int) -> bool:
         return self.stop.requested(step)
@@ -475,6 +475,6 @@ def _end_epoch(cfg: PretrainConfig, method: Method, optimizer: torch.optim.Optim
         progress.message(f"epoch {epoch + 1}: kNN " + " ".join(f"{n} {v:.2f}" for n, v in knn.items()))
     if force_checkpoint or epoch + 1 == cfg.optim.epochs or (epoch + 1) % cfg.run.checkpoint_every == 0:
         path = run_dir / checkpoint.LAST
-        checkpoint.save_atomic(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
+        checkpoint.save_last(checkpoint_dict(cfg, method, optimizer, epoch=epoch + 1, step=step), path)
         if cfg.run.keep_every and (epoch + 1) % cfg.run.keep_every == 0:
             checkpoint.keep_copy(path, checkpoint.snapshot_name(epoch))
