@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from moco_core.commands import COMMANDS
 from moco_core.errors import UserError, print_error
 
 CLUSTERS = ("slurm", "local")
@@ -40,8 +41,7 @@ def launch_cli(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end; exit with its status (128 + N "
                                        "when signal N stopped the job, or this wait, which stops the job).")] = False,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear, eval finetune, eval voc, eval coco, eval keypoints, eval lvis,
-    eval cityscapes; after --) as a job that requeues itself.
+    """Run COMMAND (pretrain or any moco eval command; after --) as a job that requeues itself.
 
     Example: moco launch --nodes 2 --gpus-per-node 8 --partition learn -- pretrain -c moco_v2_200ep
     --data /data/imagenet --output-dir /checkpoints/v2_200ep
@@ -71,9 +71,8 @@ def trials_cli(
     trials: Annotated[int, typer.Argument(help="How many trials (seeds --seed, --seed + 1, ...).")],
     seed: Annotated[int, typer.Option(help="The first trial's seed.")] = 0,
 ) -> None:
-    """Run COMMAND (pretrain, eval linear or finetune, eval voc, eval coco, eval keypoints, eval lvis,
-    eval cityscapes, eval semseg; after --)
-    with N seeds, each into OUTPUT_DIR/seed_<s>.
+    """Run COMMAND (pretrain or any moco eval command but snapshots; after --) with N seeds, each into
+    OUTPUT_DIR/seed_<s>.
 
     Example: moco trials 3 -- eval linear runs/moco/seed_{seed}/checkpoint_last.pth.tar -c lincls_embedded
     --output-dir runs/linear ({seed} becomes each trial's seed). Run again, it continues where it stopped; SIGTERM
@@ -120,7 +119,7 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
         raise LaunchError("moco launch needs submitit: pip install 'moco[slurm]' (or pip install submitit)") from None
     command = Command.parse(argv)
     # what the run would refuse: refused before queueing
-    if command.name in ("pretrain", "eval voc", "eval coco", "eval keypoints", "eval lvis", "eval cityscapes"):
+    if COMMANDS[command.name].precheck:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = run_moco([*command.name.split(), *command.args, "--print-config"])

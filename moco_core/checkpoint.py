@@ -289,8 +289,8 @@ def remove_partial_writes(run_dir: Path) -> list[Path]:
 
     Only the run's own process may call this (at its start): the files are those ``save_atomic`` names.
     """
-    partial = sorted([*run_dir.glob(f".{LAST}.*.tmp"), *run_dir.glob(".checkpoint_*.copy.tmp")]) if run_dir.is_dir() \
-        else []
+    partial = sorted([*run_dir.glob(f".{LAST}.*.tmp"), *run_dir.glob(".checkpoint_*.copy.tmp"),
+                      *run_dir.glob(f".{POINTER}.*.tmp")]) if run_dir.is_dir() else []
     for tmp in partial:
         tmp.unlink(missing_ok=True)
     return partial

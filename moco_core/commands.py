@@ -67,12 +67,14 @@ class Command:
     # before the pointer are read by. Empty: no --resume (it trains nothing, or skips what is done by itself).
     checkpoints: dict[str, str]
     done: str | None = "result.json"  # the file that says the run is finished; None: a new start finds out itself
+    precheck: bool = False  # moco launch runs it with --print-config first: what it would refuse, before queueing
 
 
 _DETECTION_ROW = {"configs": ("TransferConfig",), "options": _DETECTION, "seed": ("--seed", "{}"),
                   "checkpoints": {"torchvision": _LAST}}  # detectron2 writes the pointer itself, no checkpoint of ours
 _TABLE = (
-    Command("pretrain", ("PretrainConfig",), (), None, ("--seed", "{}"), {"pretrain": _LAST}, done=None),
+    Command("pretrain", ("PretrainConfig",), (), None, ("--seed", "{}"), {"pretrain": _LAST}, done=None,
+            precheck=True),
     Command("eval linear", ("LinearConfig", "GridConfig"), ("lincls_",),
             {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH,
              "shots": _SHOTS, "tries": _COUNT}, ("--set", "run.seed={}"),
@@ -86,9 +88,10 @@ _TABLE = (
     Command("eval transfer", ("TransferSuiteConfig",), ("transfer_",),
             {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"), "shots": _SHOTS, "tries": _COUNT,
              "seed": _COUNT}, ("--seed", "{}"), {"datasets": "*/result.json"}, done=None),
-    Command("eval voc", presets=("voc_",), **{**_DETECTION_ROW, "options": {**_DETECTION, "classes": _PATH}}),
-    *(Command(f"eval {task}", presets=(f"{task}_",), **_DETECTION_ROW)
-      for task in ("coco", "keypoints", "lvis", "cityscapes", "densepose")),
+    Command("eval voc", presets=("voc_",), precheck=True,
+            **{**_DETECTION_ROW, "options": {**_DETECTION, "classes": _PATH}}),
+    *(Command(f"eval {task}", presets=(f"{task}_",), precheck=task != "densepose", **_DETECTION_ROW)
+      for task in ("coco", "keypoints", "lvis", "cityscapes", "densepose")),  # densepose was never prechecked
     Command("eval semseg", ("SemsegConfig",), ("semseg_",),
             {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT, "seed": _COUNT,
              "nproc": _COUNT}, ("--seed", "{}"), {"semseg": _LAST}),
