@@ -11,7 +11,10 @@ A size read from a file is a claim: torch's loader trusts two of them.
   shape and strides are free in a pickle: ``torch.zeros(1).expand(10**12)`` saves 4 bytes and claims 10^12
   elements, which the first operation on its values (a finiteness check, a copy, building a network of that
   size) tries to allocate. A tensor whose elements do not fit in its storage's bytes (an expanded or overlapping
-  view) is refused, as is a sparse or other non-strided one; no weights are saved so.
+  view) is refused, as is a sparse or other non-strided one; no weights are saved so. And all the tensors
+  together against all the distinct storages: many views of one storage each fit it, yet together claim many
+  times the file (a 40 MB storage viewed as every block of a ViT-g builds 4 GB); their total may be at most
+  :data:`SHARED_EXPANSION` times the storages' bytes, plus :data:`ZIP_SLACK`.
 
 Each raises ``error`` (the caller's :class:`moco_core.errors.UserError` subclass) with one line naming the file,
 what it claimed and the limit. Called by :func:`moco_core.checkpoint.load` on every checkpoint read.
@@ -31,6 +34,7 @@ from moco_core.errors import UserError
 MiB = 1 << 20
 ZIP_EXPANSION = 4  # uncompressed records / file size: 1 for what torch.save writes; room for a re-zipped file
 ZIP_SLACK = 64 * MiB  # and what a small file may declare beyond that (a few KB file: at most 64 MiB)
+SHARED_EXPANSION = 4  # all tensors' bytes / all distinct storages' bytes: 1 for what torch.save writes
 WALK_LIMIT = 1 << 22  # containers and tensors visited in a loaded object (a pickle builds at most one per opcode)
 
 
@@ -64,6 +68,7 @@ def check_tensors(obj: Any, path: Path, *, error: type[UserError]) -> None:
     """Refuse ``obj`` (a loaded checkpoint) when one of its tensors claims more elements than its storage's bytes
     hold, or is not a strided tensor; no value is read. Shared containers are visited once (a pickle may nest the
     same list many times over: walked as a tree, 100 bytes of it would take for ever)."""
+    total, storages = 0, {}
     for name, tensor in _tensors(obj, path, error):
         if tensor.layout != torch.strided:
             raise error(f"{path}: {name} is a {tensor.layout} tensor of shape {list(tensor.shape)}; only dense "
@@ -74,6 +79,13 @@ def check_tensors(obj: Any, path: Path, *, error: type[UserError]) -> None:
             raise error(f"{path}: {name} claims {tensor.numel()} elements of shape {list(tensor.shape)} "
                         f"({_bytes(claimed)}) over {_bytes(held)} of stored data (an expanded or overlapping view, "
                         f"strides {list(tensor.stride())}); tensors may not claim more than the file holds")
+        total += claimed
+        storages[tensor.untyped_storage().data_ptr()] = held
+    held = sum(storages.values())
+    if total > SHARED_EXPANSION * held + ZIP_SLACK:
+        raise error(f"{path}: its tensors claim {_bytes(total)} together, views of {len(storages)} storages of "
+                    f"{_bytes(held)}: more than {SHARED_EXPANSION}x what they share + {_bytes(ZIP_SLACK)}; tensors may "
+                    f"not claim more than the file holds")
 
 
 def _tensors(obj: Any, path: Path, error: type[UserError]) -> Iterator[tuple[str, torch.Tensor]]:

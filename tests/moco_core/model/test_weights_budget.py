@@ -342,3 +342,19 @@ def test_generated_hostile_weights_end_in_success_or_one_line(kind: str, changes
     assert not crashed and "Traceback" not in res.output, (changes, repr(res.exception), res.output[-2000:])
     assert (res.exit_code == 0 and (folder / "knn" / "result.json").is_file()) or (
         res.exit_code == 2 and len(errors) == 1), (changes, res.exit_code, res.output[-2000:])
+
+
+def test_many_views_of_one_storage_are_refused_before_they_are_copied(tmp_path: Path) -> None:
+    """Each view fits its storage (the per-tensor check passes them), but 300 views of one 1 MiB storage claim
+    300 MiB together: a ViT-g's blocks built from one 40 MB storage would take 4 GB. A real checkpoint's tensors
+    own their storages (the control: the same 300 tensors each with its own storage load)."""
+    from moco_core import checkpoint
+
+    shared = torch.zeros(1 << 18)  # 1 MiB
+    torch.save({"state_dict": {f"blocks.{i}.weight": shared.view(512, 512) for i in range(300)}},
+               tmp_path / "shared.pth")
+    with pytest.raises(checkpoint.CheckpointError, match=r"claim 300\.0 MiB together, views of 1 storages"):
+        checkpoint.load(tmp_path / "shared.pth")
+    torch.save({"state_dict": {f"blocks.{i}.weight": torch.zeros(64, 64) for i in range(300)}},
+               tmp_path / "own.pth")
+    assert len(checkpoint.load(tmp_path / "own.pth")["state_dict"]) == 300
