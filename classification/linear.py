@@ -354,6 +354,25 @@ def _train_epoch(cfg: LinearConfig, run: _Setup, epoch: int, step: int, device: 
         group["lr"] = lr
     run.sampler.set_epoch(epoch)
     run.trained.eval()  # BN statistics must not move: fc is trained on the frozen network's features
+    # Whether every feature fc read this epoch was finite (on the device: no sync a step): a non-finite loss from
+    # non-finite features is the backbone's (broken weights or BN statistics), not the learning rate's
+    finite = [torch.ones((), dtype=torch.bool, device=device)]
+    watch = classifier(run.model).register_forward_pre_hook(
+        lambda _, args: finite.append(finite.pop() & torch.isfinite(args[0]).all()))
+    try:
+        step, loss = _train_steps(cfg, run, epoch, step, lr, device, progress)
+    finally:
+        watch.remove()
+    if not math.isfinite(loss) and not bool(finite[0]):
+        raise non_finite_error("linear training", ["train images, the frozen network's"])
+    if not math.isfinite(loss):
+        raise NonFiniteLossError(f"linear training diverged (loss {loss}) at epoch {epoch + 1}; lower optim.lr")
+    return step, loss, lr
+
+
+def _train_steps(cfg: LinearConfig, run: _Setup, epoch: int, step: int, lr: float, device: torch.device,
+                 progress: Progress) -> tuple[int, float]:
+    """The steps of one epoch of fc training; (steps done so far, last loss)."""
     for inputs, target, _ in run.train_loader:
         with autocast(device, cfg.run.amp):
             loss = F.cross_entropy(run.trained(inputs.to(device, non_blocking=True)).float(), target.to(device))
@@ -362,10 +381,7 @@ def _train_epoch(cfg: LinearConfig, run: _Setup, epoch: int, step: int, device: 
         run.optimizer.step()
         step += 1
         progress.update(step, epoch, cfg.optim.epochs, loss=loss.item(), lr=lr)
-    if not math.isfinite(loss.item()):
-        raise NonFiniteLossError(f"linear training diverged (loss {loss.item()}) at epoch {epoch + 1}; lower "
-                                 f"optim.lr")
-    return step, loss.item(), lr
+    return step, loss.item()
 
 
 # MoCo v3's protocol (facebookresearch/moco-v3 main_lincls.py's defaults; its CONFIG.md passes --lr 3 for ViTs)

@@ -194,6 +194,8 @@ NON_FINITE = [  # (command and options, the start of the one line): every reader
     (["eval", "knn"], ["--crop-size", "32", "--resize", "36"], "kNN: the backbone's features (train images, val"),
     (["eval", "linear", "--cached-features"], SMALL["trained"], "run.cached_features: the backbone's features "
      "(train images, val images) are not finite"),
+    (["eval", "linear"], SMALL["trained"], "linear training: the backbone's features (train images, the frozen "
+     "network's) are not finite"),
     (["eval", "linear", "--grid"], SMALL["trained"], "epoch 1's train images: the backbone's features (layer4) are "
      "not finite"),
     (["eval", "linear", "--shots", "1", "--tries", "1"], SMALL["trained"], "train: the backbone's features "
