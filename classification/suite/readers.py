@@ -216,6 +216,8 @@ def sun397(root: Path) -> Found:
 
 
 def stanford_cars(root: Path) -> Found:
+    from moco_core.data.matfile import parse_mat
+
     try:
         from scipy.io import loadmat
     except ImportError:
@@ -225,6 +227,7 @@ def stanford_cars(root: Path) -> Found:
 
     def mat(path: Path) -> dict[str, Any]:
         data = user_files.read_bytes(path, limit=user_files.LIST_LIMIT, what="MAT-file", error=SuiteDataError)
+        parse_mat(data, path)  # what scipy would inflate, bounded first (a few KB can claim gigabytes)
         try:
             return loadmat(io.BytesIO(data), squeeze_me=True)
         except Exception as err:
