@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,22 +202,32 @@ def _method(found: Found, weights_format: str | None, path: Path) -> tuple[str, 
 
 def pretrain_facts(weights: Weights) -> dict[str, Any]:
     """The record's ``backbone.pretrain``: the method and who named it, and what the file says of its training
-    (:func:`plain_data`: a pickle may hold anything where a number is expected); a checkpoint of ours from before
-    checkpoints said smoke is a smoke run's by its run.json."""
-    facts = {k: plain_data(v) for k, v in weights.found.facts.items() if k != "method"}
+    (:func:`plain_data`: a pickle may hold anything where a number is expected, and 100 bytes of shared lists
+    unfold to billions of values); a checkpoint of ours from before checkpoints said smoke is a smoke run's by its
+    run.json. What is cut to fit FACT_VALUES is said, on stderr and in the record (``truncated``)."""
+    room = [FACT_VALUES]
+    facts = {k: plain_data(v, room=room) for k, v in weights.found.facts.items() if k != "method"}
+    if room[0] < 0:
+        facts["truncated"] = (f"what {weights.path.name} says of its training holds more than {FACT_VALUES} values "
+                              f"(a shared list counted each time it is reached): the first {FACT_VALUES} are kept")
+        print(f"warning: {weights.path}: {facts['truncated']}", file=sys.stderr)
     if facts.get("smoke") is False and smoke.recorded(weights.path.parent):  # ours from before the field
         facts["smoke"] = True
     return {"method": weights.method, "stated_by": weights.stated_by, **facts}
 
 
 FACT_DEPTH = 32  # nesting kept of a checkpoint's pickled config (ours is 3 deep)
+FACT_VALUES = 100_000  # values kept of it, each reached one counted (ours holds about 150)
 
 
-def plain_data(value: Any, depth: int = 0) -> Any:
+def plain_data(value: Any, depth: int = 0, *, room: list[int] | None = None) -> Any:
     """``value`` as JSON that every reader of a record takes (moco_core.user_files.parse_json): an integer past
     64 bits (JSON takes it, Python's int() and the report do not), a NaN or infinite float, or nesting past
     FACT_DEPTH become None; a tensor or any other object its type's name. What a checkpoint says of its training
-    is kept as far as it is data."""
+    is kept as far as it is data. ``room``: how many more values may be copied, counted down here (a list or dict
+    reached twice counts twice: the copy unfolds it); once it is below zero, lists and dicts end where it ran out."""
+    if room is not None:
+        room[0] -= 1
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -225,9 +237,11 @@ def plain_data(value: Any, depth: int = 0) -> Any:
     if depth >= FACT_DEPTH:
         return None
     if isinstance(value, dict):
-        return {_plain_key(k): plain_data(v, depth + 1) for k, v in value.items()}
+        return {_plain_key(k): plain_data(v, depth + 1, room=room)
+                for k, v in itertools.takewhile(lambda _: room is None or room[0] >= 0, value.items())}
     if isinstance(value, (list, tuple)):
-        return [plain_data(v, depth + 1) for v in value]
+        return [plain_data(v, depth + 1, room=room)
+                for v in itertools.takewhile(lambda _: room is None or room[0] >= 0, value)]
     return type(value).__name__
 
 
