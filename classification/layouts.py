@@ -28,7 +28,7 @@ import numpy as np
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
 from moco_core.data.matfile import read_mat
-from moco_core.user_files import LIST_LIMIT, all_within, inside, read_bytes, read_text
+from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, all_within, inside, read_bytes, read_text
 
 FLOWERS, PETS = "flowers-102", "oxford-iiit-pet"
 
@@ -94,7 +94,8 @@ def _pets(root: Path) -> Listed:
     parsed = []
     for path in lists:
         rows = []
-        text = read_text(path, limit=LIST_LIMIT, what="data.path: Pets list", error=ConfigError)
+        text = read_text(path, limit=LIST_LIMIT, what="data.path: Pets list", error=ConfigError,
+                         lines=LINES_LIMIT)
         for number, line in enumerate(text.splitlines(), 1):
             fields = line.split()
             if not fields or line.startswith("#"):

@@ -31,7 +31,7 @@ import numpy as np
 
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
-from moco_core.user_files import LIST_LIMIT, inside, read_bytes
+from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, inside, read_bytes
 
 PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
@@ -87,10 +87,10 @@ def fraction_subset(samples: list[tuple[str, int]], labels: str, seed: int) -> S
 def read_subset_file(path: Path) -> tuple[list[str], int]:
     """The distinct names of a SimCLR-format list, in file order, and how many lines repeated an earlier name.
 
-    The list is read through :mod:`moco_core.user_files`: a regular file of at most LIST_LIMIT bytes (never
-    ``/dev/zero`` or a FIFO), each name relative (:func:`moco_core.user_files.inside`: no absolute name, none that
-    climbs out with ``..``)."""
-    data = read_bytes(path, limit=LIST_LIMIT, what="data.subset: file", error=ConfigError)
+    The list is read through :mod:`moco_core.user_files`: a regular file of at most LIST_LIMIT bytes and
+    LINES_LIMIT lines (never ``/dev/zero`` or a FIFO), each name relative (:func:`moco_core.user_files.inside`: no
+    absolute name, none that climbs out with ``..``)."""
+    data = read_bytes(path, limit=LIST_LIMIT, what="data.subset: file", error=ConfigError, lines=LINES_LIMIT)
     try:
         lines = data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as err:
@@ -130,7 +130,7 @@ def file_subset(samples: list[tuple[str, int]], path: Path, *, unreadable: list[
     if lost:
         notes.append(f"{len(lost)} listed images are unreadable and left out (first: {show_value(lost[0])})")
     digest = hashlib.sha256(read_bytes(path, limit=LIST_LIMIT, what="data.subset: file",
-                                       error=ConfigError)).hexdigest()
+                                       error=ConfigError, lines=LINES_LIMIT)).hexdigest()
     record = {"kind": "file", "file": path.name, "sha256": digest, "names": len(names), "images": len(chosen),
               "of": len(samples)}
     return Subset([samples[i] for i in chosen], record,

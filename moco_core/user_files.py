@@ -3,7 +3,8 @@ exhaust memory or leave the dataset.
 
 - :func:`regular_file`: the path must be a regular file (after links): a FIFO would wait for ever, ``/dev/zero``
   would grow without end, a directory is a mistake. Checked before anything opens it.
-- :func:`read_bytes` / :func:`read_text`: at most ``limit`` bytes; a larger file is refused, never read whole.
+- :func:`read_bytes` / :func:`read_text`: at most ``limit`` bytes (and for a list file at most ``lines`` lines); a
+  larger file is refused, never read whole.
 - :func:`parse_json` / :func:`read_json` / :func:`parse_json_lines`: JSON whose numbers fit what Python, NumPy and
   torch hold (an integer of at most 64 bits, a finite float where the text wrote a finite one): Python's own parser
   turns a 5,000-digit integer into ``ValueError: Exceeds the limit (4300 digits)`` and a 400-digit one into an int
@@ -29,7 +30,7 @@ import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from moco_core.errors import UserError
 
@@ -39,6 +40,9 @@ MiB = 1 << 20
 ANNOTATION_LIMIT = 4096 * MiB
 LIST_LIMIT = 256 * MiB
 RECORD_LIMIT = 64 * MiB
+LINES_LIMIT = 1 << 21  # lines of a list file: 2,097,152 (ImageNet's train split, the largest listed, has 1.28 M)
+VALUES_LIMIT = 4 * LINES_LIMIT  # values of a JSON list file (a split file's: 3 an image, its name and label a pair)
+CHUNK = MiB  # bytes read at a time where a file is scanned before it is read whole
 CONFIG_LIMIT = 16 * MiB  # a YAML config (the presets are a few KiB; expanding aliases is bounded apart)
 INT_BITS = 64  # an integer literal must fit a signed 64-bit integer (torch.long, numpy.int64)
 FOLLOW_LINKS = "MOCO_FOLLOW_LINKS"  # "1": links in a dataset are followed out of its root (README, "Pretraining")
@@ -73,24 +77,43 @@ def regular_file(path: str | os.PathLike[str], *, what: str = "file", error: typ
 
 
 def read_bytes(path: str | os.PathLike[str], *, limit: int, what: str = "file",
-               error: type[UserError] = UserError) -> bytes:
+               error: type[UserError] = UserError, lines: int | None = None) -> bytes:
     """The whole of a regular file of at most ``limit`` bytes (:func:`regular_file`); a larger one is refused
-    after reading ``limit + 1`` bytes, never more (its size on disk may lie: a file that grows as it is read)."""
+    after reading ``limit + 1`` bytes, never more (its size on disk may lie: a file that grows as it is read).
+
+    ``lines``: a list file's bound on its lines (LINES_LIMIT): a longer one is refused after counting them a chunk
+    at a time, before it is read whole, since every line a reader splits off costs it some 60 bytes more than the
+    file's own (a 10^7-line list took 3.45 GB)."""
     path = regular_file(path, what=what, error=error)
     try:
         with path.open("rb") as f:
-            data = f.read(limit + 1)
+            counted = _count_lines(f, limit, lines) if lines is not None else 0
+            data = f.read(limit + 1) if lines is None or counted <= lines else b""
     except OSError as err:
         raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
     if len(data) > limit:
         raise error(f"{what} {path} is larger than {_size(limit)}: not read (is it the file you meant?)")
+    if lines is not None and max(counted, data.count(b"\n")) > lines:  # counted again: the file may have grown
+        raise error(f"{what} {path} has more than {lines:,} lines: not read (a list file holds at most {lines:,} "
+                    f"names; is it the file you meant?)")
     return data
 
 
+def _count_lines(f: BinaryIO, limit: int, lines: int) -> int:
+    """Line breaks in the first ``limit + 1`` bytes of ``f``, counted until there are more than ``lines``; ``f``
+    rewound. Memory: one chunk."""
+    counted = size = 0
+    while counted <= lines and size <= limit and (chunk := f.read(min(CHUNK, limit + 1 - size))):
+        counted += chunk.count(b"\n")
+        size += len(chunk)
+    f.seek(0)
+    return counted
+
+
 def read_text(path: str | os.PathLike[str], *, limit: int, what: str = "file",
-              error: type[UserError] = UserError) -> str:
+              error: type[UserError] = UserError, lines: int | None = None) -> str:
     """:func:`read_bytes` decoded as UTF-8 (a byte-order mark allowed); undecodable bytes are ``error``."""
-    data = read_bytes(path, limit=limit, what=what, error=error)
+    data = read_bytes(path, limit=limit, what=what, error=error, lines=lines)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -166,9 +189,14 @@ def parse_json_lines(text: str | bytes) -> tuple[list[Any], int]:
 
 
 def read_json(path: str | os.PathLike[str], *, limit: int = RECORD_LIMIT, what: str = "JSON file",
-              error: type[UserError] = UserError) -> Any:
-    """A JSON file (:func:`read_bytes`, then :func:`parse_json`), the error naming the path."""
+              error: type[UserError] = UserError, values: int | None = None) -> Any:
+    """A JSON file (:func:`read_bytes`, then :func:`parse_json`), the error naming the path. ``values``: a JSON
+    list file's bound on the values it holds (VALUES_LIMIT), checked before parsing by its commas (one fewer than
+    its values, or more: a comma in a string counts too), since parsed values cost 15 times their text."""
     data = read_bytes(path, limit=limit, what=what, error=error)
+    if values is not None and data.count(b",") >= values:
+        raise error(f"{what} {path} holds more than {values:,} values: not parsed (a list file holds at most "
+                    f"{LINES_LIMIT:,} names; is it the file you meant?)")
     return parse_json(data, what=f"{path}", error=error)
 
 

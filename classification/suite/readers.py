@@ -64,7 +64,8 @@ class Found:
 
 
 def _text(path: Path) -> str:
-    return user_files.read_text(path, limit=user_files.LIST_LIMIT, what="list file", error=SuiteDataError)
+    return user_files.read_text(path, limit=user_files.LIST_LIMIT, what="list file", error=SuiteDataError,
+                                lines=user_files.LINES_LIMIT)
 
 
 def _lines(path: Path) -> list[str]:
@@ -127,7 +128,8 @@ def food101(root: Path) -> Found:
     out = Found(base, [])
     for split in ("train", "test"):
         path = base / "meta" / f"{split}.json"
-        meta = user_files.read_json(path, limit=user_files.LIST_LIMIT, what="Food-101 split", error=SuiteDataError)
+        meta = user_files.read_json(path, limit=user_files.LIST_LIMIT, what="Food-101 split", error=SuiteDataError,
+                                     values=user_files.VALUES_LIMIT)
         if not isinstance(meta, dict) or not all(isinstance(v, list) for v in meta.values()):
             raise SuiteDataError(f"{path}: expected {{class: [\"class/id\", ...]}}")
         out.classes = out.classes or sorted(meta)

@@ -169,7 +169,8 @@ def write_split_file(path: Path, spec: Spec, folder: Path, splits: Splits, *, se
 def read_split_file(path: Path, spec: Spec, found: Found) -> Splits:
     """The splits a run wrote, matched against the dataset as it is now: each entry must name one of its images
     (the same label); a CIFAR entry its row of a batch."""
-    doc = user_files.read_json(path, limit=user_files.LIST_LIMIT, what="split file", error=SuiteDataError)
+    doc = user_files.read_json(path, limit=user_files.LIST_LIMIT, what="split file", error=SuiteDataError,
+                               values=user_files.VALUES_LIMIT)
     if not isinstance(doc, dict) or doc.get("format") != SPLITS_FORMAT or doc.get("dataset") != spec.name:
         raise SuiteDataError(f"{path}: not a split file of {spec.name} (format {SPLITS_FORMAT})")
     known = {}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from moco_core.data.data import DatasetError, show_value
-from moco_core.user_files import LIST_LIMIT, all_within, inside, read_bytes, read_text
+from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, all_within, inside, read_bytes, read_text
 
 VOC_CLASSES: tuple[str, ...] = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -39,7 +39,7 @@ logger = logging.getLogger("moco.transfer")
 def read_split(root: Path, split: str) -> list[str]:
     """The image ids listed in ``root/ImageSets/Main/{split}.txt``, one per line (blank lines skipped)."""
     path = Path(root) / "ImageSets" / "Main" / f"{split}.txt"
-    lines = read_text(path, limit=LIST_LIMIT, what="split file", error=DatasetError).splitlines()
+    lines = read_text(path, limit=LIST_LIMIT, what="split file", error=DatasetError, lines=LINES_LIMIT).splitlines()
     ids = []
     for number, line in enumerate(lines, 1):
         fields = line.split()

@@ -36,7 +36,7 @@ from moco_core.config import ConfigError
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError, report_undecodable, show_value
 from moco_core.data.image_files import reason
-from moco_core.user_files import LIST_LIMIT, all_within, inside, read_text
+from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, all_within, inside, read_text
 from transfer.engine import read_rgb
 from transfer.segmentation.pairs import Sample, skipped_warning, verify_pairs
 
@@ -145,7 +145,7 @@ def _voc(root: Path, split: str) -> list[Sample]:
     if not labels.is_dir():
         labels = devkit / "SegmentationClass"
     samples = []
-    text = read_text(listing, limit=LIST_LIMIT, what="split list", error=DatasetError)
+    text = read_text(listing, limit=LIST_LIMIT, what="split list", error=DatasetError, lines=LINES_LIMIT)
     for number, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         here = f"{listing}:{number}:"  # every name read from the list stays in the devkit (inside)
