@@ -86,15 +86,18 @@ def write_run_files(run_dir: Path, config: dict[str, Any], extra: dict[str, Any]
 def _read_history(path: Path) -> Any:
     """run.json's content, read through :mod:`moco_core.user_files`: None for what no moco run wrote (not a regular
     file, too large, not JSON); a torn one of ours (written by a version without atomic writes, then killed
-    mid-write: it starts as ours do) is started again, saying what was lost."""
+    mid-write: it starts as ours do, or one holding a number past 64 bits) is started again, saying what was lost,
+    in the file and in one warning line on stderr."""
     try:
         data = read_bytes(path, limit=RECORD_LIMIT, what="run.json")
     except UserError:
         return None
     try:
         return parse_json(data, what="")
-    except UserError:
+    except UserError as err:
         if data.startswith(b'{\n  "starts": ['):
+            print(f"warning: {path}: the history of this run's earlier starts is lost, begun again with this one "
+                  f"({err}); run.json says so (\"lost\")", file=sys.stderr)
             return {"starts": [], "lost": "run.json was unreadable at a later start"}
         return None
 
