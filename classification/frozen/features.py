@@ -198,12 +198,13 @@ def cache_path(cache_dir: Path, key: dict[str, Any]) -> Path:
 
 
 def cached_features(cache_dir: str | os.PathLike[str], key: dict[str, Any],
-                    compute: Callable[[], FeatureSet]) -> FeatureSet:
-    """The feature set of ``key`` from ``cache_dir``, or ``compute()``'d and written there (atomically)."""
+                    compute: Callable[[], FeatureSet], *, count: int | None = None) -> FeatureSet:
+    """The feature set of ``key`` from ``cache_dir``, or ``compute()``'d and written there (atomically). ``count``:
+    the images of the split, the rows a cached file must hold (:func:`read_feature_file`)."""
     path = cache_path(Path(cache_dir), key)
     if path.exists():
         try:
-            found = read_feature_file(path, key)
+            found = read_feature_file(path, key, count)
             found.key, found.cached, found.path = key, True, path
             return found
         except _Unusable as err:
@@ -235,9 +236,10 @@ def write_feature_file(path: Path, key: dict[str, Any], features: FeatureSet) ->
     write_atomic(path, write, what="feature cache")
 
 
-def read_feature_file(path: Path, key: dict[str, Any]) -> FeatureSet:
-    """The features in ``path``, checked: its key must be ``key`` and its payload whole (length and SHA-256);
-    raises :class:`_Unusable` otherwise."""
+def read_feature_file(path: Path, key: dict[str, Any], count: int | None = None) -> FeatureSet:
+    """The features in ``path``, checked: its key must be ``key``, its payload whole (length and SHA-256), its
+    tensors of the shapes and types extraction makes, ``count`` rows where given (:func:`_check_shapes`); raises
+    :class:`_Unusable` otherwise."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for ever, a folder is no file
             raise _Unusable("not a regular file")
@@ -269,8 +271,29 @@ def read_feature_file(path: Path, key: dict[str, Any]) -> FeatureSet:
         features, labels = data["features"], data["labels"]
     except Exception as err:  # the checksum matched, so only a file written by other code gets here
         raise _Unusable(f"unreadable ({type(err).__name__})") from None
-    if not (isinstance(features, dict) and isinstance(labels, torch.Tensor)
-            and all(isinstance(v, torch.Tensor) and v.shape[0] == labels.shape[0] for v in features.values())
-            and list(features) == list(key.get("taps", features))):
+    if not (isinstance(features, dict) and list(features) == list(key.get("taps", features))):
         raise _Unusable("its tensors are not the ones its key names")
+    _check_shapes(features, labels, count)
     return FeatureSet(features, labels)
+
+
+def _check_shapes(features: dict[str, Any], labels: Any, count: int | None) -> None:
+    """What the solvers index without checking, checked here (:class:`_Unusable` otherwise), whatever the values:
+    labels (N,) or (N, C) int64, every tap's features (N, D) float32 with D >= 1, N the ``count`` of images the
+    split holds now; dense and contiguous (an expanded tensor's few bytes can claim 10^12 elements)."""
+    def shown(value: Any) -> str:
+        if not isinstance(value, torch.Tensor):
+            return type(value).__name__
+        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+
+    rows = count if count is not None else labels.shape[0] if isinstance(labels, torch.Tensor) and labels.dim() else 0
+    if not (_dense(labels) and labels.dtype == torch.int64 and labels.dim() in (1, 2) and labels.shape[0] == rows):
+        raise _Unusable(f"its labels are {shown(labels)}, not ({rows},) or ({rows}, C) int64")
+    for tap, value in features.items():
+        if not (_dense(value) and value.dtype == torch.float32 and value.dim() == 2 and value.shape[0] == rows
+                and value.shape[1] >= 1):
+            raise _Unusable(f"its {tap} features are {shown(value)}, not ({rows}, D) float32")
+
+
+def _dense(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and value.is_contiguous()

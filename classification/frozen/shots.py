@@ -95,7 +95,8 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
                                    "files": samples_digest(splits.root or "", samples)})
         return cached_features(run_dir / "features", key, lambda: extract_features(
             model, ImageDataset(samples, view.build()), taps=(tap,), batch_size=cfg.optim.batch_size,
-            device=device, workers=cfg.data.workers, amp=cfg.run.amp, progress=show_progress, what=split))
+            device=device, workers=cfg.data.workers, amp=cfg.run.amp, progress=show_progress, what=split),
+            count=len(samples))
 
     train, val = features(splits.train.samples, "train"), features(splits.val.samples, "val")
     if cfg.select.split == "holdout":

@@ -156,7 +156,7 @@ def _features(cfg: TransferSuiteConfig, spec: Spec, splits: Splits, folder: Path
             return extract_features(backbone.model, as_dataset(split, view), taps=(backbone.tap,),
                                     batch_size=cfg.features.batch_size, device=device, workers=cfg.data.workers,
                                     amp=cfg.features.amp, progress=show, what=f"{spec.name} {part} features")
-        sets[part] = cached_features(cache, key, compute)
+        sets[part] = cached_features(cache, key, compute, count=len(split.samples))
     return sets
 
 
