@@ -217,7 +217,7 @@ def pretrain_facts(weights: Weights) -> dict[str, Any]:
 
 
 FACT_DEPTH = 32  # nesting kept of a checkpoint's pickled config (ours is 3 deep)
-FACT_VALUES = 100_000  # values kept of it, each reached one counted (ours holds about 150)
+FACT_VALUES = 10_000  # values kept of it, each reached one counted (ours holds about 150)
 
 
 def plain_data(value: Any, depth: int = 0, *, room: list[int] | None = None) -> Any:
