@@ -352,7 +352,7 @@ def test_a_small_hostile_file_costs_a_command_little_memory(case: str, shapes_ro
         assert code == 2 and len(lines) == 1 and "claims 1073741" in lines[0], lines
     elif case.startswith("config"):
         weights = dag_checkpoint(tmp_path / "dag.pth", 40)
-        code, peak, lines = _peak(["eval", "knn", str(weights), "--data", str(shapes_root), *KNN, "--quiet", *out],
+        code, peak, lines = _peak(["eval", "knn", str(weights), "--data", str(shapes_root), *KNN, *out],
                                   tmp_path)
         assert code == 0 and any("more than 10000 values" in line for line in lines), lines
     else:
