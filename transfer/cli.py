@@ -268,3 +268,9 @@ def convert_cli(
         raise typer.Exit(2) from None
     for key, value in summary.items():
         print(f"{key}: {value}")
+    if to in ("torchvision", "timm") and not str(summary["destination"]).endswith(".safetensors"):
+        import sys
+
+        method = summary["method"]  # one of moco_core.model.weights.formats' names: nothing of the file's own
+        print(f"note: a state_dict file keeps the weights, not their method ({method}): read it back with "
+              f"--weights-format {method}, or convert to a .safetensors destination, which keeps it", file=sys.stderr)

@@ -90,8 +90,8 @@ def test_the_cli_refuses_an_unnamed_plain_resnet_and_records_the_named_method(we
              "--device", "cpu"]
     res = runner.invoke(app, ["eval", "knn", str(weights["plain"]), *small, "--output-dir", str(tmp_path / "a")])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
-    assert "could be supervised, dino, barlowtwins, byol, simclr-v1, swav; say which with --weights-format" in \
-        res.output and not (tmp_path / "a" / "result.json").exists()
+    assert "could be supervised, moco, mocov3, dino, swav, deepcluster-v2, sela-v2, barlowtwins, byol, simclr-v1, " \
+        "simclr-v2; say which with --weights-format" in res.output and not (tmp_path / "a" / "result.json").exists()
     res = runner.invoke(app, ["eval", "knn", str(weights["plain"]), *small, "--weights-format", "dinov3",
                               "--output-dir", str(tmp_path / "b")])
     assert res.exit_code == 2 and "run.weights_format: 'dinov3' is no weights format" in res.output

@@ -246,6 +246,10 @@ def test_to_torchvision_loads_into_torchvision_missing_exactly_fc(moco_ckpt: tup
     src, backbone = moco_ckpt
     res = runner.invoke(app, ["convert", str(src), str(tmp_path), "--to", "torchvision"])
     assert res.exit_code == 0, res.output
+    # the method is lost in a .pth (issue 57: it was then refused as "could be supervised, dino, ..."): said, with
+    # the option that names it back
+    assert "note: a state_dict file keeps the weights, not their method (moco): read it back with " \
+        "--weights-format moco" in res.output
     state = torch.load(tmp_path / "checkpoint_0199.pth", weights_only=True)
     result = torchvision.models.resnet18().load_state_dict(state, strict=False)
     assert sorted(result.missing_keys) == ["fc.bias", "fc.weight"] and not result.unexpected_keys

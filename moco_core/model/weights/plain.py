@@ -16,10 +16,13 @@ from typing import Any
 
 from moco_core.model.weights import resnet_names, vit_names
 from moco_core.model.weights.files import tensors_only
+from moco_core.model.weights.formats import METHODS
 from moco_core.model.weights.layout import Found
 
-RESNET_CANDIDATES = ("supervised", "dino", "barlowtwins", "byol", "simclr-v1", "swav")
-VIT_CANDIDATES = ("supervised", "dino", "mocov3", "mae")
+# Any method whose weights come in that family may have written a plain file (``moco convert --to torchvision``
+# writes our own MoCo and MoCo v3 so), so the candidates are generated from the methods that exist
+RESNET_CANDIDATES = tuple(m.name for m in METHODS.values() if "resnet" in m.families)
+VIT_CANDIDATES = tuple(m.name for m in METHODS.values() if "vit" in m.families)
 
 
 def read(obj: dict[str, Any]) -> Found | None:

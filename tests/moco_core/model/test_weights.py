@@ -300,7 +300,7 @@ def test_ambiguous_layouts_name_their_candidates(files: dict) -> None:
                                                          r"only"):
         read_weights(files["swav"][0], "dino")
     with pytest.raises(checkpoint.CheckpointError, match=r"timm ViT state dict does not say .* could be supervised, "
-                                                         r"dino, mocov3, mae"):
+                                                         r"mocov3, dino, dinov2, mae"):
         read_weights(files["dino-vit-backbone"][0])
 
 
