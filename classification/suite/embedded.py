@@ -301,11 +301,17 @@ WRITERS: dict[str, Callable[[Path, object, int], None]] = {
     "scenes": _write_scenes, "digits": _write_digits}  # type: ignore[dict-item]
 
 
+def unmade() -> dict[str, str]:
+    """The embedded datasets this installation cannot make, and why (digits: scikit-learn ships its images)."""
+    from moco_core.config import extra_problem
+
+    why = extra_problem("the embedded suite's digits (scikit-learn's scans)", "sklearn", "sklearn", "scikit-learn")
+    return {"digits": why} if why else {}
+
+
 def available() -> tuple[str, ...]:
     """The embedded datasets this installation makes (digits: where scikit-learn is installed)."""
-    import importlib.util
-
-    return tuple(n for n in LAYOUTS if n != "digits" or importlib.util.find_spec("sklearn") is not None)
+    return tuple(n for n in LAYOUTS if n not in unmade())
 
 
 def ensure_suite(root: Path | None = None, *, seed: int = 0) -> Path:

@@ -181,3 +181,18 @@ def test_a_file_that_names_no_method_needs_weights_format(root: Path, tmp_path: 
     assert named.exit_code == 0, named.output
     backbone = json.loads((tmp_path / "b" / "dtd" / "result.json").read_text())["backbone"]
     assert backbone["pretrain"]["method"] == "dino", backbone
+
+
+def test_an_embedded_dataset_this_installation_cannot_make_is_said_and_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without scikit-learn the embedded suite's digits cannot be made: the suite ran the other four and said
+    nothing, suite.json did not list it, and the report's mean was empty with no reason (issue 57)."""
+    monkeypatch.setitem(__import__("sys").modules, "sklearn", None)
+    monkeypatch.setenv("MOCO_SMOKE", "1")
+    cfg = load_suite_config("transfer_embedded", [*SMALL, "solver.lambdas=3", f"run.output_dir={tmp_path / 'run'}",
+                                                  "run.device=cpu", "data.datasets=[shapes,digits]", "arch=resnet18"])
+    suite = json.loads(run_suite(cfg, "random", show_progress=False).read_text())["datasets"]
+    assert suite["shapes"].endswith("result.json")
+    assert suite["digits"] == ("missing: the embedded suite's digits (scikit-learn's scans) needs sklearn: pip install "
+                               "'moco[sklearn]' (or pip install scikit-learn)")
+    assert "warning: digits: the embedded suite's digits" in capsys.readouterr().err
