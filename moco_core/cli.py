@@ -152,7 +152,8 @@ def pretrain_cli(
     print_config: Annotated[bool, typer.Option("--print-config",
                                                help="Print the resolved config as YAML and exit.")] = False,
 ) -> None:
-    """Pretrain MoCo v1/v2 (arXiv 1911.05722) on an image folder or the embedded dataset."""
+    """Pretrain MoCo v1, v2 or v3 (arXiv 1911.05722, 2003.04297, 2104.02057; ResNets and ViTs) on an image folder
+    or the embedded dataset."""
     flags = {"data": {"path": data, "workers": workers},
              "run": {"output_dir": output_dir, "device": device, "seed": seed}}
     try:

@@ -39,6 +39,8 @@ def test_help_lists_every_command() -> None:
     assert result.exit_code == 0
     for command in ("linear", "finetune", "knn", "voc", "coco"):
         assert command in result.output
+    # every version it pretrains (the help said "Pretrain MoCo v1/v2" two versions on: issue 57)
+    assert "Pretrain MoCo v1, v2 or v3" in " ".join(runner.invoke(app, ["--help"], terminal_width=200).output.split())
 
 
 def test_pretrain_help_shows_operational_flags() -> None:
