@@ -65,7 +65,8 @@ def fewshot(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, v
                             **solver)
         fit = path.fits[path.chosen]
         runs.append({"try": attempt, "seed": draw_seed, "images": len(index), "lambda": path.best_lambda,
-                     "val": path.scores[path.chosen], "test": float(score(fit.scores(test_x), test_y))})
+                     "chosen_at_edge": path.at_edge, "val": path.scores[path.chosen],
+                     "test": float(score(fit.scores(test_x), test_y))})
     mean, std = mean_std([r["test"] for r in runs])
     return {"shots": shots, "tries": tries, "mean": mean, "std": std, "runs": runs}
 

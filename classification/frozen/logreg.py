@@ -202,6 +202,15 @@ class SweepResult:
     def best_lambda(self) -> float:
         return self.lambdas[self.chosen]
 
+    @property
+    def at_edge(self) -> str | None:
+        """"weakest" or "strongest" where the chosen value is an end of the sweep (the best may lie beyond it: a
+        wider sweep could choose better), else None."""
+        if len(set(self.lambdas)) < 2:
+            return None
+        return ("weakest" if self.best_lambda == min(self.lambdas) else
+                "strongest" if self.best_lambda == max(self.lambdas) else None)
+
     def curve(self) -> list[dict[str, float]]:
         """The record's curve: one entry a value, weakest regularisation first (the papers' order)."""
         rows = [{"lambda": lam, "C": 1.0 / lam, "val": s, "iterations": it, "converged": c}

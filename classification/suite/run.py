@@ -193,12 +193,16 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
     wall = time.perf_counter() - started
     _say(f"{spec.name}: lambda {path.best_lambda:.3g} chosen on val ({spec.metric} {path.scores[path.chosen]:.2f}), "
          f"test {spec.metric} {test:.2f} ({format_duration(wall)})", show)
+    if path.at_edge:
+        print(f"warning: {spec.name}: lambda {path.best_lambda:.3g}, the sweep's {path.at_edge} value, was chosen: "
+              f"the best may lie beyond the sweep (solver.lambda_min and solver.lambda_max widen it)", file=sys.stderr)
     dataset = {"name": spec.name, "title": spec.title, "path": cfg.data.path, "folder": str(found.folder),
                "classes": k, "metric": spec.metric, "train_images": len(y["train"]), "val_images": len(y["val"]),
                "test_images": len(y["test"]), "splits": splits.provenance,
                **embedded.version_of(cfg.data.path, spec.name)}
     transfer = {"metric": spec.metric, "test": test, "val": path.scores[path.chosen], "lambda": path.best_lambda,
-                "C": 1.0 / path.best_lambda, "feature": backbone.tap, "feature_dim": int(x["train"].shape[1]),
+                "C": 1.0 / path.best_lambda, "chosen_at_edge": path.at_edge, "feature": backbone.tap,
+                "feature_dim": int(x["train"].shape[1]),
                 "solver": {"protocol": protocol, **{k: v for k, v in solver.items() if k != "device"},
                            "device": str(device),
                            "sweep_s": path.seconds, "refit_s": final.seconds, "refit_iterations": final.iterations,

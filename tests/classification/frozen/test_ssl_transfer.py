@@ -109,8 +109,18 @@ def test_ties_go_to_the_first_value_tried_in_each_protocol() -> None:
 
     lambdas = (1e-2, 1.0, 1e2)
     path, _ = ssl_transfer.sweep_and_refit(x, y, x, y, num_classes=2, score=flat, lambdas=lambdas)
-    assert path.best_lambda == 1e-2
-    assert logreg.sweep(x, y, x, y, num_classes=2, score=flat, lambdas=lambdas).best_lambda == 1e2
+    assert path.best_lambda == 1e-2 and path.at_edge == "weakest"  # flagged: the best may lie beyond the sweep
+    ours = logreg.sweep(x, y, x, y, num_classes=2, score=flat, lambdas=lambdas)
+    assert ours.best_lambda == 1e2 and ours.at_edge == "strongest"
+
+    calls: list[int] = []
+
+    def middle(scores: torch.Tensor, labels: torch.Tensor) -> float:  # the second value tried scores best
+        calls.append(1)
+        return 60.0 if len(calls) == 2 else 50.0
+
+    inside = logreg.sweep(x, y, x, y, num_classes=2, score=middle, lambdas=(1e-6, 1.0, 1e5))
+    assert inside.best_lambda == 1.0 and inside.at_edge is None
 
 
 def test_the_refit_starts_from_the_last_fit_of_the_sweep_not_the_chosen_one(monkeypatch: pytest.MonkeyPatch
