@@ -190,7 +190,18 @@ def print_or_launch(cfg: Any, print_config: bool, nproc: int, fn: Callable[..., 
     if nproc < 1:
         print_error("--nproc: must be >= 1")
         raise typer.Exit(2)
+    cpus, gpus = os.cpu_count() or 1, _gpus()
+    if nproc > max(cpus, gpus):  # a process a GPU, or a CPU core: beyond that, a typo (23 digits: a traceback)
+        print_error(f"--nproc: {nproc} processes on a machine of {cpus} CPU cores and {gpus} GPUs; at most "
+                    f"{max(cpus, gpus)}")
+        raise typer.Exit(2)
     launch(nproc, fn, *args)
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def report_result(evaluate: Callable[[], Path], *, rerun: Callable[[], str] | None = None) -> None:

@@ -230,3 +230,11 @@ def test_non_finite_scores_after_fine_tuning_are_refused(few_images: Path, tmp_p
                "--workers", "0", *SMALL["trained"], "--output-dir", str(tmp_path / "run")],
               "evaluation: the backbone's features (val images, in eval mode) are not finite")
     assert not (tmp_path / "run" / "result.json").exists()
+
+
+@pytest.mark.parametrize("nproc", ["99999999999999999999999", "100000"])
+def test_nproc_beyond_the_machine_is_one_line(nproc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--nproc of 23 digits ended in torch's OverflowError traceback; 100,000 would start that many processes."""
+    monkeypatch.chdir(tmp_path)
+    last_line(["eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--nproc", nproc],
+              "--nproc: ")
