@@ -350,6 +350,8 @@ def load_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a config") from None
+    except ConfigError:  # the alias checks' own line above (a ConfigError is a ValueError too)
+        raise
     except ValueError as err:  # a number past Python's 4,300 digits, an impossible date: PyYAML's int() or date()
         raise ConfigError(f"{where}: a value YAML cannot convert ({str(err).split(':')[0]})") from None
     finally:

@@ -155,7 +155,8 @@ SMALL = ["--set", "model.arch=resnet18", "--set", "optim.batch_size=8", "--set",
 @pytest.mark.parametrize(("extra", "message"), [
     (["--device", "tpu"], "run.device: expected auto, cpu, cuda, cuda:N or mps, got 'tpu'"),
     (["--device", "cuda:abc"], "run.device: expected auto, cpu, cuda, cuda:N or mps, got 'cuda:abc'"),
-    (["--seed", str(10**30)], "run.seed: must be in [0, 2**32)"),
+    (["--seed", str(10**30)], "run.seed: 1000000000000000000000000000000 is beyond 64 bits"),  # the one bound
+    (["--seed", str(2**40)], "run.seed: must be in [0, 2**32)"),  # within 64 bits: the seed's own range
     (["--set", "model.queue_size=1000000000000"], "model.queue_size: must be in [1, 16777216]"),
     (["--set", f"model.arch={'x' * 5000}"], "model.arch: expected one of"),
     (["--output-dir", "{text}"], "run.output_dir: cannot create"),
