@@ -240,21 +240,35 @@ def sweep(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val
           tol: float = 1e-4, progress: Callable[[int, int, float], None] | None = None) -> SweepResult:
     """Fit at every ``lambdas`` value (C = 1 / lambda) on train, strongest first, each from the last solution;
     score each on val with ``score(decision values (N, K), labels) -> float`` (higher is better)."""
-    started = time.perf_counter()
-    order = sorted(lambdas, reverse=True)
     fit = _fitter(solver, train_x, train_y, num_classes, device, precision, max_iter, tol)
-    scores, iterations, converged, fits, evaluations, last = [], [], [], [], [], None
+    last: Fit | None = None
+
+    def fit_at(C: float) -> Fit:
+        nonlocal last
+        last = fit(C, last)
+        return last
+
+    return sweep_path(sorted(lambdas, reverse=True), fit_at, val_x, val_y, score=score, progress=progress)
+
+
+def sweep_path(order: list[float], fit_at: Callable[[float], Fit], val_x: torch.Tensor, val_y: torch.Tensor, *,
+               score: Score, progress: Callable[[int, int, float], None] | None = None) -> SweepResult:
+    """Fit at each value of ``order`` in turn (``fit_at(C)`` warm-starts as its solver does) and score it on val;
+    the first best in that order is chosen: ties go to the value swept first (the stronger regularisation in the
+    converged protocol's order, the weaker in ssl-transfer's, whose strict ``>`` keeps the first best too)."""
+    started = time.perf_counter()
+    scores, iterations, converged, fits, evaluations = [], [], [], [], []
     for i, lam in enumerate(order):
-        last = fit(1.0 / lam, last)
-        scores.append(float(score(last.scores(val_x), val_y)))
-        iterations.append(last.iterations)
-        converged.append(last.converged)
-        evaluations.append(last.evaluations)
-        fits.append(last)
+        fit = fit_at(1.0 / lam)
+        scores.append(float(score(fit.scores(val_x), val_y)))
+        iterations.append(fit.iterations)
+        converged.append(fit.converged)
+        evaluations.append(fit.evaluations)
+        fits.append(fit)
         if progress is not None:
             progress(i + 1, len(order), lam)
     best = max(scores)
-    chosen = next(i for i, s in enumerate(scores) if s == best)  # ties: the stronger regularisation (listed first)
+    chosen = next(i for i, s in enumerate(scores) if s == best)
     return SweepResult(order, scores, iterations, converged, chosen, evaluations, {chosen: fits[chosen]},
                        time.perf_counter() - started)
 

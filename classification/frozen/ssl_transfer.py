@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from classification.frozen.logreg import LAMBDAS, Fit, Score, SklearnSolver, SweepResult, _Problem
+from classification.frozen.logreg import LAMBDAS, Fit, Score, SklearnSolver, SweepResult, _Problem, sweep_path
 
 NAME = "ssl-transfer"
 MAX_ITER = 100  # scikit-learn's default, which ssl-transfer's linear.py leaves as it is
@@ -96,13 +96,10 @@ class _Estimator:
         """The fit at ``C`` on every class, from the estimator's last solution."""
         fits = []
         for c in range(self.num_classes if self.multilabel else 1):
-            if self.sklearn is not None:
+            if self.sklearn is not None:  # multi-label: class c's binary problem over the images labelled for it
+                keep = self.y[:, c] >= 0 if self.multilabel else slice(None)
                 target = self.y[:, c:c + 1] if self.multilabel else self.y
-                if not self.multilabel:
-                    fit = self.sklearn.fit(self.x, target, C)
-                else:
-                    keep = target[:, 0] >= 0
-                    fit = self.sklearn.fit(self.x[keep], target[keep], C)
+                fit = self.sklearn.fit(self.x[keep], target[keep], C)
             else:
                 fit = fit_lbfgsb(self.problems[c], C, init=self.last, max_iter=self.max_iter, tol=self.tol)
             self.last = _flat(fit)
@@ -119,30 +116,13 @@ def sweep_and_refit(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.T
                     ) -> tuple[SweepResult, Fit]:
     """The sweep on train scored on val (weakest first, one estimator warm-started throughout, the first best
     kept), then the refit on train + val at the chosen value, from the sweep's last fit."""
-    started = time.perf_counter()
-    order = sorted(lambdas)  # weakest regularisation first
     estimator = _Estimator(train_x, train_y, num_classes, solver=solver, device=device, precision=precision,
                            max_iter=max_iter, tol=tol)
-    scores, iterations, converged, evaluations, fits = [], [], [], [], []
-    best, chosen = 0.0, 0  # linear.py: best_score = 0 and a strict >; all scores 0 would leave C unset there
-    for i, lam in enumerate(order):
-        fit = estimator.fit(1.0 / lam)
-        value = float(score(fit.scores(val_x), val_y))
-        if value > best:
-            best, chosen = value, i
-        scores.append(value)
-        iterations.append(fit.iterations)
-        converged.append(fit.converged)
-        evaluations.append(fit.evaluations)
-        fits.append(fit)
-        if progress is not None:
-            progress(i + 1, len(order), lam)
-    path = SweepResult(order, scores, iterations, converged, chosen, evaluations, {chosen: fits[chosen]},
-                       time.perf_counter() - started)
+    path = sweep_path(sorted(lambdas), estimator.fit, val_x, val_y, score=score, progress=progress)  # weakest first
     last = estimator.last
     refit_estimator = _Estimator(torch.cat([train_x, val_x]), torch.cat([train_y, val_y]), num_classes,
                                  solver=solver, device=device, precision=precision, max_iter=max_iter, tol=tol)
     refit_estimator.last = last
     if refit_estimator.sklearn is not None:
         refit_estimator.sklearn = estimator.sklearn  # the same scikit-learn estimator, refitted from where it is
-    return path, refit_estimator.fit(1.0 / order[chosen])
+    return path, refit_estimator.fit(1.0 / path.best_lambda)
