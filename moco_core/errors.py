@@ -72,3 +72,9 @@ def show(value: object, limit: int = 120) -> str:
 def print_error(message: object) -> None:
     """The suite's one way to report an error: ``error: <message>`` on stderr, one bounded line."""
     print(f"error: {one_line(message)}", file=sys.stderr)
+
+
+def print_warning(message: object) -> None:
+    """The suite's one way to warn: ``warning: <message>`` on stderr, one bounded line, control characters of a
+    path or a file's text escaped as in errors."""
+    print(f"warning: {one_line(message)}", file=sys.stderr)

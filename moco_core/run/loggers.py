@@ -22,11 +22,10 @@ from __future__ import annotations
 import numbers
 import os
 import secrets
-import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from moco_core.errors import one_line
+from moco_core.errors import print_warning
 from moco_core.run.rundir import write_text_atomic
 
 WANDB_ID = "wandb_run_id"  # in the run directory: the W&B run a resume continues
@@ -137,5 +136,5 @@ class Loggers:
 
     def _drop(self, name: str, err: Exception, what: str) -> None:
         self.open.pop(name, None)
-        print(f"warning: logger {name} {what} ({one_line(f'{type(err).__name__}: {err}')}); the run goes on "
-              f"without it, metrics.jsonl has every line", file=sys.stderr)
+        print_warning(f"logger {name} {what} ({type(err).__name__}: {err}); the run goes on without it, "
+                      f"metrics.jsonl has every line")

@@ -25,7 +25,7 @@ from moco_core import distributed, smoke
 from moco_core.checkpoint import POINTER, write_atomic
 from moco_core.commands import COMMANDS
 from moco_core.config import ConfigError
-from moco_core.errors import UserError
+from moco_core.errors import UserError, print_warning
 from moco_core.user_files import RECORD_LIMIT, parse_json, read_bytes, read_text
 
 LOCK = ".moco.lock"
@@ -96,8 +96,8 @@ def _read_history(path: Path) -> Any:
         return parse_json(data, what="")
     except UserError as err:
         if data.startswith(b'{\n  "starts": ['):
-            print(f"warning: {path}: the history of this run's earlier starts is lost, begun again with this one "
-                  f"({err}); run.json says so (\"lost\")", file=sys.stderr)
+            print_warning(f"{path}: the history of this run's earlier starts is lost, begun again with this one "
+                          f"({err}); run.json says so (\"lost\")")
             return {"starts": [], "lost": "run.json was unreadable at a later start"}
         return None
 
@@ -212,8 +212,8 @@ def acquire_run_dir(run_dir: Path) -> int | None:
             os.close(fd)
             if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-            print(f"warning: {run_dir}: the filesystem has no file locks; nothing stops a second process from "
-                  f"writing here", file=sys.stderr)
+            print_warning(f"{run_dir}: the filesystem has no file locks; nothing stops a second process from "
+                          f"writing here")
             return None
         try:  # the file we locked may have been removed by a holder ending meanwhile: then lock the new one
             same = os.stat(path).st_ino == os.fstat(fd).st_ino

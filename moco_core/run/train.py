@@ -29,6 +29,7 @@ from moco_core.config import (
 from moco_core.data.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
 from moco_core.data.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
+from moco_core.errors import print_warning
 from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.methods import METHODS, Method, build_method, split_bn_groups
 from moco_core.model.optimizers import make_optimizer, resolve_optimizer
@@ -330,7 +331,7 @@ def _set_up(cfg: PretrainConfig, device: torch.device, resume_path: Path | None,
     local_batch = check_run(cfg, world, device, len(images.samples))
     for note in (warn_revisited(images.revisited), warn_skipped(images.skipped)):
         if note and main:
-            print(f"warning: {note}", file=sys.stderr)
+            print_warning(note)
     method_cls: Any = METHODS[cfg.method]
     if cfg.data.pipeline == "tensor" and method_cls.transform == "supervised":
         raise ConfigError(f"data.pipeline: tensor has the MoCo augmentation only; method {cfg.method} needs pil")
@@ -421,7 +422,7 @@ def _train(cfg: PretrainConfig, run: _Run, device: torch.device, metrics: Metric
                            progress, force_checkpoint=stats.stopped)
                 note = run.failures.report(f"epoch {epoch + 1}")
                 if note:
-                    print(f"warning: {note}", file=sys.stderr)
+                    print_warning(note)
             distributed.barrier()
             if stats.stopped:
                 if main:

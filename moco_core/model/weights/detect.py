@@ -17,7 +17,6 @@ import functools
 import hashlib
 import itertools
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from moco_core import checkpoint, smoke
+from moco_core.errors import print_warning
 from moco_core.model.weights import (
     barlow,
     dino,
@@ -210,7 +210,7 @@ def pretrain_facts(weights: Weights) -> dict[str, Any]:
     if room[0] < 0:
         facts["truncated"] = (f"what {weights.path.name} says of its training holds more than {FACT_VALUES} values "
                               f"(a shared list counted each time it is reached): the first {FACT_VALUES} are kept")
-        print(f"warning: {weights.path}: {facts['truncated']}", file=sys.stderr)
+        print_warning(f"{weights.path}: {facts['truncated']}")
     if facts.get("smoke") is False and smoke.recorded(weights.path.parent):  # ours from before the field
         facts["smoke"] = True
     return {"method": weights.method, "stated_by": weights.stated_by, **facts}

@@ -141,3 +141,19 @@ def test_two_pretrainings_started_together_leave_one_run(shapes_root: Path, tmp_
     assert "is in use by pid" in refused or "already holds a run" in refused, refused
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == len(set(steps))
+
+
+def test_a_lost_history_warning_escapes_the_run_directory_name(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The warning of a torn run.json is one line whatever the directory is called: a name holding a line break
+    and a terminal escape is shown escaped, as errors show it (it was printed raw: two lines and a live escape)."""
+    from moco_core.run.rundir import write_run_files
+
+    run_dir = tmp_path / "run\n\x1b[2Jx"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text('{\n  "starts": [{"seed": 1')  # ours, cut mid-write
+    write_run_files(run_dir, {"model": {"arch": "resnet18"}}, {})
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: ") and "\x1b" not in err, err
+    assert "run\\n\\x1b[2Jx" in err and "lost" in err
+    assert json.loads((run_dir / "run.json").read_text())["lost"]
