@@ -15,14 +15,14 @@ from moco_core.commands import invocation
 from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
 from moco_core.model.weights.formats import WEIGHTS_FORMATS
+from moco_core.model.weights.readers import files_read
 
 if TYPE_CHECKING:
     from classification.knn import KnnConfig
 
 Pretrained = Annotated[str, typer.Argument(
-    metavar="WEIGHTS", help="A checkpoint (ours, the official MoCo ones, DINO's, DINOv2's, SwAV's, Barlow Twins', "
-    "SimCLR's converted, MAE's, solo-learn's, lightly's, a timm or transformers .safetensors, torchvision "
-    "weights), a pretraining's run directory (its last checkpoint), or 'random' (with --arch).")]
+    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
+    f"or 'random' (with --arch).")]
 WeightsFormat = Annotated[str | None, typer.Option(
     help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
     f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation; a file that says what "

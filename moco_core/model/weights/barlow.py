@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from moco_core.model.weights import resnet_names
+from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     model = obj.get("model")
     if not (isinstance(model, dict) and has_prefix(model, "module.backbone.") and has_prefix(model, "module.projector.")
             and "module.bn.running_mean" in model and "module.bn.weight" not in model):

@@ -25,21 +25,7 @@ import torch
 
 from moco_core import checkpoint, smoke
 from moco_core.errors import print_warning
-from moco_core.model.weights import (
-    barlow,
-    dino,
-    dinov2,
-    files,
-    hub,
-    lightning,
-    mae,
-    moco,
-    plain,
-    resnet_names,
-    simclr,
-    swav,
-    vit_names,
-)
+from moco_core.model.weights import files, readers, resnet_names, vit_names
 from moco_core.model.weights.formats import IMAGENET, METHODS, Normalisation, UnknownFormatError, method
 from moco_core.model.weights.layout import Found
 
@@ -90,40 +76,44 @@ def resolve_path(source: str | Path) -> Path:
 
 
 def find(path: Path) -> Found:
-    """The layout ``path`` holds (:class:`Found`), from the first reader that recognises it."""
+    """The layout ``path`` holds (:class:`Found`): the one reader of :data:`~readers.READERS` that claims it."""
     content = files.read_file(path)
     try:
-        found = hub.read(content) if content.kind == "safetensors" else _pickled(content.obj, path)
+        found = claim(content)
     except checkpoint.CheckpointError as err:  # a reader's refusal of what the file holds: the file named
         raise checkpoint.CheckpointError(str(err) if str(err).startswith(str(path)) else f"{path}: {err}") from None
     except (IndexError, RuntimeError, ValueError, TypeError) as err:  # tensors of shapes no file of its layout has
         first = " ".join(str(err).split())[:200] or type(err).__name__
         raise checkpoint.CheckpointError(f"{path}: its tensors do not have the shapes of the layout its names say "
                                          f"({type(err).__name__}: {first})") from None
-    if found is None:
-        raise checkpoint.CheckpointError(f"{path}: not a weights file of a layout read here (ours, the official "
-                                         f"MoCo ones, DINO, DINOv2, SwAV, Barlow Twins, SimCLR, MAE, solo-learn, "
-                                         f"lightly, timm, transformers, torchvision); found {_describe(content)}")
-    return found
-
-
-def _pickled(obj: dict[str, Any], path: Path) -> Found | None:
-    """The layout a pickled dict holds: the one method's reader that recognises it, else a library's plain names.
-    A dict two methods' readers recognise is refused: which network it holds would be the order of the readers'."""
-    readers = (moco.read, dino.read, dinov2.read, barlow.read, simclr.read, swav.read, mae.read,
-               lambda o: lightning.read(o, path))
-    matches = [f for f in (read(obj) for read in readers) if f is not None]
-    if len(matches) > 1:
-        raise checkpoint.CheckpointError(f"{path}: holds two layouts, {matches[0].description} and "
-                                         f"{matches[1].description}: which network to read is not clear; save the "
-                                         f"one to evaluate alone")
-    found = matches[0] if matches else plain.read(obj)
-    if found is None and isinstance(obj.get("state_dict"), dict) and any(
-                isinstance(k, str) and k.startswith("module.") for k in obj["state_dict"]):
+    if found is None and content.kind == readers.PICKLE and isinstance(content.obj.get("state_dict"), dict) and any(
+            isinstance(k, str) and k.startswith("module.") for k in content.obj["state_dict"]):
         raise checkpoint.CheckpointError(f"{path}: has a state_dict without module.encoder_q.* (v1/v2) or "
                                          f"module.base_encoder.* (v3) keys; not a MoCo pretraining checkpoint, "
                                          f"nor another layout read here")
+    if found is None:
+        raise checkpoint.CheckpointError(f"{path}: not a weights file of a layout read here ({readers.files_read()})"
+                                         f"; found {_describe(content)}")
     return found
+
+
+def claims(content: files.WeightsFile) -> list[tuple[readers.Reader, Found]]:
+    """What each reader of the file's kind makes of it, in the table's order: every method's reader that
+    recognises it, or, where none does, the fallback's."""
+    own = [r for r in readers.READERS if r.kind == content.kind]
+    found = [(r, f) for r in own if not r.fallback for f in [r.read(content)] if f is not None]
+    return found or [(r, f) for r in own if r.fallback for f in [r.read(content)] if f is not None]
+
+
+def claim(content: files.WeightsFile) -> Found | None:
+    """The one layout the file is claimed as; a file two method's readers claim is refused: which network it holds
+    would be the order of the readers'."""
+    found = claims(content)
+    if len(found) > 1:
+        raise checkpoint.CheckpointError(f"{content.path}: holds two layouts, {found[0][1].description} and "
+                                         f"{found[1][1].description}: which network to read is not clear; save "
+                                         f"the one to evaluate alone")
+    return found[0][1] if found else None
 
 
 def _describe(content: files.WeightsFile) -> str:

@@ -13,13 +13,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from moco_core.model.weights import resnet_names, vit_names
+from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     teacher = obj.get("teacher")
     if not (isinstance(teacher, dict) and "student" in obj and "dino_loss" in obj):
         return None

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from moco_core.model.weights import vit_names
+from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 
@@ -27,7 +28,8 @@ def is_dinov2(state: dict[str, Any]) -> bool:
         k.endswith(".ls1.gamma") for k in state if isinstance(k, str))
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     teacher = obj.get("teacher")
     if isinstance(teacher, dict) and has_prefix(teacher, "backbone."):
         state, layout, what = strip(teacher, "backbone."), "dinov2-train", "a DINOv2 training checkpoint (teacher)"

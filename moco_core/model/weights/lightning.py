@@ -15,10 +15,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from moco_core.model.weights import resnet_names, vit_names
-from moco_core.model.weights.files import json_beside
+from moco_core.model.weights.files import WeightsFile, json_beside
 from moco_core.model.weights.formats import CIFAR, IMAGENET
 from moco_core.model.weights.layout import Found, strip
 
@@ -29,7 +28,8 @@ SOLO_METHODS = {"byol": "byol", "barlow_twins": "barlowtwins", "dino": "dino", "
 SOLO_ENCODERS = {"byol": "online", "mocov3": "query", "dino": "student"}
 
 
-def read(obj: dict[str, Any], path: Path) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj, path = weights.obj, weights.path
     state = obj.get("state_dict")
     if not (isinstance(state, dict) and ("pytorch-lightning_version" in obj or "global_step" in obj)):
         return None

@@ -10,16 +10,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from moco_core.model.weights import vit_names
-from moco_core.model.weights.files import tensors_only
+from moco_core.model.weights.files import WeightsFile, tensors_only
 from moco_core.model.weights.layout import Found
 
 _DECODER = ("decoder_", "mask_token")
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     model = tensors_only(obj.get("model"))
     if not vit_names.is_timm_vit(model) or any(k.startswith("head.") for k in model):
         return None  # with a head: a fine-tuned classifier, not a pretrained encoder

@@ -16,6 +16,7 @@ from typing import Any
 
 from moco_core import checkpoint
 from moco_core.model.weights import resnet_names, vit_names
+from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 QUERY_PREFIX = checkpoint.QUERY_PREFIX
@@ -43,8 +44,9 @@ def _facts(obj: dict[str, Any], method: str) -> dict[str, Any]:
             "unfinished": bool(known and (epochs < planned or steps > 0))}
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
     """Our checkpoints and the official MoCo v1/v2/v3 ones; None for any other layout."""
+    obj = weights.obj
     state = obj.get("state_dict")
     ours = obj.get("format") == "moco-suite"
     stated = obj.get("method") if isinstance(obj.get("method"), str) else None

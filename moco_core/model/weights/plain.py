@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from moco_core.model.weights import resnet_names, vit_names
-from moco_core.model.weights.files import tensors_only
+from moco_core.model.weights.files import WeightsFile, tensors_only
 from moco_core.model.weights.formats import METHODS
 from moco_core.model.weights.layout import Found
 
@@ -25,7 +25,8 @@ RESNET_CANDIDATES = tuple(m.name for m in METHODS.values() if "resnet" in m.fami
 VIT_CANDIDATES = tuple(m.name for m in METHODS.values() if "vit" in m.families)
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     flat = tensors_only(obj)
     if len(flat) == len(obj):  # every entry a tensor: a bare state dict
         return from_state(flat, "")

@@ -13,15 +13,14 @@ TensorFlow; these are their PyTorch copies). Both expect pixels in [0, 1], not n
 
 from __future__ import annotations
 
-from typing import Any
-
 from moco_core.model.weights import resnet_names
-from moco_core.model.weights.files import tensors_only
+from moco_core.model.weights.files import WeightsFile, tensors_only
 from moco_core.model.weights.formats import UNNORMALISED
 from moco_core.model.weights.layout import Found
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     resnet = obj.get("resnet")
     if not (isinstance(resnet, dict) and isinstance(obj.get("head"), dict) and "net.0.0.weight" in resnet):
         return None

@@ -9,15 +9,15 @@ which, and ``--weights-format swav``, ``deepcluster-v2`` or ``sela-v2`` says it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from moco_core.model.weights import resnet_names
+from moco_core.model.weights.files import WeightsFile
 from moco_core.model.weights.layout import Found, has_prefix, strip
 
 METHODS = ("swav", "deepcluster-v2", "sela-v2")
 
 
-def read(obj: dict[str, Any]) -> Found | None:
+def read(weights: WeightsFile) -> Found | None:
+    obj = weights.obj
     state = obj.get("state_dict") if isinstance(obj.get("state_dict"), dict) else obj
     if not (has_prefix(state, "module.prototypes") and has_prefix(state, "module.conv1.")):
         return None

@@ -332,3 +332,45 @@ def test_each_layouts_report_row_is_labelled_by_its_method(files: dict, name: st
     assert row.method == method and row.label.startswith(METHOD_NAMES[method])
     assert row.is_supervised == (method == "supervised")
     assert ("method named by --weights-format" in row.label) == (named is not None and row.kind == "released")
+
+
+# name: the reader of moco_core.model.weights.readers.READERS that claims the file ("plain": the fallback's)
+READER = {**{name: "plain" for name in ("supervised-torchvision", "dino-resnet-backbone", "dino-vit-backbone",
+                                        "barlowtwins-hub", "byol-converted", "simclr-v1-converted",
+                                        "torchvision-vit")},
+          "official-moco": "moco", "dino-resnet-full": "dino", "dino-vit-full": "dino", "dinov2-hub": "dinov2",
+          "dinov2-hub-reg4-swiglu": "dinov2", "dinov2-train-chunked": "dinov2", "swav": "swav",
+          "deepcluster-v2": "swav", "barlowtwins-full": "barlow", "simclr-v2-converted": "simclr",
+          "mae-encoder": "mae", "mae-full": "mae", "solo-learn-cifar": "lightning", "lightly-resnet": "lightning",
+          "lightly-vit": "lightning", **{name: "hub" for name in ("timm-resnet-safetensors", "timm-vit-safetensors",
+                                                                  "transformers-vit", "transformers-dinov2")}}
+
+
+def test_each_layout_is_claimed_by_exactly_one_reader_of_the_table(files: dict) -> None:
+    """Every reader of the table is asked about every layout: exactly one method's reader claims each file, or
+    none does and the fallback (a library's plain names) does; each row of the table claims some layout."""
+    from moco_core.model.weights import files as weights_files
+    from moco_core.model.weights.detect import claims, resolve_path
+    from moco_core.model.weights.readers import READERS
+
+    assert set(READER) == set(EXPECTED)
+    for name, (path, _) in files.items():
+        content = weights_files.read_file(resolve_path(path))
+        methods = [r.module for r in READERS if r.kind == content.kind and not r.fallback and r.read(content)]
+        assert len(methods) <= 1, (name, methods)
+        assert [r.module for r, _ in claims(content)] == [READER[name]], name
+    assert {r.module for r in READERS} == set(READER.values())
+
+
+def test_an_unknown_file_is_refused_naming_every_family_of_the_table(tmp_path: Path) -> None:
+    """The refusal is written from the table: each row's files are named, in its order, on one line."""
+    from moco_core.model.weights.readers import READERS
+
+    path = tmp_path / "other.pth"
+    torch.save({"model_ema": {"w": torch.zeros(1)}, "epoch": 3}, path)
+    with pytest.raises(checkpoint.CheckpointError, match="not a weights file of a layout read here") as err:
+        read_weights(path)
+    message = str(err.value)
+    assert "\n" not in message
+    positions = [message.index(r.files) for r in READERS]
+    assert positions == sorted(positions)
