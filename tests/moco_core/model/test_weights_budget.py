@@ -2,7 +2,7 @@
 size is allocated (moco_core/checkpoint_budget.py, moco_core/model/weights/vit_names.py, moco_core/model/vit.py).
 
 - A table through ``moco eval knn`` in a real process, its peak memory measured on the command itself: each
-  hostile file ends in one ``error:`` line (exit 2) under :data:`BOUND`. The old code built a network of 10^8
+  hostile file ends in one ``error:`` line (exit 2), the table's peak within :data:`MARGIN` of the control's. The old code built a network of 10^8
   blocks from one key, a ViT-g from 2.8 KB of expanded tensors, inflated a DEFLATE zip, and read duplicate chunks,
   two layouts and a FIFO ``config.json`` without a word.
 - A property test: generated hostile files (shapes, strides, key names, metadata, compression) through the same
@@ -34,7 +34,10 @@ from tests import weights_layouts as layouts
 
 ROOT = Path(__file__).resolve().parents[3]
 MiB, GiB = 1 << 20, 1 << 30
-BOUND = 1 * GiB  # the table's peak resident memory: the command alone (torch, timm) takes about 810 MiB
+# the table's peak resident memory above the control's (a real file read and evaluated first, in the same process:
+# torch, timm and the evaluation itself, about 810 MiB on one machine, 1 GiB on another); each hostile file of the
+# issue took 0.9 to 6 GiB more
+MARGIN = 384 * MiB
 CAP = 5 * GiB  # address space of the command: a runaway stops here, not at the machine's memory
 
 
@@ -176,8 +179,9 @@ def deflated_resnet(tmp: Path) -> tuple[Path, list[str]]:
     return path, ["--weights-format", "supervised"]
 
 
-# (name, builder, words of the refusal; None: the file is read and evaluated)
+# (name, builder, words of the refusal; None: the file is read and evaluated), the control first
 CASES = [
+    ("deflated-resnet", deflated_resnet, None),
     ("deep-key", deep_key, "not 0 to 6 in a row"),
     ("expanded-vit-g", expanded_vit_g, "an expanded or overlapping view"),
     ("block-abc", block_abc, "'abc' is no block number"),
@@ -189,13 +193,12 @@ CASES = [
     ("fifo-config", fifo_config, "config.json"),
     ("heads-superscript", stated_heads("\u00b2"), "no number of heads"),
     ("heads-5000-digits", stated_heads("9" * 5000), "no number of heads"),
-    ("deflated-resnet", deflated_resnet, None),
 ]
 
 # Runs each command of a JSON list in-process (typer's CliRunner), as the moco entry point would, and writes
 # (exit code, output, exception) of each to a JSON file: one Python, one import of torch for the whole table.
 DRIVER = """
-import json, sys
+import json, resource, sys
 from typer.testing import CliRunner
 from cli import app
 results = []
@@ -203,7 +206,8 @@ for args in json.load(open(sys.argv[1])):
     res = CliRunner().invoke(app, args)
     failed = res.exception is not None and not isinstance(res.exception, SystemExit)
     results.append({"code": res.exit_code, "output": res.output,
-                    "exception": repr(res.exception)[:300] if failed else None})
+                    "exception": repr(res.exception)[:300] if failed else None,
+                    "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
     json.dump(results, open(sys.argv[2], "w"))
 """
 
@@ -230,7 +234,8 @@ def measured(commands: list[list[str]], tmp: Path) -> tuple[list[dict[str, Any]]
 
 def test_hostile_weights_files_are_one_line_each_within_the_memory_bound(shapes_root: Path, tmp_path: Path) -> None:
     """Each case of CASES through ``moco eval knn``: one ``error:`` line naming the file and what it claimed (exit
-    2, no record), or for the control a record; the peak memory of the whole table stays under BOUND."""
+    2, no record), or for the control a record; the peak memory of the whole table stays within MARGIN of the
+    peak after the control (a runaway on any hostile file would raise it by a GiB or more)."""
     commands, built = [], []
     for name, build, words in CASES:
         (tmp_path / name).mkdir()
@@ -249,7 +254,7 @@ def test_hostile_weights_files_are_one_line_each_within_the_memory_bound(shapes_
         if result["exception"] or "Traceback" in result["output"] or not ok:
             wrong.append((name, result["code"], result["exception"], result["output"][-600:]))
     assert not wrong, wrong
-    assert peak < BOUND, f"{peak / MiB:.0f} MiB"
+    assert peak - results[0]["peak"] < MARGIN, f"{results[0]['peak'] / MiB:.0f} MiB, then {peak / MiB:.0f} MiB"
 
 
 # ------------------------------------------------------------------------------------------------ property test
