@@ -44,13 +44,12 @@ from reports.summary import pretraining_identity
 from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
 from reports.transfer_datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
 from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots
+from reports.transfer_published import Placement, mean_notes, place, published_mean
 
 TASK = "transfer"
-PUBLISHED_TASK = "transfer_linear"
-# The suite's solver protocols (classification/suite/config.py, config.solver.protocol; few-shot is always the
-# converged one), and the one that made Ericsson et al.'s Table 1, the published rows of PUBLISHED_TASK
+# The suite's default solver protocol (classification/suite/config.py, config.solver.protocol; few-shot is always
+# the converged one); which published rows stand beside which protocol: reports/transfer_published.py
 CONVERGED = "converged"
-PUBLISHED_PROTOCOL = "ssl-transfer protocol"
 EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
 METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
 PERMUTATIONS = 10_000
@@ -279,23 +278,19 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
             cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
             means = [statistics.fmean(t.results[n].value for n in common) for t in group] if common else []
             rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(means))))
-        # Ericsson et al.'s Table 1 was measured by ssl-transfer's linear.py: beside rows of that protocol only
+        # published rows beside rows measured as they were only (protocol, backbone family): transfer_published.py
         comparable = setting[0] == REAL_SUITE and setting[1].startswith("224-px") and not mark
-        pub = [p for p in published if p.task == PUBLISHED_TASK and comparable and setting[3] == PUBLISHED_PROTOCOL]
-        apart = [p for p in published if p.task == PUBLISHED_TASK and comparable and setting[3] != PUBLISHED_PROTOCOL
-                 and any(n in p.values for n in names)]
-        rows += [_published_row(p, names, common) for p in pub]
+        placed = place(published, setting[3].removesuffix(" protocol"), {t.pretraining.arch for t in mine}, names) \
+            if comparable else Placement()
+        rows += [_published_row(p, names, common) for p in placed.beside]
         metrics = "; ".join(f"{titles[n]}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
         notes = [f"Metrics: {metrics}. Frozen features, L2 logistic regression by L-BFGS, its strength chosen on "
                  f"val among the sweep's values, refit on train + val, tested once (moco eval transfer)."]
         notes += _mean_note(names, common, titles)
         notes += significance(groups, names, common)
-        notes += [f"{p.label}: {p.source}" for p in pub]
-        if apart:
-            notes.append(f"Published rows not shown ({', '.join(p.label for p in apart)}): they were measured by "
-                         f"ssl-transfer's linear.py (100 iterations a value, weakest first, the first best kept), "
-                         f"not by the {setting[3]}; moco eval transfer --set solver.protocol=ssl-transfer measures "
-                         f"as they did.")
+        notes += placed.notes()
+        notes += mean_notes(placed.beside, common, titles, [(_label(g[0]), [{n: r.value for n, r in t.results.items()}
+                                                                            for t in g]) for g in groups])
         if setting[0] == OWN_SUITE:
             notes.append("Datasets read in a famous dataset's file layout but not of its released size (classes, "
                          "train + val and test images) are named by their folder: no published row is beside them.")
@@ -324,12 +319,10 @@ def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, ti
 
 
 def _published_row(row: PublishedRow, names: list[str], common: list[str]) -> Row:
-    """A published row: its values where it has them; its mean over ``common`` where it has all of them."""
+    """A published row: its values where it has them; its mean over those of ``common`` it has (transfer_published)."""
     values = [row.values.get(n) for n in names]
-    means = [row.values[n] for n in common if n in row.values]
-    mean = Cell(fmt(statistics.fmean(means))) if common and len(means) == len(common) else Cell(MISSING)
     return Row((Cell(row.label), Cell(MISSING), *(Cell(fmt(v)) if v is not None else Cell(MISSING) for v in values),
-                mean), row.origin)
+                published_mean(row, common)), row.origin)
 
 
 def _mean_note(names: list[str], common: list[str], titles: dict[str, str]) -> list[str]:
