@@ -257,7 +257,8 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
     tables = []
     for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
         everyone = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
-        title = f"Linear transfer ({setting[0]}, {setting[1]})" + (f", {MARK_TITLES[mark]}" if mark else "")
+        solver = "" if setting[3] == f"{CONVERGED} protocol" else f", {setting[3]}"  # the default's heading unchanged
+        title = f"Linear transfer ({setting[0]}, {setting[1]}{solver})" + (f", {MARK_TITLES[mark]}" if mark else "")
         mine = [t for t in everyone if t.results]
         if not mine:
             tables += _fewshot_tables(everyone, setting, mark, title)
