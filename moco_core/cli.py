@@ -92,7 +92,8 @@ def preset_list(command: str) -> str:
 
 def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch: str | None,
                     arch_option: str) -> Any:
-    """``cfg`` with ``run.output_dir`` set: as given, else ``runs/<preset>/<weights>`` (:mod:`moco_core.run.naming`).
+    """``cfg`` with ``run.output_dir`` set: as given, else ``runs/<preset>[_<data>]/<weights>``
+    (:mod:`moco_core.run.naming`).
 
     Also where 'random' without an arch stops, before any data is read: which ResNet to draw is not guessed."""
     if weights == "random" and not arch:
@@ -100,7 +101,8 @@ def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch:
                           f"protocol, resnet18 for the embedded presets)")
     if cfg.run.output_dir is not None:
         return cfg
-    return replace(cfg, run={"output_dir": evaluation_dir(preset, task, weights, arch)})
+    data = getattr(getattr(cfg, "data", None), "path", None)
+    return replace(cfg, run={"output_dir": evaluation_dir(preset, task, weights, arch, data)})
 
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:

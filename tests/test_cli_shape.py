@@ -63,6 +63,25 @@ def test_weights_tags_worked_out_by_hand(weights: str, arch: str | None, tag: st
     assert evaluation_dir(None, "knn", weights, arch) == f"runs/knn/{tag}"
 
 
+@pytest.mark.parametrize("command", [["eval", "linear"], ["eval", "linear", "--grid"], ["eval", "knn"],
+                                     ["eval", "finetune"], ["eval", "transfer"], ["eval", "voc"]])
+def test_one_preset_on_two_data_folders_gets_two_directories(command: list[str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 57: README's random-init baseline on CIFAR-10, then the same command on one's own folder: both wrote
+    runs/<preset>/random_resnet18, and the second was refused as a finished evaluation. The data's folder is in
+    the name now; the embedded data's runs keep theirs."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cifar10").mkdir()
+    (tmp_path / "my digits").mkdir()
+    dirs = [printed_config([*command, "random", "--arch", "resnet18", "--data", data])["run"]["output_dir"]
+            for data in ("cifar10", "my digits", str(tmp_path / "my digits") + "/")]
+    group = dirs[0].split("/")[1].removesuffix("_cifar10")
+    assert dirs == [f"runs/{group}_cifar10/random_resnet18", f"runs/{group}_my_digits/random_resnet18",
+                    f"runs/{group}_my_digits/random_resnet18"]
+    assert evaluation_dir("lincls_embedded", "linear", "random", "resnet18", "embedded") == \
+        "runs/lincls_embedded/random_resnet18"
+
+
 @pytest.mark.parametrize("args", [
     ["eval", "linear", "random", "-c", "lincls_embedded"],
     ["eval", "knn", "random", "-c", "knn_embedded"],

@@ -1,7 +1,9 @@
-"""Default run directories of the evaluations, named after the preset and the weights, so that two evaluations
-typed one after the other (README: the MoCo checkpoint, then random init, with the same preset) never land in one
-directory. Lightning names its runs by version, detectron2 by an OUTPUT_DIR the user sets; here the name says what
-ran: ``runs/lincls_embedded/embedded``, ``runs/lincls_embedded/random_resnet18``, ``runs/voc_R50_C4_24k/CKPT``.
+"""Default run directories of the evaluations, named after the preset, the data and the weights, so that two
+evaluations typed one after the other (README: the MoCo checkpoint, then random init, with the same preset; the
+same preset on README's CIFAR-10, then on one's own folder) never land in one directory. Lightning names its runs
+by version, detectron2 by an OUTPUT_DIR the user sets; here the name says what ran:
+``runs/lincls_embedded/embedded``, ``runs/lincls_embedded/random_resnet18``, ``runs/voc_R50_C4_24k/CKPT``,
+``runs/lincls_mocov3_32px_digits/random_resnet18`` (``--data ~/digits``).
 
 Torch-free: the CLI resolves these before anything heavy loads.
 """
@@ -39,9 +41,22 @@ def _group(preset: str | None, fallback: str) -> str:
     return _UNSAFE.sub("_", Path(preset).stem if preset else fallback).strip("._") or fallback
 
 
-def evaluation_dir(preset: str | None, task: str, weights: str, arch: str | None = None) -> str:
-    """``runs/<preset, else the task>/<weights tag>``: where an evaluation writes when no directory is given."""
-    return f"runs/{_group(preset, task)}/{weights_tag(weights, arch)}"
+def data_tag(data: str | None) -> str | None:
+    """A folder name for ``--data``: its folder's name (``~/digits``: ``digits``); None for the embedded data."""
+    if data is None or data == "embedded":
+        return None
+    path = Path(data)
+    name = (path.resolve().name if path.exists() else path.name) or "data"
+    return _UNSAFE.sub("_", name).strip("._")[:40] or "data"
+
+
+def evaluation_dir(preset: str | None, task: str, weights: str, arch: str | None = None,
+                   data: str | None = None) -> str:
+    """``runs/<preset, else the task>[_<data tag>]/<weights tag>``: where an evaluation writes when no directory is
+    given; the data's folder is in the name wherever ``--data`` is given."""
+    group = _group(preset, task)
+    tag = data_tag(data)
+    return f"runs/{group}{f'_{tag}' if tag else ''}/{weights_tag(weights, arch)}"
 
 
 def pretrain_dir(preset: str | None) -> str:
