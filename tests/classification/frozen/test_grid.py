@@ -223,3 +223,17 @@ def test_two_processes_train_one_grid(imagenet: tuple[Path, Path], tmp_path: Pat
     starts = json.loads((tmp_path / "run" / "run.json").read_text())["starts"]
     assert starts[-1]["world_size"] == 2 and record["sanity_check"] == "passed"
     assert record["robustness"]["imagenet-v2"]["images"] == 12 and len(record["grid"]) == 2
+
+
+def test_the_grid_help_states_each_presets_learning_rates_as_they_are() -> None:
+    """Issue 57: --help called the grid's lrs DINOv2's, while lincls_grid_embedded sweeps 0.01 to 100. Each preset's
+    range is in the help text as the preset holds it."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    text = " ".join(CliRunner().invoke(app, ["eval", "linear", "--help"], env={"COLUMNS": "1000"}).output.split())
+    for preset in ("lincls_grid", "lincls_grid_embedded"):
+        lrs = load_grid_config(preset, [], flags={"data": {"path": "embedded"}}).grid.lrs
+        low, high = (f"{v:g}".replace("e-0", "e-") for v in (min(lrs), max(lrs)))
+        assert f"{preset}'s" in text and f"{low} to {high}" in text, (preset, low, high)
