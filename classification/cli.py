@@ -29,6 +29,8 @@ WeightsFormat = Annotated[str | None, typer.Option(
     f"it is needs none.")]
 
 
+Seed = Annotated[int | None, typer.Option(
+    help="The run's seed (run.seed): the weights of 'random', the head's initial weights, the order of the images.")]
 Labels = Annotated[str | None, typer.Option(
     help="Train on a class-balanced fraction of train/'s labels, e.g. 1% or 10% (data.labels; drawn with "
     "data.subset_seed, 0 by default). Val stays whole.")]
@@ -74,6 +76,7 @@ def linear_cli(
         help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    seed: Seed = None,
     cached_features: Annotated[bool, typer.Option(
         "--cached-features", help="Train fc on features extracted once (fast; NOT the paper's protocol, and "
         "labelled so).")] = False,
@@ -110,12 +113,12 @@ def linear_cli(
             asked = invocation("eval linear", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
                 "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device,
                 "workers": workers, "grid": grid, "robustness": robustness,
-                "shots": ",".join(map(str, ks)) if ks else None, "tries": tries,
+                "shots": ",".join(map(str, ks)) if ks else None, "tries": tries, "seed": seed,
                 "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
             _grid_cli(pretrained, config, set_ or [], nproc, quiet, resume, print_config, output_dir, asked, flags={
                 "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
                 "robustness": {"root": robustness}, "fewshot": {"shots": ks, "tries": tries},
-                "run": {"output_dir": output_dir, "device": device, "weights_format": weights_format}})
+                "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}})
             return
         if config is None and (preset := protocol_preset(pretrained, arch, weights_format)) is not None:
             print(f"note: {pretrained} is evaluated with MoCo v3's linear protocol (-c {preset}); pass -c to choose "
@@ -124,13 +127,14 @@ def linear_cli(
         cfg = load_linear_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
             "run": {"output_dir": output_dir, "device": device, "cached_features": cached_features or None,
-                    "weights_format": weights_format}})
+                    "seed": seed, "weights_format": weights_format}})
         cfg = _subset_output_dir(with_output_dir(cfg, config, "linear", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
     asked = invocation("eval linear", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
-        "cached_features": cached_features, "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
+        "cached_features": cached_features, "seed": seed, "nproc": nproc if nproc != 1 else None,
+        "weights_format": weights_format})
     print_or_launch(cfg, print_config, nproc, run_linear, cfg, pretrained, quiet, resume, asked)
 
 
@@ -204,6 +208,7 @@ def finetune_cli(
         help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
+    seed: Seed = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the fine-tuning in its output directory from "
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
@@ -225,13 +230,13 @@ def finetune_cli(
             config = preset
         cfg = load_finetune_config(config, set_ or [], flags={
             "arch": arch, "data": {"path": data, "workers": workers, "labels": labels, "subset": subset},
-            "run": {"output_dir": output_dir, "device": device, "weights_format": weights_format}})
+            "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}})
         cfg = _subset_output_dir(with_output_dir(cfg, config, "finetune", pretrained, cfg.arch, "--arch"), output_dir)
     except UserError as err:
         raise _fail(err) from None
     asked = invocation("eval finetune", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "labels": labels, "subset": subset, "arch": arch, "device": device, "workers": workers,
-        "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
+        "seed": seed, "nproc": nproc if nproc != 1 else None, "weights_format": weights_format})
     print_or_launch(cfg, print_config, nproc, run_finetune, cfg, pretrained, quiet, resume, asked)
 
 

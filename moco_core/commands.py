@@ -44,7 +44,7 @@ _PRESET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 _COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _COUNT, "arch": "arch",
            "weights_format": "weights_format"}
-_CLASSIFICATION = {**_COMMON, "labels": _LABELS, "subset": _PATH}
+_CLASSIFICATION = {**_COMMON, "labels": _LABELS, "subset": _PATH, "seed": _COUNT}
 _DETECTION = {**_COMMON, "engine": "engine", "train": _PATHS, "test": _PATH, "seed": _COUNT, "nproc": _COUNT}
 _LAST = "checkpoint_last.pth.tar"  # a pretraining's newest checkpoint, and a torchvision fine-tuning's
 
@@ -77,13 +77,13 @@ _TABLE = (
             precheck=True),
     Command("eval linear", ("LinearConfig", "GridConfig"), ("lincls_",),
             {**_CLASSIFICATION, "cached_features": _FLAG, "nproc": _COUNT, "grid": _FLAG, "robustness": _PATH,
-             "shots": _SHOTS, "tries": _COUNT}, ("--set", "run.seed={}"),
+             "shots": _SHOTS, "tries": _COUNT}, ("--seed", "{}"),
             {"linear": "linear_last.pth.tar", "grid": "grid_last.pth.tar"}),
     Command("eval finetune", ("FinetuneConfig",), ("finetune_",), {**_CLASSIFICATION, "nproc": _COUNT},
-            ("--set", "run.seed={}"), {"finetune": "finetune_last.pth.tar"}),
+            ("--seed", "{}"), {"finetune": "finetune_last.pth.tar"}),
     Command("eval knn", ("KnnConfig",), ("knn_",),
             {**_CLASSIFICATION, "k": _COUNT, "temperature": _NUMBER, "crop_size": _COUNT, "resize": _COUNT,
-             "batch_size": _COUNT, "seed": _COUNT}, ("--seed", "{}"), {}),
+             "batch_size": _COUNT}, ("--seed", "{}"), {}),
     Command("eval snapshots", ("LinearConfig",), ("lincls_",), None, None, {}, done=None),
     Command("eval transfer", ("TransferSuiteConfig",), ("transfer_",),
             {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"), "shots": _SHOTS, "tries": _COUNT,

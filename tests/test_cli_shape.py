@@ -232,3 +232,12 @@ def test_pretrainings_of_two_presets_get_two_directories(tmp_path: Path, monkeyp
     assert dirs == ["runs/moco_v1_200ep", "runs/moco_v2_200ep", "runs/embedded", "runs/embedded"]
     assert printed_config(["pretrain", "--data", "x"])["run"]["output_dir"] == "runs/pretrain"
     assert printed_config(["pretrain", "-c", "embedded", "--output-dir", "mine"])["run"]["output_dir"] == "mine"
+
+
+@pytest.mark.parametrize("command", [["eval", "linear"], ["eval", "linear", "--grid"], ["eval", "linear", "--shots",
+                                     "1"], ["eval", "finetune"], ["eval", "knn"], ["eval", "transfer"]])
+def test_every_seeded_evaluation_takes_seed(command: list[str]) -> None:
+    """Issue 57, friction: --seed was eval transfer's and eval knn's only; eval linear (the grid, few-shot) and
+    fine-tuning took their seed as --set run.seed=S. Each takes --seed now, as the run's seed."""
+    cfg = printed_config([*command, "random", "--arch", "resnet18", "--data", "embedded", "--seed", "5"])
+    assert cfg["run"]["seed"] == 5

@@ -244,8 +244,8 @@ def test_trials_and_launch_resume_a_finetuning(tmp_path: Path) -> None:
 
     commands = trial_commands(["eval", "finetune", "runs/moco/seed_{seed}", "-c", "finetune_embedded",
                                "--output-dir", str(tmp_path / "ft")], 2, 0)
-    assert [c.args[:5] for c in commands] == [("runs/moco/seed_0", "-c", "finetune_embedded", "--set", "run.seed=0"),
-                                               ("runs/moco/seed_1", "-c", "finetune_embedded", "--set", "run.seed=1")]
+    assert [c.args[:5] for c in commands] == [("runs/moco/seed_0", "-c", "finetune_embedded", "--seed", "0"),
+                                               ("runs/moco/seed_1", "-c", "finetune_embedded", "--seed", "1")]
     command = Command.parse(["eval", "finetune", "random", "--output-dir", str(tmp_path / "ft")])
     assert command.resume_args() == []
     (tmp_path / "ft").mkdir()

@@ -37,7 +37,7 @@ def test_each_trial_has_its_seed_and_directory(tmp_path: Path) -> None:
     (linear,) = trial_commands(["eval", "linear", "runs/moco/seed_{seed}/checkpoint_last.pth.tar", "--output-dir",
                                 "lin"], 1, 3)
     assert linear.argv()[:3] == ["eval", "linear", "runs/moco/seed_3/checkpoint_last.pth.tar"]
-    assert linear.argv()[3:5] == ["--set", "run.seed=3"]  # eval linear takes its seed as a config value
+    assert linear.argv()[3:5] == ["--seed", "3"]  # every seeded command takes --seed (issue 57)
     for argv, message in ((["pretrain", "--output-dir", "x", "--seed", "1"], "--seed: not with moco trials"),
                           (["eval", "linear", "w", "--output-dir", "x", "--set", "run.seed=1"], "--seed: not with"),
                           (["eval", "snapshots", "r", "--output-dir", "x"], "moco trials runs one of"),
