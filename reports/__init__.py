@@ -7,6 +7,8 @@ self-contained report.html (plots as data URIs). Modules, in the order data flow
 * ``records``: finding and validating records; unusable files are listed with the reason. ``pretraining``:
   where weights came from and their labels; ``protocols``: what an evaluation ran, and the titles saying so.
 * ``summary``: grouping trials by setting and pretraining; mean, sample std, n; differences to supervised.
+* ``comparisons``: each row against a baseline row (random init, or ``--baseline``): difference, its standard
+  error over trials, Welch's test.
 * ``published``: the paper's and the official repository's numbers (published.csv) and when they match a setting.
 * ``transfer``: the transfer suite's tables and paired tests; ``transfer_datasets``: whether a record is of the
   released dataset it is named after or one's own folder in its layout; ``transfer_fewshot``: its few-shot table.

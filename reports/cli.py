@@ -31,11 +31,15 @@ def report_cli(
         "--mix-marked", help="Put the rows of smoke runs (MOCO_SMOKE=1; marked \\[smoke]) and of unfinished "
         "pretrainings (stopped part-way; marked unfinished) in the tables of finished real runs, instead of tables "
         "of their own.")] = False,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", help="The row each table's rows are compared with (difference, its standard error, a test): "
+        "'random init' (the default), 'supervised', or a row's label as the tables show it.")] = None,
 ) -> None:
     """Paper-style tables (linear, kNN, VOC, COCO, ablations) from evaluation records, as Markdown, CSV, LaTeX and
     one self-contained HTML file with plots. The Markdown is also printed; skipped records are listed with why.
     Records of several studies (a moco demo, one's own data...) get a section each; smoke runs and unfinished
     pretrainings have tables apart."""
+    from reports.comparisons import UnknownBaseline
     from reports.records import find_record_files
     from reports.render import skipped_line, to_markdown, write_report
     from reports.report import UnknownStudy, build_report, parse_formats, read_inputs
@@ -51,8 +55,8 @@ def report_cli(
         raise _fail(f"no result records (result.json or *.result.json) under {', '.join(results)}")
     inputs = read_inputs(results)
     try:
-        report = build_report(results, mix_marked=mix_marked, only=only or (), inputs=inputs)
-    except UnknownStudy as err:
+        report = build_report(results, mix_marked=mix_marked, only=only or (), inputs=inputs, baseline=baseline)
+    except (UnknownStudy, UnknownBaseline) as err:
         raise _fail(str(err)) from None
     if not report.records and not report.transfer:
         print(skipped_line(report.skipped), file=sys.stderr)
@@ -62,7 +66,8 @@ def report_cli(
               f"section of its own (--only NAME reports one, --split one report each)", file=sys.stderr)
     pages = [(report, Path(out))]
     if split:
-        pages = [(build_report(results, mix_marked=mix_marked, only=[section.study.name], inputs=inputs),
+        pages = [(build_report(results, mix_marked=mix_marked, only=[section.study.name], inputs=inputs,
+                               baseline=baseline),
                   Path(out) / section.study.slug) for section in report.sections]
     written = []
     for page, where in pages:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 
 from reports import FORMATS
+from reports.comparisons import check_baseline, compare_entries, entry_baselines
 from reports.expected import Expected
 from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
@@ -27,7 +28,8 @@ CSV_COLUMNS = (
     "section", "origin", "status", "task", "protocol", "dataset", "dataset_path", "labels", "data_sha256", "engine",
     "model", "schedule", "eval_epochs", "eval_iterations", "pretraining", "method", "arch", "pretrain_data",
     "pretrain_epochs", "pretrain_epochs_planned", "pretrain_unfinished", "sha256", "sweep_param", "sweep_value",
-    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "note", "source", "files", "smoke",
+    "metric", "class", "mean", "std", "n", "n_failed", "delta_vs_supervised", "baseline", "difference",
+    "difference_se", "p_value", "test", "baseline_n", "note", "source", "files", "smoke",
     "study",
 )
 
@@ -100,11 +102,13 @@ def read_inputs(roots: Sequence[str]) -> Inputs:
 
 def build_report(roots: Sequence[str], published: list[PublishedRow] | None = None,
                  expected: dict[tuple[str, ...], dict[str, Expected]] | None = None, *, mix_marked: bool = False,
-                 only: Sequence[str] = (), inputs: Inputs | None = None) -> Report:
+                 only: Sequence[str] = (), inputs: Inputs | None = None, baseline: str | None = None) -> Report:
     """``published`` and ``expected``: reports/published.csv and reports/expected.csv unless given.
     ``mix_marked``: the rows of smoke runs and unfinished pretrainings (marked) in the tables of finished real runs,
     not apart. ``only``: the names of the studies to report (:class:`UnknownStudy` for a name none has); all of them
-    by default. ``inputs``: what :func:`read_inputs` read from ``roots``, where the caller has it already."""
+    by default. ``inputs``: what :func:`read_inputs` read from ``roots``, where the caller has it already.
+    ``baseline``: the row every row is compared with (reports.comparisons: random init unless given;
+    :class:`reports.comparisons.UnknownBaseline` where it names no row)."""
     inputs = inputs or read_inputs(roots)
     records, skipped, trials, studies = inputs.records, inputs.skipped, inputs.trials, inputs.studies
     chosen = studies
@@ -118,15 +122,21 @@ def build_report(roots: Sequence[str], published: list[PublishedRow] | None = No
         records = [r for s in chosen for r in s.records]
     trials = trials if any(s.name == TRANSFER_STUDY for s in chosen) else []
     pub = load_published() if published is None else published
+    if baseline is not None:  # a row of any study (a page of --split may lack it: its tables then compare nothing)
+        rows = group(inputs.records, mix_marked=mix_marked)[0]
+        check_baseline(baseline, [(e.pretraining, e.pretraining.label) for e in rows]
+                       + [(t.pretraining, t.pretraining.label) for t in inputs.trials])
     sections, tidy = [], []
     for study in chosen:
         if study.name == TRANSFER_STUDY:
-            sections.append(Section(study, transfer_tables(trials, pub, mix_marked=mix_marked), []))
-            tidy += [{c: row.get(c, "") for c in CSV_COLUMNS} for row in transfer_tidy(trials, mix_marked=mix_marked)]
+            sections.append(Section(study, transfer_tables(trials, pub, mix_marked=mix_marked, baseline=baseline),
+                                    []))
+            tidy += [{c: row.get(c, "") for c in CSV_COLUMNS}
+                     for row in transfer_tidy(trials, mix_marked=mix_marked, baseline=baseline)]
             continue
         main, ablation = group(study.records, mix_marked=mix_marked)
-        tables, shown = all_tables(main, ablation, pub, expected)
-        rows = tidy_rows(main, ablation, shown, [])
+        tables, shown = all_tables(main, ablation, pub, expected, baseline)
+        rows = tidy_rows(main, ablation, shown, [], baseline)
         if len(chosen) > 1:
             rows = [{**row, "study": study.name} for row in rows]
         tidy += rows
@@ -143,19 +153,23 @@ def num(value: float | None) -> str:
     return "" if value is None else repr(round(value, 6))
 
 
-def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown],
-              skipped: list[Skipped]) -> list[dict[str, str]]:
-    """The long (tidy) form: one row per (table row, metric[, class]); published rows and skipped files too."""
+def tidy_rows(main: list[Entry], ablation: list[Entry], shown: list[Shown], skipped: list[Skipped],
+              baseline: str | None = None) -> list[dict[str, str]]:
+    """The long (tidy) form: one row per (table row, metric[, class]); published rows and skipped files too. A
+    row of a main table carries its comparison with its table's ``baseline`` row on that metric (columns baseline
+    to baseline_n; reports.comparisons)."""
     rows: list[dict[str, str]] = []
     for setting_key in dict.fromkeys(e.setting.key for e in main):
         entries = [e for e in main if e.setting.key == setting_key]
         reference = supervised_reference(entries)[0] if entries[0].setting.task in DELTA_TASKS else None
         section = f"semi:{replace(entries[0].setting, labels=None).key}" if entries[0].setting.labels else setting_key
-        for entry in entries:
-            rows.extend(_entry_rows(section, entry, reference))
+        bases = [None] * len(entries) if entries[0].setting.labels else entry_baselines(entries, baseline)
+        for entry, base in zip(entries, bases, strict=True):
+            rows.extend(_entry_rows(section, entry, reference, base))
     for entry in ablation:
         assert entry.sweep is not None
-        rows.extend(_entry_rows(ablation_key(entry.sweep.param, entry.sweep.method, entry.setting.key), entry, None))
+        rows.extend(_entry_rows(ablation_key(entry.sweep.param, entry.sweep.method, entry.setting.key), entry, None,
+                                None))
     for item in shown:
         rows.extend(_published_rows(item))
     rows.extend({"section": "skipped", "origin": "skipped", "status": "skipped", "note": s.reason, "files": s.path}
@@ -167,7 +181,8 @@ def _text(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dict[str, str]]:
+def _entry_rows(section: str, entry: Entry, reference: Entry | None,
+                baseline: Entry | None) -> list[dict[str, str]]:
     s, p = entry.setting, entry.pretraining
     base = {
         "section": section, "origin": "ours", "status": "failed" if entry.failed else "ok", "task": s.task,
@@ -189,9 +204,15 @@ def _entry_rows(section: str, entry: Entry, reference: Entry | None) -> list[dic
                     sweep_value=num(entry.sweep.value))
     metrics = TASK_METRICS[s.task] if entry.failed else list(entry.metrics)
     rows = [{**base, "metric": m, **_stat_fields(entry.metrics.get(m)), **_spread_fields(entry, m),
-             "delta_vs_supervised": num(delta(entry, reference, m))} for m in metrics]
+             "delta_vs_supervised": num(delta(entry, reference, m)), **_compared(entry, baseline, m)}
+            for m in metrics]
     rows += [{**base, "metric": "AP50", "class": name, **_stat_fields(stat)} for name, stat in entry.per_class.items()]
     return rows
+
+
+def _compared(entry: Entry, base: Entry | None, metric: str) -> dict[str, str]:
+    comparison = compare_entries(entry, base, metric)
+    return comparison.csv_fields() if comparison else {}
 
 
 def _spread_fields(entry: Entry, metric: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
 from typing import Any
 
+from reports.comparisons import COMPARISON_NOTE, Comparison, column_header, compare_entries, entry_baselines
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.hints import random_init_hint
 from reports.pretraining import method_name, published_backbone, short_arch
@@ -157,6 +158,31 @@ def fmt_delta(value: float) -> tuple[str, int]:
     return f"{rounded:+.1f}", 1 if rounded > 0 else -1
 
 
+def p_text(p: float) -> str:
+    """"p=0.013", "p<0.001"."""
+    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+
+
+def comparison_text(c: Comparison) -> str:
+    """A row against its baseline, direction and size first: "+3.2 ± 0.8, p=0.01 (Welch, 3 v 3 trials)"; a row of
+    one trial "+3.2 (1 trial)" (no spread, never a standard error of 0); a paired test "+3.2, p=0.03 (exact
+    McNemar over the test images; 1 trial)"."""
+    diff = fmt_delta(c.difference)[0]
+    if c.se is None:
+        ones = "1 trial" if c.n == 1 else f"baseline: 1 trial, {c.n} here"
+        return f"{diff} ({ones})" if c.p is None else f"{diff}, {p_text(c.p)} ({c.test}; {ones})"
+    counts = f"{c.n} v {c.baseline_n} {c.unit}"
+    if c.p is None:  # both rows' trials agree exactly: no test can be made
+        return f"{diff} ± {fmt(c.se)} ({counts}, no spread)"
+    return f"{diff} ± {fmt(c.se)}, {p_text(c.p)} ({c.test}, {counts})"
+
+
+def comparison_cell(c: Comparison | None, *, is_baseline: bool = False) -> Cell:
+    if is_baseline:
+        return Cell("baseline")
+    return Cell(MISSING) if c is None else Cell(comparison_text(c))
+
+
 def fmt_sweep(value: float) -> str:
     """4096 for K, 0.999 for m, 0 for m = 0."""
     return str(int(value)) if value == int(value) else f"{value:g}"
@@ -219,9 +245,11 @@ def source_note(row: PublishedRow) -> str:
 
 
 def main_tables(entries: list[Entry], published: list[PublishedRow],
-                expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> tuple[list[Table], list[Shown]]:
+                expected: dict[tuple[str, ...], dict[str, Expected]] | None = None,
+                baseline: str | None = None) -> tuple[list[Table], list[Shown]]:
     """One table per setting (and a per-class AP50 table for VOC where records carry it). ``expected``
-    (reports/expected.csv by default): rows outside the expected range of their preset are flagged."""
+    (reports/expected.csv by default): rows outside the expected range of their preset are flagged. ``baseline``:
+    the row each row is compared with (reports.comparisons; random init by default)."""
     expected = load_expected() if expected is None else expected
     tables: list[Table] = []
     shown: list[Shown] = []
@@ -230,7 +258,7 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
     for setting, group in groupby(entries, key=lambda e: e.setting):
         rows_of = list(group)
         pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
-        tables.append(_setting_table(setting, rows_of, pub, expected, published))
+        tables.append(_setting_table(setting, rows_of, pub, expected, published, baseline))
         if pub:
             shown.append(Shown(setting.key, setting, pub))
         if any(e.per_class for e in rows_of):
@@ -310,7 +338,7 @@ def _semi_table(base: Setting, entries: list[Entry], expected: dict[tuple[str, .
 
 def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRow],
                    expected: dict[tuple[str, ...], dict[str, Expected]],
-                   published: list[PublishedRow] | None = None) -> Table:
+                   published: list[PublishedRow] | None = None, baseline: str | None = None) -> Table:
     metrics = TASK_METRICS[setting.task] + tuple(m for m in OPTIONAL_METRICS.get(setting.task, ())
                                                  if any(m in e.metrics for e in entries))
     if setting.task == "fewshot":  # the k the rows ran, in their order (the records list them by k, linear first)
@@ -323,7 +351,9 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                                                                             e.pretraining.registers), published or [])
            for e in entries}
     extra = any(own.values())  # a "published" column where a row of another method has its number
-    for entry in entries:
+    bases = entry_baselines(entries, baseline)
+    compared = compared_metrics(setting.task, metrics) if any(bases) else ()
+    for entry, base in zip(entries, bases, strict=True):
         if entry.failed:
             values = tuple(Cell("failed") for _ in metrics)
         else:
@@ -335,11 +365,13 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         note = "; ".join(n for n in (failure_note(entry), *outside, chosen_note(entry), _beside_note(mine),
                                      _tries_note(entry)) if n)
         shown = (value_cell(mine.values.get(metrics[0])) if mine else Cell(MISSING),) if extra else ()
-        rows.append(Row((row_label(entry, entry.pretraining.label), Cell(str(entry.n)), *values, *shown, Cell(note)),
-                        "failed" if entry.failed else "ours"))
+        versus = tuple(comparison_cell(compare_entries(entry, base, m), is_baseline=any(entry is b for b in bases))
+                       for m in compared)
+        rows.append(Row((row_label(entry, entry.pretraining.label), Cell(str(entry.n)), *values, *versus, *shown,
+                         Cell(note)), "failed" if entry.failed else "ours"))
     for row in pub:
         values = tuple(value_cell(row.values.get(m), row.deltas.get(m)) for m in metrics)
-        shown = (Cell(MISSING),) if extra else ()
+        shown = (Cell(MISSING),) * (len(compared) + extra)
         rows.append(Row((Cell(row.label), Cell(MISSING), *values, *shown, Cell(source_note(row))),
                         "secondary" if row.secondary else "published"))
     if setting.task in DELTA_TASKS:
@@ -368,10 +400,19 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
         notes.append("The published column: each method's own number for that backbone (reports/published.csv; its "
                      "source in the row's note), from the method's own evaluation protocol, beside the rows of that "
                      "method; not part of our means.")
+    if compared:
+        notes.append(COMPARISON_NOTE)
     columns = (Column("Pretraining"), Column("n", True), *(Column(metric_header(m), True) for m in metrics),
+               *(Column(column_header(baseline, metric_header(m)), True) for m in compared),
                *((Column(f"published {metric_header(metrics[0])}", True),) if extra else ()), Column("Note"))
     return _drop_empty_note(Table(setting.key, setting_title(setting), columns, rows, setting_subtitle(setting),
                                   notes))
+
+
+def compared_metrics(task: str, metrics: tuple[str, ...]) -> tuple[str, ...]:
+    """The metrics a table compares its rows on: every k and reader of a few-shot table, else its first (top-1,
+    AP50, mIoU); the CSV compares every metric."""
+    return metrics if task == "fewshot" else metrics[:1]
 
 
 def _beside_note(row: PublishedRow | None) -> str:
@@ -512,8 +553,9 @@ def _ablation_table(param: str, setting: Setting, entries: list[Entry], pub: lis
 
 
 def all_tables(main: list[Entry], ablation: list[Entry], published: Iterable[PublishedRow],
-               expected: dict[tuple[str, ...], dict[str, Expected]] | None = None) -> tuple[list[Table], list[Shown]]:
+               expected: dict[tuple[str, ...], dict[str, Expected]] | None = None,
+               baseline: str | None = None) -> tuple[list[Table], list[Shown]]:
     pub = list(published)
-    tables, shown = main_tables(main, pub, expected)
+    tables, shown = main_tables(main, pub, expected, baseline)
     more, more_shown = ablation_tables(ablation, pub)
     return tables + more, shown + more_shown

@@ -27,6 +27,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable
@@ -36,14 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from reports.comparisons import COMPARISON_NOTE, Comparison, Sample, baselines, column_header, welch
 from reports.pretraining import Pretraining
 from reports.protocols import MARK_TITLES, SMOKE_NOTE, UNFINISHED_NOTE
 from reports.published import PublishedRow
 from reports.records import RecordError, Skipped, pretraining_of, read_records
 from reports.summary import pretraining_identity
-from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, fmt
+from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, comparison_cell, fmt
 from reports.transfer_datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
-from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots
+from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots, shots_sample
 from reports.transfer_published import Placement, mean_notes, place, published_mean
 
 TASK = "transfer"
@@ -250,10 +252,12 @@ def _table_mark(trial: Trial, mix_marked: bool) -> str:
     return "" if mix_marked else trial.mark() or ""
 
 
-def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_marked: bool = False) -> list[Table]:
+def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_marked: bool = False,
+                    baseline: str | None = None) -> list[Table]:
     """One table a setting, and one of its smoke trials and one of its unfinished pretrainings' after it (one
     table, their rows marked, with ``mix_marked``). The mean is over the datasets every trial of the table has
-    (its header says how many; a note names those left out), so no row's mean is over other datasets."""
+    (its header says how many; a note names those left out), so no row's mean is over other datasets. Each row's
+    mean is compared with its ``baseline`` row's (reports.comparisons; random init by default)."""
     tables = []
     for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
         everyone = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
@@ -261,34 +265,33 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
         title = f"Linear transfer ({setting[0]}, {setting[1]}{solver})" + (f", {MARK_TITLES[mark]}" if mark else "")
         mine = [t for t in everyone if t.results]
         if not mine:
-            tables += _fewshot_tables(everyone, setting, mark, title)
+            tables += _fewshot_tables(everyone, setting, mark, title, baseline)
             continue
-        order = REAL if setting[0] == REAL_SUITE else EMBEDDED
-        names = [n for n in order if any(n in t.results for t in mine)]
-        names += sorted({n for t in mine for n in t.results} - set(names))
-        common = [n for n in names if all(n in t.results for t in mine)]
+        names, common = _datasets(mine, setting)
         titles = {n: next(t.results[n].title for t in mine if n in t.results) for n in names}
-        rows_of: dict[tuple[Any, ...], list[Trial]] = {}
-        for trial in mine:
-            rows_of.setdefault((pretraining_identity(trial.pretraining), trial.smoke), []).append(trial)
-        groups = sorted(rows_of.values(), key=lambda g: (g[0].pretraining.sort_key(), g[0].smoke))
+        groups = row_groups(mine)
+        bases = group_baselines(groups, baseline) if common else [None] * len(groups)
+        versus = any(b is not None for b in bases)
         columns = (Column("pretraining"), Column("n", True), *(Column(titles[n], True) for n in names),
-                   Column(f"mean of {len(common)}", True))
+                   Column(f"mean of {len(common)}", True),
+                   *((Column(column_header(baseline, f"mean of {len(common)}"), True),) if versus else ()))
         rows = []
-        for group in groups:
+        for group, base in zip(groups, bases, strict=True):
             cells = [_cell([t.results[n].value for t in group if n in t.results]) for n in names]
-            means = [statistics.fmean(t.results[n].value for n in common) for t in group] if common else []
-            rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(means))))
+            compared = (comparison_cell(_compare_mean(group, base, common) if base else None,
+                                        is_baseline=any(group is b for b in bases)),) if versus else ()
+            rows.append(Row((Cell(_label(group[0])), Cell(str(len(group))), *cells, _cell(_means(group, common)),
+                             *compared)))
         # published rows beside rows measured as they were only (protocol, backbone family): transfer_published.py
         comparable = setting[0] == REAL_SUITE and setting[1].startswith("224-px") and not mark
         placed = place(published, setting[3].removesuffix(" protocol"), {t.pretraining.arch for t in mine}, names) \
             if comparable else Placement()
-        rows += [_published_row(p, names, common) for p in placed.beside]
+        rows += [_published_row(p, names, common, versus) for p in placed.beside]
         metrics = "; ".join(f"{titles[n]}: {METRIC_NAMES[_metric(mine, n)]}" for n in names)
         notes = [f"Metrics: {metrics}. Frozen features, L2 logistic regression by L-BFGS, its strength chosen on "
                  f"val among the sweep's values, refit on train + val, tested once (moco eval transfer)."]
         notes += _mean_note(names, common, titles)
-        notes += significance(groups, names, common)
+        notes += significance(groups, names, common) + ([COMPARISON_NOTE] if versus else [])
         notes += placed.notes()
         notes += mean_notes(placed.beside, common, titles, [(_label(g[0]), [{n: r.value for n, r in t.results.items()}
                                                                             for t in g]) for g in groups])
@@ -302,28 +305,83 @@ def transfer_tables(trials: list[Trial], published: list[PublishedRow], *, mix_m
         # the view in the heading: the 224-px and 32-px tables of one suite had the same one
         tables.append(Table(_section(setting, mark), title, columns, rows, subtitle=", ".join(setting[2:]),
                             notes=notes))
-        tables += _fewshot_tables(everyone, setting, mark, title)
+        tables += _fewshot_tables(everyone, setting, mark, title, baseline)
     return tables
 
 
-def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, title: str) -> list[Table]:
+def _datasets(mine: list[Trial], setting: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the table's datasets in the suite's order, those every trial has)."""
+    order = REAL if setting[0] == REAL_SUITE else EMBEDDED
+    names = [n for n in order if any(n in t.results for t in mine)]
+    names += sorted({n for t in mine for n in t.results} - set(names))
+    return names, [n for n in names if all(n in t.results for t in mine)]
+
+
+def row_groups(trials: list[Trial]) -> list[list[Trial]]:
+    """The trials of each row (one pretraining, smoke apart), in table order."""
+    rows_of: dict[tuple[Any, ...], list[Trial]] = {}
+    for trial in trials:
+        rows_of.setdefault((pretraining_identity(trial.pretraining), trial.smoke), []).append(trial)
+    return sorted(rows_of.values(), key=lambda g: (g[0].pretraining.sort_key(), g[0].smoke))
+
+
+def group_baselines(groups: list[list[Trial]], wanted: str | None) -> list[list[Trial] | None]:
+    """Each row's baseline row (reports.comparisons.baselines)."""
+    index = baselines([(g[0].pretraining, _label(g[0])) for g in groups], wanted)
+    return [groups[i] if i is not None else None for i in index]
+
+
+def _means(group: list[Trial], common: list[str]) -> list[float]:
+    """Each trial's mean over ``common``."""
+    return [statistics.fmean(t.results[n].value for n in common) for t in group] if common else []
+
+
+def sample(values: list[float]) -> Sample:
+    return Sample(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None, len(values))
+
+
+def _compare_mean(group: list[Trial], base: list[Trial], common: list[str]) -> Comparison:
+    return welch(sample(_means(group, common)), sample(_means(base, common)), _label(base[0]))
+
+
+def compare_dataset(group: list[Trial], base: list[Trial], name: str) -> Comparison | None:
+    """A row against its baseline on one dataset: the paired test over the test images where both are one trial
+    with per-image outcomes, else Welch's over trials."""
+    ours, theirs = [t.results[name] for t in group if name in t.results], [t.results[name] for t in base
+                                                                           if name in t.results]
+    if not ours or not theirs:
+        return None
+    comparison = welch(sample([r.value for r in ours]), sample([r.value for r in theirs]), _label(base[0]))
+    p = paired_p(ours[0], theirs[0]) if len(ours) == len(theirs) == 1 else None
+    if p is None:
+        return comparison
+    test = "exact McNemar over the test images" if ours[0].metric == "top1" else \
+        "paired sign-flip permutation over the test images"
+    return dataclasses.replace(comparison, p=p, test=test)
+
+
+def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, title: str,
+                    baseline: str | None) -> list[Table]:
     """The few-shot table of a setting's trials (reports.transfer_fewshot), where any has few-shot results."""
-    shot = sorted((t for t in trials if t.fewshot), key=lambda t: (t.pretraining.sort_key(), t.smoke))
-    if not shot:
+    groups = row_groups([t for t in trials if t.fewshot])
+    if not groups:
         return []
+    shot = [t for g in groups for t in g]
     titles = {n: t.titles[n] for n in (*REAL, *EMBEDDED) for t in shot if n in t.titles}
     titles.update({n: h for t in shot for n, h in sorted(t.titles.items()) if n not in titles})
-    table = fewshot_table(_section(setting, mark) + "|fewshot", f"{title}, few-shot", [_label(t) for t in shot],
-                          [t.fewshot for t in shot], titles)
+    index = baselines([(g[0].pretraining, _label(g[0])) for g in groups], baseline)
+    table = fewshot_table(_section(setting, mark) + "|fewshot", f"{title}, few-shot", [_label(g[0]) for g in groups],
+                          [[t.fewshot for t in g] for g in groups], titles, index, baseline)
     table.subtitle = ", ".join(setting[2:])
     return [table]
 
 
-def _published_row(row: PublishedRow, names: list[str], common: list[str]) -> Row:
-    """A published row: its values where it has them; its mean over those of ``common`` it has (transfer_published)."""
+def _published_row(row: PublishedRow, names: list[str], common: list[str], versus: bool) -> Row:
+    """A published row: its values where it has them; its mean over those of ``common`` it has (transfer_published);
+    no comparison of its own (a published row has no trials)."""
     values = [row.values.get(n) for n in names]
     return Row((Cell(row.label), Cell(MISSING), *(Cell(fmt(v)) if v is not None else Cell(MISSING) for v in values),
-                published_mean(row, common)), row.origin)
+                published_mean(row, common), *((Cell(MISSING),) if versus else ())), row.origin)
 
 
 def _mean_note(names: list[str], common: list[str], titles: dict[str, str]) -> list[str]:
@@ -374,8 +432,8 @@ def _compare(a: list[Trial], b: list[Trial], names: list[str], common: list[str]
         return (f"mean of {len(common)} {diff:+.1f} points over {len(means[0])} and {len(means[1])} trials, {where} "
                 f"of the difference (Welch)")
     if len(a) == 1 and len(b) == 1:
-        tests = [f"{a[0].results[n].title} p={p:.2g}" for n in names
-                 if (p := paired_p(a[0].results.get(n), b[0].results.get(n))) is not None]
+        tests = [f"{a[0].results[n].title} p={p:.2g} ({a[0].results[n].value - b[0].results[n].value:+.1f} points)"
+                 for n in names if (p := paired_p(a[0].results.get(n), b[0].results.get(n))) is not None]
         return "paired permutation test over the test images: " + ", ".join(tests) if tests else None
     return None
 
@@ -429,9 +487,62 @@ def sign_flip_p(differences: np.ndarray | list[float], permutations: int = PERMU
     return (hits + 1) / (permutations + 1)
 
 
-def tidy(trials: list[Trial], *, mix_marked: bool = False) -> list[dict[str, str]]:
+def tidy(trials: list[Trial], *, mix_marked: bool = False, baseline: str | None = None) -> list[dict[str, str]]:
     """The CSV's rows: one a trial and dataset (and k, for few-shot: its std over the tries, their number in the
-    note), with its marks (columns smoke, pretrain_unfinished)."""
+    note), with its marks (columns smoke, pretrain_unfinished); then one a table row (status "row": the mean over
+    its trials) and dataset, mean over datasets, and k, with its comparison with its baseline row."""
+    rows = _trial_rows(trials, mix_marked)
+    for setting, mark in sorted({(t.setting, _table_mark(t, mix_marked)) for t in trials}):
+        everyone = [t for t in trials if t.setting == setting and _table_mark(t, mix_marked) == mark]
+        section = _section(setting, mark)
+        mine = [t for t in everyone if t.results]
+        names, common = _datasets(mine, setting)
+        groups = row_groups(mine)
+        for group, base in zip(groups, group_baselines(groups, baseline), strict=True):
+            for name in names:
+                values = [t.results[name].value for t in group if name in t.results]
+                if values:
+                    rows.append(_row_fields(section, group, _metric(group, name), next(
+                        t.results[name].title for t in group if name in t.results), sample(values),
+                        compare_dataset(group, base, name) if base else None))
+            if common:
+                rows.append(_row_fields(section, group, "mean", f"mean of {len(common)}",
+                                        sample(_means(group, common)),
+                                        _compare_mean(group, base, common) if base else None))
+        shot = row_groups([t for t in everyone if t.fewshot])
+        for group, base in zip(shot, group_baselines(shot, baseline), strict=True):
+            for column, found in _shots_of(group).items():
+                theirs = _shots_of(base).get(column) if base else None
+                compared = welch(shots_sample(found), shots_sample(theirs), _label(base[0])) \
+                    if base and theirs else None
+                rows.append({**_row_fields(section + "|fewshot", group, f"{column[1]}-shot", group[0].titles[
+                    column[0]], shots_sample(found), compared), "task": FEWSHOT_TASK,
+                    "protocol": "linear-transfer-fewshot"})
+    return rows
+
+
+def _shots_of(group: list[Trial]) -> dict[tuple[str, int], list[Shots]]:
+    """A row's k-shot results by (dataset, k), one a trial."""
+    found: dict[tuple[str, int], list[Shots]] = {}
+    for trial in group:
+        for key, shots in trial.fewshot.items():
+            for s in shots:
+                found.setdefault((key, s.shots), []).append(s)
+    return found
+
+
+def _row_fields(section: str, group: list[Trial], metric: str, dataset: str, x: Sample,
+                compared: Comparison | None) -> dict[str, str]:
+    p = group[0].pretraining
+    return {"section": section, "origin": "ours", "status": "row", "task": TASK, "protocol": "linear-transfer",
+            "pretraining": _label(group[0]), "method": p.method or "", "arch": p.arch, "dataset": dataset,
+            "metric": metric, "mean": repr(round(x.mean, 6)), "std": "" if x.std is None else repr(round(x.std, 6)),
+            "n": str(len(group)), "files": "; ".join(t.run for t in group),
+            "note": f"std over {x.n} tries" if x.unit == "tries" else "",
+            "smoke": "yes" if group[0].smoke else "no", **(compared.csv_fields() if compared else {})}
+
+
+def _trial_rows(trials: list[Trial], mix_marked: bool) -> list[dict[str, str]]:
     rows = []
     for t in trials:
         base = {"section": _section(t.setting, _table_mark(t, mix_marked)), "origin": "ours", "status": "ok",

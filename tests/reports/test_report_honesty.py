@@ -185,8 +185,8 @@ def test_the_mean_is_over_the_datasets_every_row_has_and_says_how_many(tmp_path:
                     **CIFAR10)
     md, _ = _report(tmp_path)
     header = next(line for line in md.splitlines() if line.startswith("| pretraining"))
-    assert header.rstrip(" |").endswith("mean of 1"), header
-    rows = {line.split("|")[1].strip().split(" (")[0]: line.rstrip(" |").rsplit("|", 1)[1].strip()
+    assert header.rstrip(" |").endswith("mean of 1 | vs random init (mean of 1)"), header
+    rows = {line.split("|")[1].strip().split(" (")[0]: line.rstrip(" |").rsplit("|", 2)[1].strip()
             for line in md.splitlines() if line.startswith("| MoCo") or line.startswith("| random init")}
     assert rows == {"MoCo": "80.0", "random init": "30.0"}, rows
     assert "Mean of 1: over CIFAR10, the datasets every row has; Pets left out (not in every row)." in md
