@@ -327,7 +327,7 @@ def row_groups(trials: list[Trial]) -> list[list[Trial]]:
 
 def group_baselines(groups: list[list[Trial]], wanted: str | None) -> list[list[Trial] | None]:
     """Each row's baseline row (reports.comparisons.baselines)."""
-    index = baselines([(g[0].pretraining, _label(g[0])) for g in groups], wanted)
+    index = baselines([(g[0].pretraining, g[0].pretraining.label) for g in groups], wanted)
     return [groups[i] if i is not None else None for i in index]
 
 
@@ -369,7 +369,7 @@ def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, ti
     shot = [t for g in groups for t in g]
     titles = {n: t.titles[n] for n in (*REAL, *EMBEDDED) for t in shot if n in t.titles}
     titles.update({n: h for t in shot for n, h in sorted(t.titles.items()) if n not in titles})
-    index = baselines([(g[0].pretraining, _label(g[0])) for g in groups], baseline)
+    index = baselines([(g[0].pretraining, g[0].pretraining.label) for g in groups], baseline)
     table = fewshot_table(_section(setting, mark) + "|fewshot", f"{title}, few-shot", [_label(g[0]) for g in groups],
                           [[t.fewshot for t in g] for g in groups], titles, index, baseline)
     table.subtitle = ", ".join(setting[2:])

@@ -202,3 +202,30 @@ def test_the_t_tail_against_closed_forms_and_scipy(t: float, df: float) -> None:
     else:
         expected = 2 * float(pytest.importorskip("scipy.stats").t.sf(t, df))
     assert t_two_sided(t, df) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+def test_one_few_shot_trial_is_compared_over_its_tries(write_record: WriteRecord, runs: Path, tmp_path: Path) -> None:
+    """A few-shot record of one trial holds its mean and std over the tries of the shots drawn: the rows are
+    compared over those (Welch from the two means, stds and tries), in the grid's table and the suite's."""
+    stats = pytest.importorskip("scipy.stats")
+    for name, backbone, mean, std in (("moco", None, 58.61, 8.18), ("random", RANDOM_LINEAR, 40.0, 2.5)):
+        runs_of = [{"seed": i, "test": 50.0} for i in range(5)]
+        write_record(f"fewshot/{name}/result.json", base_record(
+            task="fewshot", protocol="fewshot", dataset=DATA, config={}, metrics={"5shot_linear_top1": mean},
+            fewshot=[{"shots": 5, "linear": {"mean": mean, "std": std, "runs": runs_of}}],
+            **({"backbone": backbone} if backbone else {})))
+        suite = MOCO if backbone is None else RANDOM
+        path = transfer_record(runs / "suite" / name / "cifar10" / "result.json", backbone=suite, **DIGITS)
+        _fewshot(path.with_name("fewshot.result.json"), suite, mean)
+    _, p = stats.ttest_ind_from_stats(58.61, 8.18, 5, 40.0, 2.5, 5, equal_var=False)
+    se = math.sqrt(8.18 ** 2 / 5 + 2.5 ** 2 / 5)
+    expected = f"+18.6 ± {se:.1f}, p={p:.2g} (Welch over tries, 5 v 5 tries)"
+    md, rows = _report(runs, tmp_path / "rep")
+    assert expected in _row(_section(md, "Few-shot"), "MoCo"), _row(_section(md, "Few-shot"), "MoCo")
+    suite_std = math.sqrt(2 * 8.18 ** 2 / 5)  # the suite's records here: std 8.18 over 5 tries on both rows
+    _, suite_p = stats.ttest_ind_from_stats(58.61, 8.18, 5, 40.0, 8.18, 5, equal_var=False)
+    assert f"+18.6 ± {suite_std:.1f}, p={suite_p:.2g} (Welch over tries, 5 v 5 tries)" in _row(
+        _tables(md, "Linear transfer")[-1], "MoCo")
+    (row,) = [r for r in rows if r["metric"] == "5shot_linear_top1" and r["pretraining"].startswith("MoCo")]
+    assert float(row["difference_se"]) == pytest.approx(se, abs=1e-6) and row["test"] == "Welch over tries"
+    assert float(row["p_value"]) == pytest.approx(p, rel=1e-5)
