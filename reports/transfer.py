@@ -535,11 +535,12 @@ def _row_fields(section: str, group: list[Trial], metric: str, dataset: str, x: 
                 compared: Comparison | None) -> dict[str, str]:
     p = group[0].pretraining
     return {"section": section, "origin": "ours", "status": "row", "task": TASK, "protocol": "linear-transfer",
-            "pretraining": _label(group[0]), "method": p.method or "", "arch": p.arch, "dataset": dataset,
+            "pretraining": p.label, "method": p.method or "", "arch": p.arch, "dataset": dataset,
             "metric": metric, "mean": repr(round(x.mean, 6)), "std": "" if x.std is None else repr(round(x.std, 6)),
             "n": str(len(group)), "files": "; ".join(t.run for t in group),
             "note": f"std over {x.n} tries" if x.unit == "tries" else "",
-            "smoke": "yes" if group[0].smoke else "no", **(compared.csv_fields() if compared else {})}
+            "smoke": "yes" if group[0].smoke else "no", "pretrain_unfinished": p.unfinished_field,
+            **(compared.csv_fields() if compared else {})}
 
 
 def _trial_rows(trials: list[Trial], mix_marked: bool) -> list[dict[str, str]]:
