@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from moco_core.solver_protocols import CONVERGED
 from reports.comparisons import COMPARISON_NOTE, Comparison, Sample, baselines, column_header, welch
 from reports.pretraining import Pretraining
 from reports.protocols import MARK_TITLES, SMOKE_NOTE, UNFINISHED_NOTE
@@ -51,7 +52,6 @@ from reports.transfer_published import Placement, mean_notes, place, published_m
 TASK = "transfer"
 # The suite's default solver protocol (classification/suite/config.py, config.solver.protocol; few-shot is always
 # the converged one); which published rows stand beside which protocol: reports/transfer_published.py
-CONVERGED = "converged"
 EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
 METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
 PERMUTATIONS = 10_000

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from moco_core.solver_protocols import CONVERGED, SSL_TRANSFER
 from reports.pretraining import short_arch
 from reports.published import PublishedRow
 from reports.tables import MISSING, Cell, fmt
@@ -34,10 +35,10 @@ FINETUNE_TASK = "transfer_finetune"
 # A published row's protocol (its ``schedule`` in published.csv) -> (the suite's solver protocol that measures as
 # it did, or None where none does; what it is)
 PROTOCOLS = {
-    "ssl-transfer linear.py": ("ssl-transfer", "ssl-transfer's linear.py (100 iterations a value, weakest first, "
+    "ssl-transfer linear.py": (SSL_TRANSFER, "ssl-transfer's linear.py (100 iterations a value, weakest first, "
                                                "the first best kept)"),
-    "SimCLR L-BFGS logistic regression": ("converged", "SimCLR's L-BFGS logistic regression (appendix B.8)"),
-    "DINOv2 logistic regression": ("converged", "DINOv2's logistic regression (SimCLR's protocol, as DINOv2 states)"),
+    "SimCLR L-BFGS logistic regression": (CONVERGED, "SimCLR's L-BFGS logistic regression (appendix B.8)"),
+    "DINOv2 logistic regression": (CONVERGED, "DINOv2's logistic regression (SimCLR's protocol, as DINOv2 states)"),
     "fine-tuned (5,000 SGD steps)": (None, "fine-tuning the whole network (5,000 SGD steps)"),
 }
 

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from classification.frozen.logreg import LAMBDAS, Fit, Score, SklearnSolver, SweepResult, _Problem, sweep_path
+from moco_core.solver_protocols import SSL_TRANSFER
 
-NAME = "ssl-transfer"
+NAME = SSL_TRANSFER
 MAX_ITER = 100  # scikit-learn's default, which ssl-transfer's linear.py leaves as it is
 TOL = 1e-4
 

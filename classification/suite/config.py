@@ -12,6 +12,7 @@ from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.logreg import PRECISIONS, SOLVERS
 from moco_core.config import ConfigError, did_you_mean, extra_problem, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
+from moco_core.solver_protocols import CONVERGED, PROTOCOLS
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,6 @@ class SuiteFeaturesConfig:
     cache_dir: str | None = None  # None: <output_dir>/features
 
 
-PROTOCOLS = ("converged", ssl_transfer.NAME)
 SSL_NEEDS = "solver.protocol ssl-transfer (scipy's L-BFGS-B, driven as scikit-learn drives it)"
 
 
@@ -44,7 +44,7 @@ class SolverConfig:
     # from the chosen fit, val a stratified draw; "ssl-transfer": as ssl-transfer's linear.py (Ericsson et al.
     # Table 1): weakest first, 100 iterations, ties to the weaker, the refit from the last fit, val a plain
     # random draw (classification/frozen/ssl_transfer.py)
-    protocol: str = "converged"
+    protocol: str = CONVERGED
     name: str = "torch"  # or "sklearn": scikit-learn's LogisticRegression(solver="lbfgs"), warm-started
     # of the matrix products (float64 elsewhere); "float64": everything. None: the protocol's (converged:
     # float32; ssl-transfer: float64, whose unconverged fits then follow scikit-learn's step for step)

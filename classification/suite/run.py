@@ -51,6 +51,7 @@ from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import resolve_device
+from moco_core.solver_protocols import CONVERGED
 
 PROTOCOL = "linear-transfer"  # frozen features, L-BFGS logistic regression, the 45-value sweep, refit, one test
 
@@ -216,7 +217,7 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
                           extra={"transfer": transfer, "wall_time_s": wall})
     if cfg.fewshot.shots and y["train"].dim() == 1:
         # few-shot has no ssl-transfer form here (their few_shot.py is another protocol): always the converged one
-        fewshot_solver = {**cfg.solver_options("converged"), "device": device}
+        fewshot_solver = {**cfg.solver_options(CONVERGED), "device": device}
         del fewshot_solver["protocol"]
         _fewshot(cfg, spec, x, y, k, score, fewshot_solver, dataset, backbone, out, show)
     elif cfg.fewshot.shots:
@@ -246,7 +247,7 @@ def _fewshot(cfg: TransferSuiteConfig, spec: Spec, x: dict[str, torch.Tensor], y
     metrics = {f"{r['shots']}shot_{spec.metric}": r["mean"] for r in results}
     write_record(out / spec.name / "fewshot.result.json", task="transfer-fewshot", protocol=PROTOCOL + "-fewshot",
                  metrics=metrics, backbone=backbone.info, dataset=dataset, config=to_dict(cfg),
-                 extra={"fewshot": results, "solver": {"protocol": "converged",
+                 extra={"fewshot": results, "solver": {"protocol": CONVERGED,
                                                        **{k: v for k, v in solver.items() if k != "device"}}})
 
 
