@@ -9,7 +9,6 @@ the layout, the folder's content digest, the subset.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from moco_core.data.data import (
     warn_skipped,
 )
 from moco_core.data.shapes import shapes_version
+from moco_core.errors import print_warning
 from moco_core.model.weights.formats import IMAGENET, Normalisation
 from moco_core.run.runtime import resolve_data
 
@@ -83,7 +83,7 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
         notes.append(subset.warning)
     for note in notes:
         if note and distributed.is_main():
-            print(f"warning: {note}", file=sys.stderr)
+            print_warning(note)
     evaluate = build_eval_transform(cfg.crop_size, resize=cfg.resize, mean=normalisation.mean, std=normalisation.std)
     files = [p for lst in (train, val) for p in [s for s, _ in lst.samples] + [s for s, _ in lst.skipped]]
     return Splits(ImageDataset(subset.samples if subset else train.samples,

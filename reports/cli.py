@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from moco_core.errors import print_error
+from moco_core.errors import print_error, print_warning
 from reports import FORMATS
 
 
@@ -73,7 +73,7 @@ def report_cli(
     for page, where in pages:
         try:
             written += write_report(page, where, chosen,
-                                    warn=lambda line: print(f"warning: {line}", file=sys.stderr))
+                                    warn=print_warning)
         except OSError as err:  # written as a set: nothing of the new report is there, the previous one is whole
             raise _fail(f"cannot write the report to {where}: {err.strerror or err}; nothing was changed there "
                         f"(the previous report, if any, is whole)") from None

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 from classification.frozen.taps import FeatureTaps
 from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
-from moco_core.errors import UserError
+from moco_core.errors import UserError, print_warning
 from moco_core.model.backbone import BackboneInfo
 from moco_core.run.knn import require_finite
 from moco_core.run.progress import LINE, Progress, format_duration
@@ -208,7 +208,7 @@ def cached_features(cache_dir: str | os.PathLike[str], key: dict[str, Any],
             found.key, found.cached, found.path = key, True, path
             return found
         except _Unusable as err:
-            print(f"warning: feature cache {path}: {err}; recomputing it", file=sys.stderr)
+            print_warning(f"feature cache {path}: {err}; recomputing it")
     made = compute()
     write_feature_file(path, key, made)
     made.key, made.path = key, path

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.config import to_dict
 from moco_core.data.data import DatasetError
+from moco_core.errors import print_warning
 from moco_core.model.backbone import BackboneInfo, load_resnet
 from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
@@ -70,7 +71,7 @@ def _run(cfg: SemsegConfig, weights: str, device: torch.device, show_progress: b
     data = load_data(str(d.path), d.train, d.test, d.classes)
     if distributed.is_main():
         for line in data.warnings:
-            print(f"warning: {line}", file=sys.stderr)
+            print_warning(line)
     network = build_network(cfg, resnet, len(data.class_names))
     if len(data.train) < cfg.solver.batch_size:
         raise DatasetError(f"{d.train}: {len(data.train)} training images, fewer than a batch of "
@@ -120,9 +121,8 @@ def test(cfg: SemsegConfig, model: nn.Module, data: SegmentationData, device: to
     if len(left_out) == len(dataset):
         raise DatasetError(f"test set {cfg.data.test}: none of its {len(dataset)} pairs decoded (first: {left_out[0]})")
     if left_out and distributed.is_main():
-        print(f"warning: test set {cfg.data.test}: {len(left_out)} of {len(dataset)} pairs did not decode and are "
-              f"left out of the score: {', '.join(left_out[:5])}{' and more' if len(left_out) > 5 else ''}",
-              file=sys.stderr)
+        print_warning(f"test set {cfg.data.test}: {len(left_out)} of {len(dataset)} pairs did not decode and are "
+                      f"left out of the score: {', '.join(left_out[:5])}{' and more' if len(left_out) > 5 else ''}")
     return sum(distributed.all_gather_objects(matrix), torch.zeros_like(matrix))
 
 
