@@ -153,14 +153,16 @@ def _shots(text: str | None) -> tuple[int, ...] | None:
 def _grid_cli(pretrained: str, config: str | None, overrides: list[str], nproc: int, quiet: bool, resume: bool,
               print_config: bool, output_dir: str | None, asked: dict[str, Any], flags: dict[str, Any]) -> None:
     """``moco eval linear --grid`` (or a grid preset), or ``--shots``: its config, then one process per --nproc.
-    A few-shot run writes ``runs/<preset>_fewshot/<weights>`` when no --output-dir is given: beside the grid's.
+    A few-shot run writes ``runs/<preset>_fewshot/<weights>`` when no --output-dir is given: beside the grid's (a
+    few-shot preset's: ``runs/<preset>/<weights>``).
     ``asked``: how it was invoked (moco_core.commands.invocation), kept in the record and in the resume hint."""
-    from classification.frozen.grid_config import load_grid_config
+    from classification.frozen.grid_config import load_grid_config, sets_shots
     from moco_core.config import replace
 
     cfg = load_grid_config(config, overrides, flags=flags)
     cfg = _subset_output_dir(with_output_dir(cfg, config, "linear_grid", pretrained, cfg.arch, "--arch"), output_dir)
-    if cfg.fewshot.shots and output_dir is None and not any(o.startswith("run.output_dir") for o in overrides):
+    if (cfg.fewshot.shots and output_dir is None and not any(o.startswith("run.output_dir") for o in overrides)
+            and not sets_shots(config)):  # a few-shot preset's own folder is already not the grid's
         out = Path(cfg.run.output_dir)
         cfg = replace(cfg, run={"output_dir": str(out.parent.with_name(f"{out.parent.name}_fewshot") / out.name)})
     if cfg.fewshot.shots and nproc > 1:

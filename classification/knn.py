@@ -12,7 +12,7 @@ import torch
 
 from classification.linear import subset_checks
 from classification.splits import SMALL_PRESETS, LinearDataConfig, dataset_record, load_splits
-from moco_core.config import divisor_check, load_config, require, run_checks
+from moco_core.config import cpu_workers, divisor_check, load_config, require, run_checks
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.weights.formats import format_checks
@@ -39,7 +39,7 @@ class KnnConfig:
     temperature: float = 0.07  # vote weight exp(similarity / T) (InstDisc: 0.07)
     batch_size: int = 256  # images per forward pass
     # center crops: Resize(resize) + CenterCrop(crop_size), ImageNet's 256/224 (the embedded preset: 32)
-    data: LinearDataConfig = field(default_factory=lambda: LinearDataConfig(workers=4))
+    data: LinearDataConfig = field(default_factory=lambda: LinearDataConfig(workers=cpu_workers(4)))
     run: KnnRunConfig = field(default_factory=KnnRunConfig)
 
 

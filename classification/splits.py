@@ -16,7 +16,7 @@ from typing import Any
 from classification.layouts import content_digest, find_listed
 from classification.subsets import select
 from moco_core import distributed
-from moco_core.config import ConfigError
+from moco_core.config import ConfigError, cpu_workers
 from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import (
     DecodeFailures,
@@ -40,7 +40,7 @@ class LinearDataConfig:
     path: str | None = None  # ImageFolder root with train/ and val/ (or test/), Flowers-102, Pets, or "embedded"
     crop_size: int = 224  # train: RandomResizedCrop(crop) + flip; val: Resize(resize) + CenterCrop(crop)
     resize: int = 256
-    workers: int = 8
+    workers: int = field(default_factory=lambda: cpu_workers(8))  # at most the CPUs
     # Semi-supervised subsets of the train split (classification/subsets.py); val stays whole. None: every train image.
     labels: str | None = None  # "1%", "10%": a class-balanced draw, round(f n_c) (at least 1) of each class
     subset: str | None = None  # a file of image names, SimCLR's format (imagenet_subsets/1percent.txt)
@@ -76,7 +76,7 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
     root = resolve_data(cfg.path or "")
     train, val, layout, annotations, base = _scan(root, max(cfg.workers, 1))
     notes = [warn_revisited(train.revisited + val.revisited), warn_skipped(train.skipped), warn_skipped(val.skipped),
-             small_images([s for s, _ in train.samples], cfg.crop_size, fits) if fits else None]
+             small_images(image_sides([s for s, _ in train.samples]), cfg.crop_size, fits) if fits else None]
     subset = select(train.samples, labels=cfg.labels, subset=cfg.subset, seed=cfg.subset_seed,
                     unreadable=[p for p, _ in train.skipped])
     if subset is not None:
@@ -92,14 +92,18 @@ def load_splits(cfg: LinearDataConfig, *, augment: bool, failures: DecodeFailure
                   subset.record if subset else None)
 
 
-SMALL_PRESETS = {"linear": "-c lincls_32px (MoCo v3 weights: -c lincls_mocov3_32px)", "knn": "-c knn_32px",
-                 "finetune": "-c finetune_32px"}  # the presets of small images, beside the embedded ones
+_AT_128 = "crops of 32 px at batch 128"
+# The presets of small images, beside the embedded ones, each with what it changes
+SMALL_PRESETS = {"linear": f"-c lincls_32px (MoCo v3 weights: -c lincls_mocov3_32px): {_AT_128}",
+                 "knn": f"-c knn_32px: {_AT_128}", "finetune": f"-c finetune_32px: {_AT_128}",
+                 "grid": "-c lincls_grid_32px: crops of 32 px, its lrs and batch measured at that scale",
+                 "fewshot": "-c lincls_fewshot_32px: center crops of 32 px",
+                 "transfer": "-c transfer_32px: center crops of 32 px"}
 
 
-def small_images(paths: list[str], crop_size: int, fits: str, *, looked_at: int = 16) -> str | None:
-    """A warning when the images (the first ``looked_at`` of ``paths``, by their headers) are at most half the
-    crop size on their longer side: each crop upscales a small image several times (a 32-px image to 224 px
-    is 7x), the protocol's batch and schedule are for ImageNet's, and ``fits`` names the presets made for them."""
+def image_sides(paths: list[str], *, looked_at: int = 16) -> list[tuple[int, int]]:
+    """(width, height) of ``looked_at`` of ``paths``, evenly spaced, by their headers (those that do not open are
+    left out): enough to tell small images from large ones without decoding a dataset."""
     from PIL import Image
 
     sides = []
@@ -109,6 +113,13 @@ def small_images(paths: list[str], crop_size: int, fits: str, *, looked_at: int 
                 sides.append(image.size)
         except (OSError, ValueError):
             continue
+    return sides
+
+
+def small_images(sides: list[tuple[int, int]], crop_size: int, fits: str) -> str | None:
+    """A warning when the images of ``sides`` ((width, height) each, :func:`image_sides`) are at most half the crop
+    size on their longer side: each crop upscales a small image several times (a 32-px image to 224 px is 7x), the
+    protocol's batch and schedule are for ImageNet's, and ``fits`` names the presets made for them."""
     if not sides:
         return None
     width, height = max(sides, key=max)
@@ -116,7 +127,7 @@ def small_images(paths: list[str], crop_size: int, fits: str, *, looked_at: int 
         return None
     return (f"the images are small ({width}x{height} px and smaller) for this evaluation's {crop_size}-px crops "
             f"(data.crop_size: each upscaled {crop_size / max(width, height):.0f}x, at a batch and schedule made for "
-            f"ImageNet); for images this small use {fits}: crops of 32 px at batch 128")
+            f"ImageNet); for images this small use {fits}")
 
 
 def _scan(root: Path, workers: int) -> tuple[ImageList, ImageList, str, list[Path], Path]:

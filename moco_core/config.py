@@ -103,10 +103,21 @@ class OptimConfig:
     warmup_epochs: int = 0
 
 
+def cpu_workers(configured: int) -> int:
+    """A config's default of DataLoader workers, ``configured``, at most the CPUs this process may run on (as torch
+    counts them: its affinity, else the machine's): 8 workers on 2 cores only queue, and torch warns once a loader.
+    A value set in a preset, ``--set`` or ``--workers`` is taken as given."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(configured, cores))
+
+
 @dataclass(frozen=True)
 class DataConfig:
     path: str | None = None  # an ImageFolder root (train/ inside, or a folder of images), or "embedded"
-    workers: int = 8  # DataLoader worker processes per training process
+    workers: int = field(default_factory=lambda: cpu_workers(8))  # DataLoader workers a training process
     verify_images: bool = True  # open every image's header at start-up and skip unreadable ones
     knn_path: str | None = None  # labelled root (train/, val/ class folders) for the kNN monitor; "embedded"
     # "pil": PIL decoding and augmentation in DataLoader workers (the official way); "tensor": workers only read

@@ -13,7 +13,9 @@ What it changes, after the preset and the command's own ``--set`` and flags are 
 - the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or
   segmentation) scenes, generated beside the full ones, never in their place; the embedded transfer suite with
   3-4 images a class (:mod:`classification.suite.embedded`);
-- the transfer suite (``moco eval transfer``): 32-px views and at most 50 L-BFGS iterations a value.
+- the transfer suite (``moco eval transfer``): 32-px views and at most 50 L-BFGS iterations a value;
+- a folder of one's own images (ImageFolder's layout: pretraining, the kNN monitor, the classification
+  evaluations): at most :data:`FOLDER_IMAGES` of each split, evenly spaced (:func:`bounded`; a note says so).
 
 Runs stay real runs: their directories, checkpoints and records are written as usual, and each record,
 checkpoint and ``run.json`` says ``"smoke": true``. Numbers from them mean nothing, and so do those of anything
@@ -67,6 +69,9 @@ SIZES: dict[str, dict[str, Any]] = {
     "TransferSuiteConfig": {"data.resize": 32, "data.crop_size": 32, "data.workers": 0, "features.batch_size": 8,
                             "solver.max_iter": 50},
 }
+# A folder of one's own images, each split, at most (evenly spaced): 8 steps an epoch at the smoke batch of 8, however
+# large the folder (CIFAR-10's 50,000 were an epoch of 6,250 steps, a line each)
+FOLDER_IMAGES = 64
 # The run's length by config class name: (key, the new length from the configured one).
 LENGTHS = {
     "PretrainConfig": ("optim.epochs", lambda n: max(1, math.ceil(n / 100))),
@@ -141,6 +146,14 @@ def refuse_other_mode(recorded: bool, where: str, *, fix: str) -> None:
     if recorded != enabled():
         raise ModeMismatch(f"{where} holds {mode(recorded)}, and this command is {mode(enabled())}: the two are "
                            f"never mixed; {fix}")
+
+
+def bounded(samples: list[Any]) -> list[Any]:
+    """A smoke run's share of a folder's ``samples``: at most :data:`FOLDER_IMAGES`, evenly spaced (a list sorted
+    by class keeps every class's share); all of them outside a smoke run."""
+    if not enabled() or len(samples) <= FOLDER_IMAGES:
+        return samples
+    return [samples[i * len(samples) // FOLDER_IMAGES] for i in range(FOLDER_IMAGES)]
 
 
 def length(cls_name: str, configured: int) -> tuple[str, int] | None:

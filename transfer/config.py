@@ -20,6 +20,7 @@ from moco_core.config import (
     SCHEDULES,
     Check,
     ConfigError,
+    cpu_workers,
     divisor_check,
     extra_problem,
     load_config,
@@ -134,7 +135,7 @@ class TransferDataConfig:
     # sets, the shapes classes for "embedded", every name a custom devkit's XML files use, sorted (COCO files name
     # their own categories).
     classes: tuple[str, ...] = ()
-    workers: int = 4  # DataLoader worker processes per training process
+    workers: int = field(default_factory=lambda: cpu_workers(4))  # DataLoader workers a training process
     # Repeat-factor sampling (detectron2's RepeatFactorTrainingSampler, LVIS's configs: 0.001): an image is seen
     # max over its categories c of max(1, sqrt(t / f_c)) times an epoch, f_c the fraction of training images with
     # c. 0: every image once an epoch.

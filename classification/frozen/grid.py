@@ -39,7 +39,7 @@ from classification.frozen.selection import choose, held_out_names, holdout_spli
 from classification.frozen.taps import FeatureTaps, available_taps, default_tap
 from classification.linear import frozen_reference, sanity_check
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
-from classification.splits import Splits, dataset_record, load_splits
+from classification.splits import SMALL_PRESETS, Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
 from moco_core.config import ConfigError, replace, to_dict
@@ -159,7 +159,7 @@ def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: De
         raise ConfigError(f"optim.batch_size: {cfg.optim.batch_size} is not divisible by the {world} processes")
     weights = backbone.read(pretrained, cfg.run.weights_format)  # its normalisation is every view's
     splits = load_splits(cfg.data, augment=True, failures=failures,
-                         normalisation=backbone.input_normalisation(weights))
+                         normalisation=backbone.input_normalisation(weights), fits=SMALL_PRESETS["grid"])
     evaluate = splits.val.transform  # the center crop, for the held-out images, val and the robustness sets
     train, held, record = splits.train.samples, [], {"kind": "val (the reported set)", "images": len(splits.val)}
     if cfg.select.split == "holdout":

@@ -16,7 +16,7 @@ from classification.frozen.taps import RESNET_TAPS, VIT_TAPS
 from classification.linear import subset_checks
 from classification.robustness import SETS
 from classification.splits import LinearDataConfig
-from moco_core.config import divisor_check, load_config, require, run_checks
+from moco_core.config import ConfigError, divisor_check, load_config, presets_for, require, run_checks
 from moco_core.model.weights.formats import format_checks
 
 
@@ -161,7 +161,16 @@ def validate_grid(cfg: GridConfig) -> GridConfig:
 
 
 def load_grid_config(config: str | None, overrides: list[str], flags: dict[str, Any] | None = None) -> GridConfig:
-    """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result."""
+    """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result. A preset of
+    the paper's protocol (``lincls_32px``: its lr and milestones) is refused as such, naming the grid's presets,
+    not by the first of its keys the grid lacks."""
+    if config is not None and not is_grid_config(config):
+        try:
+            load_config(GridConfig, config, check=False)
+        except ConfigError as err:
+            grids = [name for name in presets_for("linear") if is_grid_config(name)]
+            raise ConfigError(f"-c {config}: not a preset of the grid or few-shot ({err}); --grid and --shots take "
+                              f"{', '.join(grids)} (small images: lincls_grid_32px, lincls_fewshot_32px)") from None
     return validate_grid(load_config(GridConfig, config, overrides, flags=flags))
 
 
@@ -171,3 +180,10 @@ def is_grid_config(config: str | None) -> bool:
     from moco_core.config import preset_path, read_yaml
 
     return config is not None and "grid" in read_yaml(preset_path(config, "linear"))
+
+
+def sets_shots(config: str | None) -> bool:
+    """Whether ``config`` (``_base_`` chains followed) is a few-shot preset: it sets ``fewshot.shots``."""
+    from moco_core.config import preset_path, read_yaml
+
+    return config is not None and bool((read_yaml(preset_path(config, "linear")).get("fewshot") or {}).get("shots"))

@@ -42,7 +42,7 @@ from classification.frozen.metrics import top1
 from classification.frozen.selection import holdout_split
 from classification.frozen.taps import default_tap
 from classification.linear import frozen_reference, sanity_check
-from classification.splits import dataset_record, load_splits
+from classification.splits import SMALL_PRESETS, dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import ImageDataset
@@ -77,7 +77,8 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
              extra: dict[str, Any]) -> Path:
     started = time.perf_counter()
     weights = backbone.read(pretrained, cfg.run.weights_format)
-    splits = load_splits(cfg.data, augment=False, normalisation=backbone.input_normalisation(weights))
+    splits = load_splits(cfg.data, augment=False, normalisation=backbone.input_normalisation(weights),
+                         fits=SMALL_PRESETS["fewshot"])
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, len(splits.classes), arch=cfg.arch, crop_size=cfg.data.crop_size,
                                 crop_option="--set data.crop_size={0} --set data.resize={0}")

@@ -10,7 +10,7 @@ from typing import Any
 from classification.frozen import ssl_transfer
 from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.logreg import PRECISIONS, SOLVERS
-from moco_core.config import ConfigError, did_you_mean, extra_problem, load_config, require, run_checks
+from moco_core.config import ConfigError, cpu_workers, did_you_mean, extra_problem, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 from moco_core.solver_protocols import CONVERGED, PROTOCOLS
 
@@ -22,7 +22,7 @@ class SuiteDataConfig:
     resize: int = 224  # shorter side, bicubic (the protocol: resize to 224, centre crop 224, no augmentation)
     crop_size: int = 224
     interpolation: str = "bicubic"
-    workers: int = 4
+    workers: int = field(default_factory=lambda: cpu_workers(4))  # at most the CPUs
     val_fraction: float = 0.2  # of train, where a dataset ships no val (ssl-transfer: 20%)
     split_seed: int = 0  # draws the splits not shipped (ssl-transfer: seed 0)
 

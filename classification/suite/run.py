@@ -37,6 +37,7 @@ from classification.frozen.fewshot import fewshot
 from classification.frozen.logreg import refit, sweep
 from classification.frozen.metrics import metric
 from classification.frozen.taps import default_tap
+from classification.splits import SMALL_PRESETS, image_sides, small_images
 from classification.suite import embedded
 from classification.suite.catalog import SPECS, Spec, missing_line
 from classification.suite.config import TransferSuiteConfig, check_datasets
@@ -71,6 +72,9 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
     out = Path(str(cfg.run.output_dir))
     root, specs, names = _datasets(cfg)
     unmade = embedded.unmade() if cfg.data.path == "embedded" else {}
+    note = _small_images(cfg, root, specs, names)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     with run_dir_lock(out, device):
         done = [n for n in names if (out / n / "result.json").exists()]
         if done and not resume:
@@ -125,6 +129,31 @@ def _datasets(cfg: TransferSuiteConfig) -> tuple[Path, dict[str, Spec], tuple[st
         known = tuple(specs)
     check_datasets(cfg.data.datasets, known)
     return root, specs, tuple(n for n in cfg.data.datasets or known if n in specs)
+
+
+def _small_images(cfg: TransferSuiteConfig, root: Path, specs: dict[str, Spec], names: tuple[str, ...]) -> str | None:
+    """``moco eval linear``'s and ``knn``'s warning of images far smaller than the views
+    (:func:`classification.splits.small_images`), for the suite as a whole: said when every dataset present is that
+    small. A suite that mixes sizes (the 12 datasets' CIFAR beside Food-101) is the protocol's, which upscales CIFAR
+    on purpose. Each dataset's lists are read here once more, until one dataset is not small; one that does not
+    read is left to its turn in the suite, which says why."""
+    sides: list[tuple[int, int]] = []
+    for name in names:
+        if not (root / specs[name].marker).exists():
+            continue
+        try:
+            found = confined(specs[name].read(root))
+        except UserError:
+            continue
+        split = next((part for part in (found.train, found.pool, found.test) if part is not None), None)
+        if split is None:
+            continue
+        seen = ([(split.arrays.shape[2], split.arrays.shape[1])] if split.arrays is not None else
+                image_sides([path for path, _ in split.samples]))
+        if small_images(seen, cfg.data.crop_size, SMALL_PRESETS["transfer"]) is None:
+            return None
+        sides += seen
+    return small_images(sides, cfg.data.crop_size, SMALL_PRESETS["transfer"])
 
 
 def _load(cfg: TransferSuiteConfig, pretrained: str) -> _Backbone:

@@ -22,7 +22,7 @@ from typing import Any
 import torch.utils.data
 from PIL import Image
 
-from moco_core import distributed
+from moco_core import distributed, smoke
 from moco_core.data.image_files import check_image, load_rgb, reason
 from moco_core.errors import UserError, show
 from moco_core.user_files import parse_json_lines, within
@@ -254,6 +254,11 @@ def scan_images(
             f"no images found under {base} (expected ImageFolder layout: "
             f"{root}/{split or 'train'}/<class>/*.jpg or a folder of images)"
         )
+    kept = smoke.bounded(samples)  # MOCO_SMOKE=1: seconds, whatever the folder's size
+    if len(kept) < len(samples) and distributed.is_main():
+        print(f"note: {len(kept)} of the {len(samples):,} images under {base}, evenly spaced (MOCO_SMOKE=1 reads at "
+              f"most {smoke.FOLDER_IMAGES} a folder)", file=sys.stderr, flush=True)
+    samples = kept
     skipped: list[tuple[str, str]] = []
     if verify:
         announce = len(samples) >= _ANNOUNCE_VERIFY and distributed.is_main()

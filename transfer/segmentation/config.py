@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from moco_core.config import ARCHS, SCHEDULES, ConfigError, load_config, require, run_checks
+from moco_core.config import ARCHS, SCHEDULES, ConfigError, cpu_workers, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 from transfer.config import SolverConfig, TransferRunConfig, input_checks, solver_checks
 
@@ -59,7 +59,7 @@ class SemsegDataConfig:
     # One's own data: the class names in label order (label value k is classes[k]); the standard sets name theirs.
     classes: tuple[str, ...] = ()
     ignore_index: int = 255  # label value excluded from the loss and the metric (VOC's borders, Cityscapes' void)
-    workers: int = 4  # DataLoader worker processes per training process
+    workers: int = field(default_factory=lambda: cpu_workers(4))  # DataLoader workers a training process
 
 
 def _solver() -> SolverConfig:
