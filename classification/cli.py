@@ -82,15 +82,16 @@ def linear_cli(
         "labelled so).")] = False,
     grid: Annotated[bool, typer.Option(
         "--grid", help="Train a grid of linear heads (the preset's lrs x features: lincls_grid's are DINOv2's 13, "
-        "1e-5 to 0.1; lincls_grid_embedded's 0.01 to 100) on one frozen pass a batch and report the one chosen on "
-        "held-out train images (protocol linear-grid, NOT the paper's); presets lincls_grid, lincls_grid_embedded "
-        "imply it.")] = False,
+        "1e-5 to 0.1; lincls_grid_embedded's and lincls_grid_32px's 0.01 to 100) on one frozen pass a batch and "
+        "report the one chosen on held-out train images (protocol linear-grid, NOT the paper's); presets "
+        "lincls_grid, lincls_grid_embedded, lincls_grid_32px imply it.")] = False,
     robustness: Annotated[str | None, typer.Option(
         help="With --grid: a folder holding ImageNet-V2, -A, -R, -Sketch and ReaL's real.json as released; the "
         "chosen head is scored on each found (robustness.root).")] = None,
     shots: Annotated[str | None, typer.Option(
         help="Few-shot instead: k labelled images a class, e.g. 1,5,10 (fewshot.shots): linear (logistic "
-        "regression on cached features, its strength chosen on held-out train images) and kNN.")] = None,
+        "regression on cached features, its strength chosen on held-out train images) and kNN; preset "
+        "lincls_fewshot_32px implies it.")] = None,
     tries: Annotated[int | None, typer.Option(help="With --shots: draws of each k (fewshot.tries).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the evaluation in its output directory from "
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,

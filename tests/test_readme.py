@@ -259,6 +259,9 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
             shots, tries = _option(command, "--shots").split(","), int(_option(command, "--tries"))
             assert record["task"] == "fewshot" and [str(r["shots"]) for r in record["fewshot"]] == shots
             assert all(len(r[reader]["runs"]) == tries for r in record["fewshot"] for reader in ("linear", "knn"))
+        elif "lincls_fewshot_32px" in command:  # the preset's k and draws
+            assert record["task"] == "fewshot" and [r["shots"] for r in record["fewshot"]] == [1, 5, 10]
+            assert all(len(r["linear"]["runs"]) == 5 for r in record["fewshot"])
         elif "--grid" in command or "lincls_grid" in command:
             _check_grid(command, record)
         _check_data(command, record["dataset"], env)
