@@ -111,7 +111,7 @@ def cpu_workers(configured: int) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    return max(1, min(configured, cores))
+    return min(configured, cores)
 
 
 @dataclass(frozen=True)
