@@ -233,7 +233,7 @@ def test_the_grid_help_states_each_presets_learning_rates_as_they_are() -> None:
     from cli import app
 
     text = " ".join(CliRunner().invoke(app, ["eval", "linear", "--help"], env={"COLUMNS": "1000"}).output.split())
-    for preset in ("lincls_grid", "lincls_grid_embedded"):
+    for preset in ("lincls_grid", "lincls_grid_embedded", "lincls_grid_32px"):
         lrs = load_grid_config(preset, [], flags={"data": {"path": "embedded"}}).grid.lrs
         low, high = (f"{v:g}".replace("e-0", "e-") for v in (min(lrs), max(lrs)))
         assert f"{preset}'s" in text and f"{low} to {high}" in text, (preset, low, high)
