@@ -112,7 +112,7 @@ def test_the_32px_presets_resolve(cifar: Path) -> None:
     suite = resolved("eval", "transfer", *weights, "-c", "transfer_32px")
     assert (grid["data"]["crop_size"], grid["data"]["path"], grid["fewshot"]["shots"]) == (32, str(cifar), [])
     assert few["fewshot"]["shots"] == [1, 5, 10] and few["grid"] == grid["grid"]
-    assert few["run"]["output_dir"] == "runs/lincls_fewshot_32px/random_resnet18"
+    assert few["run"]["output_dir"] == f"runs/lincls_fewshot_32px_{cifar.name}/random_resnet18"
     assert (suite["data"]["crop_size"], suite["data"]["resize"], suite["data"]["path"]) == (32, 32, str(cifar))
 
 
