@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+import classification.engine
 import classification.finetune
 import classification.linear
 import moco_core.data.device_data
@@ -40,8 +41,8 @@ import transfer.engine
 from moco_core.config import replace
 
 # Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.run.runtime).
-AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, classification.linear, classification.finetune,
-                  transfer.engine)
+AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, classification.engine, classification.linear,
+                  classification.finetune, transfer.engine)
 
 
 def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:

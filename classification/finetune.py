@@ -27,11 +27,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from classification.linear import LinearDataConfig, Splits, evaluate, load_splits, protocol_preset, train_transform
-from classification.splits import SMALL_PRESETS, dataset_record
+from classification.engine import Built, EpochDone, EpochProtocol, Words, evaluate, run_evaluation, scored_epoch
+from classification.linear import protocol_preset
+from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits, train_transform
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
-from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
+from moco_core.config import SCHEDULES, ConfigError, load_config, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.data.inat import inat_splits, is_inat_layout
@@ -41,13 +42,10 @@ from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.vit import is_vit
 from moco_core.model.weights.formats import IMAGENET, Normalisation, format_checks
-from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.knn import effective_k
-from moco_core.run.naming import evaluation_dir
-from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
-from moco_core.run.runtime import autocast, resolve_data, resolve_device
+from moco_core.run.runtime import autocast, resolve_data
 from moco_core.run.schedule import short_schedule
 
 FINETUNE_LAST = checkpoint_name("eval finetune")
@@ -223,11 +221,8 @@ def finetune(cfg: FinetuneConfig, pretrained: str, *, show_progress: bool | str 
 
     ``resume``: continue from the run directory's last epoch (bit-identical on CPU), or extend a finished run to
     more ``optim.epochs``."""
-    device = resolve_device(cfg.run.device)
-    if cfg.run.output_dir is None:
-        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "finetune", pretrained, cfg.arch)})
-    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
-        return _finetune(cfg, pretrained, device, show_progress, extra or {}, resume)
+    return run_evaluation(cfg, pretrained, "finetune", _Finetune, show_progress=show_progress, extra=extra,
+                          resume=resume)
 
 
 @dataclass
@@ -293,50 +288,38 @@ def require_batch_statistics(model: nn.Module, images: int, batch_size: int, dat
         raise ConfigError(f"{key}: {why}; the training images are {images}: give at least 2")
 
 
-def _finetune(cfg: FinetuneConfig, pretrained: str, device: torch.device, show_progress: bool | str,
-              extra: dict[str, Any], resume: bool) -> Path:
-    main = distributed.is_main()
-    run_dir = Path(cfg.run.output_dir)
-    check_epoch_run(run_dir, resume, FINETUNE_LAST, finished="a finished fine-tuning",
-                    unfinished="an unfinished fine-tuning",
-                    hint="pass --resume to continue or extend it, or choose another --output-dir")
-    failures = DecodeFailures(run_dir / ".undecodable")
-    run = _set_up(cfg, pretrained, device, failures)
-    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
-    history: list[dict[str, float]] = []
-    first = _restore(run_dir / FINETUNE_LAST, pretrained, run, history) if resume else 0
-    if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
-        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / FINETUNE_LAST} are done already; raise "
-                          f"it to extend the fine-tuning")
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
-    steps = len(run.train_loader)
-    started = time.perf_counter()
-    progress = Progress(steps * cfg.optim.epochs, done_steps=first * steps, every=cfg.run.log_every,
-                        enabled=main and show_progress)
-    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
-                       quiet=not show_progress) as metrics:
-        metrics.start(first * steps)
-        for epoch in range(first, cfg.optim.epochs):
-            loss, lr = _train_epoch(cfg, run, epoch, device, progress)
-            acc = evaluate(run.model, run.val_loader, device, cfg.run.amp, len(run.splits.classes))
-            history.append({"epoch": epoch, **acc})
-            metrics.write(epoch=epoch, step=(epoch + 1) * steps, loss=loss, lr=lr, **acc)
-            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 "
-                             f"{acc['top5']:.2f}")
-            note = failures.report(f"epoch {epoch + 1}") if main else None
-            if note:
-                print(f"warning: {note}", file=sys.stderr)
-            if main:  # after the evaluation: the RNG state the next epoch's loader starts from
-                checkpoint.save_last({"format": "moco-finetune", "epoch": epoch + 1, "arch": run.info.arch,
-                                        "model": _plain_state(run.model), "optimizer": run.optimizer.state_dict(),
-                                        "history": history, "pretrained": pretrained,
-                                        "rng": checkpoint.rng_state(), "config": to_dict(cfg)},
-                                        run_dir / FINETUNE_LAST)
-    if not main:
-        return run_dir / "result.json"
-    return _write_result(cfg, run, history, run_dir, started, extra)
+class _Finetune(EpochProtocol):
+    """Fine-tuning's part of the engine's run: the whole model trained and scored on val each epoch."""
+
+    words = Words(finished="a finished fine-tuning", unfinished="an unfinished fine-tuning",
+                  hint="pass --resume to continue or extend it, or choose another --output-dir",
+                  kind="fine-tuning", verb="fine-tunes", extended="the fine-tuning")
+    last = FINETUNE_LAST
+    format = "moco-finetune"
+    cfg: FinetuneConfig
+    run: _Setup
+
+    def set_up(self, failures: DecodeFailures) -> Built:
+        self.run = _set_up(self.cfg, self.pretrained, self.device, failures)
+        return Built(self.run.info, self.run.optimizer, [self.run.model], len(self.run.train_loader))
+
+    def train_epoch(self, epoch: int, step: int, progress: Progress) -> EpochDone:
+        loss, lr = _train_epoch(self.cfg, self.run, epoch, self.device, progress)
+        acc = evaluate(self.run.model, self.run.val_loader, self.device, self.cfg.run.amp,
+                       len(self.run.splits.classes))
+        return scored_epoch(epoch, step + len(self.run.train_loader), loss, lr, acc)
+
+    def state(self) -> dict[str, Any]:
+        return {"arch": self.run.info.arch, "model": _plain_state(self.run.model)}
+
+    def load_state(self, saved: dict[str, Any], path: Path) -> None:
+        try:
+            checkpoint.load_into(self.run.model, saved.get("model"))
+        except checkpoint.CheckpointError as err:
+            raise checkpoint.CheckpointError(f"{path}: does not match this fine-tuning's model: {err}") from None
+
+    def write_result(self, history: list[dict[str, Any]], result: None, run_dir: Path, started: float) -> Path:
+        return _write_result(self.cfg, self.run, history, run_dir, started, self.extra)
 
 
 def _train_epoch(cfg: FinetuneConfig, run: _Setup, epoch: int, device: torch.device,
@@ -365,23 +348,6 @@ def _plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def _restore(path: Path, pretrained: str, run: _Setup, history: list[dict[str, float]]) -> int:
-    """Load a fine-tuning's last epoch (model, optimiser, history, RNG) from ``path``; the epochs it had done."""
-    saved = checkpoint.load(path)
-    if saved.get("format") != "moco-finetune":
-        raise checkpoint.CheckpointError(f"{path}: not a fine-tuning checkpoint")
-    if saved.get("pretrained") != pretrained:
-        raise ConfigError(f"--resume: {path} fine-tunes {saved.get('pretrained')!r}, not {pretrained!r}")
-    try:
-        checkpoint.load_into(run.model, saved.get("model"))
-    except checkpoint.CheckpointError as err:
-        raise checkpoint.CheckpointError(f"{path}: does not match this fine-tuning's model: {err}") from None
-    load_optimizer_state(run.optimizer, saved.get("optimizer"), source=str(path), modules=[run.model])
-    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
-    history += saved_history
-    return epoch
-
-
 def protocol_note(cfg: FinetuneConfig) -> str:
     """What the record and the summary line call the run: its optimiser and schedule, in a few words."""
     o = cfg.optim
@@ -396,7 +362,7 @@ def protocol_note(cfg: FinetuneConfig) -> str:
     return ", ".join(parts)
 
 
-def _write_result(cfg: FinetuneConfig, run: _Setup, history: list[dict[str, float]], run_dir: Path,
+def _write_result(cfg: FinetuneConfig, run: _Setup, history: list[dict[str, Any]], run_dir: Path,
                   started: float, extra: dict[str, Any]) -> Path:
     best = max(history, key=lambda h: h["top1"])
     result = {"top1": history[-1]["top1"], "top5": history[-1]["top5"], "best_top1": best["top1"],

@@ -22,27 +22,33 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
+from classification.engine import (
+    Built,
+    EpochDone,
+    EpochProtocol,
+    Words,
+    evaluate,
+    frozen_reference,
+    run_evaluation,
+    sanity_check,
+    scored_epoch,
+)
 from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits
-from classification.splits import train_transform as train_transform  # eval linear's train crops, also fine-tuning's
-from classification.subsets import parse_labels
+from classification.subsets import subset_checks
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.data import DecodeFailures
-from moco_core.errors import NonFiniteLossError, UserError
+from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import VIT_SHAPES, classifier_name
 from moco_core.model.weights.formats import format_checks
-from moco_core.optimizer_state import load_optimizer_state
-from moco_core.run.knn import effective_k, non_finite_error, require_finite, topk_accuracy
-from moco_core.run.naming import evaluation_dir
-from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.knn import effective_k, non_finite_error, require_finite
+from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files
-from moco_core.run.runtime import autocast, resolve_device
+from moco_core.run.runtime import autocast
 from moco_core.run.schedule import short_schedule
-from moco_core.user_files import regular_file
 
 LINEAR_LAST = checkpoint_name("eval linear", "linear")  # fc, optimizer, history and RNG after the last epoch
 
@@ -112,28 +118,6 @@ def validate_linear(cfg: LinearConfig) -> LinearConfig:
     return cfg
 
 
-def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
-    """The data config's subset options, checked before any image is read (linear, kNN and fine-tuning)."""
-    if d.labels is not None:
-        parse_labels(d.labels)  # a one-line error naming data.labels
-    why = _not_a_file(d.subset) if d.subset is not None else ""
-    return [(d.labels is None or d.subset is None, "data.labels",
-             "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
-            (not why, "data.subset", why),
-            (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
-
-
-def _not_a_file(path: str) -> str:
-    """Why ``path`` is no list to read (missing, a device such as /dev/zero, a FIFO, a folder), or ""."""
-    try:
-        regular_file(Path(path).expanduser(), what="file")
-    except UserError as err:
-        return str(err)
-    except (OSError, ValueError):  # a NUL byte, a name too long
-        return f"{path!r}: no such file"
-    return ""
-
-
 def load_linear_config(config: str | None, overrides: list[str],
                        flags: dict[str, Any] | None = None) -> LinearConfig:
     """Defaults < YAML < ``--set`` < explicit flags (None: not given), validated once on the result."""
@@ -182,50 +166,6 @@ def freeze_all_but_fc(model: nn.Module) -> list[nn.Parameter]:
     return [classifier(model).weight, classifier(model).bias]
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, amp: bool,
-             num_classes: int) -> dict[str, float]:
-    """Top-1/top-5 (%) over the whole validation set, summed across ranks. With fewer than 5 classes top-5 is
-    top-``num_classes`` (:func:`moco_core.run.knn.topk_accuracy`: 100% for every class the model scores)."""
-    model.eval()
-    counts = torch.zeros(3, dtype=torch.float64, device=device)  # top1 hits, top5 hits, images
-    finite = torch.ones((), dtype=torch.bool, device=device)  # read once after the pass: no host sync a batch
-    for images, target, _ in loader:
-        with autocast(device, amp):
-            scores = model(images.to(device, non_blocking=True)).float()
-        finite &= torch.isfinite(scores).all()
-        acc = topk_accuracy(scores, target.to(device), (1, 5))
-        n = target.shape[0]
-        counts += torch.tensor([acc["top1"] * n / 100, acc["top5"] * n / 100, n], device=device,
-                               dtype=torch.float64)
-    if not bool(finite):  # NaN scores rank as class 0: a score at chance, without a word
-        raise non_finite_error("evaluation", ["val images, in eval mode"])
-    if distributed.world_size() > 1:
-        torch.distributed.all_reduce(counts)
-    return {"top1": (counts[0] / counts[2]).item() * 100, "top5": (counts[1] / counts[2]).item() * 100}
-
-
-def frozen_reference(model: nn.Module, info: BackboneInfo) -> dict[str, torch.Tensor]:
-    """What :func:`sanity_check` compares a random network against: a copy of every tensor but the classifier's, as
-    initialised; none for weights read from a file, which it reads again instead."""
-    if info.source != "random":
-        return {}
-    head = classifier_name(model) + "."
-    return {k: v.clone() for k, v in model.state_dict().items() if not k.startswith(head)}
-
-
-def sanity_check(model: nn.Module, info: BackboneInfo, initial: dict[str, torch.Tensor]) -> None:
-    """Every tensor but the classifier's must equal the pretrained weights (re-read from the file) or the initial
-    ones."""
-    reference = initial if info.source == "random" else backbone.reread_state(info)
-    head = classifier_name(model) + "."
-    state = {k: v.cpu() for k, v in model.state_dict().items() if not k.startswith(head)}
-    changed = [k for k in state if k in reference and not torch.equal(state[k], reference[k].cpu())]
-    if changed or state.keys() != reference.keys():
-        raise RuntimeError(f"sanity check failed: {len(changed)} frozen tensors changed (first: {changed[:3]}) "
-                           f"during linear training; the evaluation is invalid")
-
-
 def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool | str = True,
                 extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Run the protocol on ``pretrained`` (a checkpoint path or "random"); returns the result record's path.
@@ -234,11 +174,7 @@ def linear_eval(cfg: LinearConfig, pretrained: str, *, show_progress: bool | str
     the run directory's last epoch (``linear_last.pth.tar``: fc, optimizer, history, RNG; on CPU the result is
     bit-identical to an uninterrupted run), or extend a finished evaluation to more ``optim.epochs``.
     """
-    device = resolve_device(cfg.run.device)
-    if cfg.run.output_dir is None:  # the CLI names it after the preset; a caller without one gets runs/linear/...
-        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "linear", pretrained, cfg.arch)})
-    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
-        return _linear_eval(cfg, pretrained, device, show_progress, extra or {}, resume)
+    return run_evaluation(cfg, pretrained, "linear", _Linear, show_progress=show_progress, extra=extra, resume=resume)
 
 
 @dataclass
@@ -257,52 +193,42 @@ class _Setup:
     splits: Splits
 
 
-def _linear_eval(cfg: LinearConfig, pretrained: str, device: torch.device, show_progress: bool | str,
-                 extra: dict[str, Any], resume: bool) -> Path:
-    main = distributed.is_main()
-    run_dir = Path(cfg.run.output_dir)
-    # a finished or checkpointed evaluation keeps its fc, config and metrics
-    check_epoch_run(run_dir, resume, LINEAR_LAST, finished="a finished linear evaluation",
-                    unfinished="an unfinished linear evaluation",
-                    hint="pass --resume to continue or extend it, or choose another --output-dir")
-    failures = DecodeFailures(run_dir / ".undecodable")  # reported once per epoch by the main process
-    run = _set_up(cfg, pretrained, device, failures)
-    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
-    history: list[dict[str, float]] = []
-    first = _restore(run_dir / LINEAR_LAST, pretrained, run.model, run.optimizer, history) if resume else 0
-    # every epoch done but no result.json: killed before writing it, which is done now
-    if first > cfg.optim.epochs or (first == cfg.optim.epochs and (run_dir / "result.json").exists()):
-        raise ConfigError(f"optim.epochs: the {first} epochs of {run_dir / LINEAR_LAST} are done already; raise it "
-                          f"to extend the evaluation")
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
-    step, started = first * len(run.train_loader), time.perf_counter()
-    progress = Progress(len(run.train_loader) * cfg.optim.epochs, done_steps=step, every=cfg.run.log_every,
-                        enabled=main and show_progress)
-    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers, config=to_dict(cfg),
-                       quiet=not show_progress) as metrics:
-        metrics.start(step)
-        for epoch in range(first, cfg.optim.epochs):
-            step, loss, lr = _train_epoch(cfg, run, epoch, step, device, progress)
-            acc = evaluate(run.head, run.val_source, device, cfg.run.amp, len(run.splits.classes))
-            history.append({"epoch": epoch, **acc})
-            metrics.write(epoch=epoch, step=step, loss=loss, lr=lr, **acc)
-            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: val top1 {acc['top1']:.2f} top5 "
-                             f"{acc['top5']:.2f}")
-            note = failures.report(f"epoch {epoch + 1}") if main else None
-            if note:
-                print(f"warning: {note}", file=sys.stderr)
-            if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
-                checkpoint.save_last({"format": "moco-linear", "epoch": epoch + 1,
-                                        "fc": classifier(run.model).state_dict(),
-                                        "optimizer": run.optimizer.state_dict(), "history": history,
-                                        "pretrained": pretrained, "rng": checkpoint.rng_state(),
-                                        "config": to_dict(cfg)}, run_dir / LINEAR_LAST)
-        sanity_check(run.model, run.info, run.initial)
-    if not main:
-        return run_dir / "result.json"
-    return _write_result(cfg, run, history, run_dir, started, extra)
+class _Linear(EpochProtocol):
+    """The protocol's part of the engine's run: fc trained on the frozen network and scored on val each epoch,
+    the sanity check after the last."""
+
+    words = Words(finished="a finished linear evaluation", unfinished="an unfinished linear evaluation",
+                  hint="pass --resume to continue or extend it, or choose another --output-dir",
+                  kind="linear evaluation", verb="evaluates", extended="the evaluation")
+    last = LINEAR_LAST
+    format = "moco-linear"
+    cfg: LinearConfig
+    run: _Setup
+
+    def set_up(self, failures: DecodeFailures) -> Built:
+        self.run = _set_up(self.cfg, self.pretrained, self.device, failures)
+        return Built(self.run.info, self.run.optimizer, [self.run.model], len(self.run.train_loader))
+
+    def train_epoch(self, epoch: int, step: int, progress: Progress) -> EpochDone:
+        step, loss, lr = _train_epoch(self.cfg, self.run, epoch, step, self.device, progress)
+        acc = evaluate(self.run.head, self.run.val_source, self.device, self.cfg.run.amp,
+                       len(self.run.splits.classes))
+        return scored_epoch(epoch, step, loss, lr, acc)
+
+    def state(self) -> dict[str, Any]:
+        return {"fc": classifier(self.run.model).state_dict()}
+
+    def load_state(self, saved: dict[str, Any], path: Path) -> None:
+        try:
+            checkpoint.load_into(classifier(self.run.model), saved.get("fc"))
+        except checkpoint.CheckpointError as err:
+            raise checkpoint.CheckpointError(f"{path}: does not match this evaluation's classifier: {err}") from None
+
+    def finish(self, history: list[dict[str, Any]], progress: Progress) -> None:
+        sanity_check(self.run.model, self.run.info, self.run.initial)
+
+    def write_result(self, history: list[dict[str, Any]], result: None, run_dir: Path, started: float) -> Path:
+        return _write_result(self.cfg, self.run, history, run_dir, started, self.extra)
 
 
 def _set_up(cfg: LinearConfig, pretrained: str, device: torch.device, failures: DecodeFailures) -> _Setup:
@@ -422,7 +348,7 @@ def _shown(value: object) -> str:
     return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
-def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]], run_dir: Path, started: float,
+def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, Any]], run_dir: Path, started: float,
                   extra: dict[str, Any]) -> Path:
     """The final fc and the result record (main process); a summary line."""
     best = max(history, key=lambda h: h["top1"])
@@ -444,25 +370,6 @@ def _write_result(cfg: LinearConfig, run: _Setup, history: list[dict[str, float]
           f"epoch {best['epoch'] + 1}) in {format_duration(time.perf_counter() - started)}; sanity check passed",
           file=sys.stderr)
     return record
-
-
-def _restore(path: Path, pretrained: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-             history: list[dict[str, float]]) -> int:
-    """Load an evaluation's last epoch (fc, optimizer, history, RNG) from ``path``; the epochs it had done. What
-    does not fit this evaluation is a one-line CheckpointError before any step."""
-    saved = checkpoint.load(path)
-    if saved.get("format") != "moco-linear":
-        raise checkpoint.CheckpointError(f"{path}: not a linear evaluation checkpoint")
-    if saved.get("pretrained") != pretrained:
-        raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
-    try:
-        checkpoint.load_into(classifier(model), saved.get("fc"))
-    except checkpoint.CheckpointError as err:
-        raise checkpoint.CheckpointError(f"{path}: does not match this evaluation's classifier: {err}") from None
-    load_optimizer_state(optimizer, saved.get("optimizer"), source=str(path), modules=[model])
-    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
-    history += saved_history
-    return epoch
 
 
 class _FeatureHead(nn.Module):

@@ -4,11 +4,12 @@ reported on val and on ImageNet's robustness sets (:mod:`classification.robustne
 
 The backbone is read at its taps (:mod:`classification.frozen.taps`) in eval mode under ``torch.no_grad``: BN
 statistics never move and no gradient reaches it, and the sanity check at the end (the paper protocol's, from
-:mod:`classification.linear`) proves that no backbone tensor changed. Train images are DINOv2's head training
+:mod:`classification.engine`) proves that no backbone tensor changed. Train images are DINOv2's head training
 crops (RandomResizedCrop + flip; the paper protocol's train transform); the held-out split, val and the
 robustness sets are read as center crops. Each epoch ends with a checkpoint (``grid_last.pth.tar``: the heads, the
-optimizer, the history, the RNG), from which ``--resume`` continues; the lock, ``--nproc`` (the heads wrapped in
-DDP, each rank a shard of every batch) and one-line errors are the paper protocol's.
+optimizer, the history, the RNG), from which ``--resume`` continues; the epochs, the lock, ``--nproc`` (the heads
+wrapped in DDP, each rank a shard of every batch) and one-line errors are the paper protocol's (the engine's run,
+:mod:`classification.engine`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from classification.engine import Built, EpochDone, EpochProtocol, Words, frozen_reference, run_evaluation, sanity_check
 from classification.frozen.grid_config import GridConfig, protocol_name
 from classification.frozen.heads import (
     LR_SCALING,
@@ -37,29 +39,21 @@ from classification.frozen.heads import (
 )
 from classification.frozen.selection import choose, held_out_names, holdout_split
 from classification.frozen.taps import FeatureTaps, available_taps, default_tap
-from classification.linear import frozen_reference, sanity_check
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
 from classification.splits import SMALL_PRESETS, Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
-from moco_core.config import ConfigError, replace, to_dict
+from moco_core.config import ConfigError, to_dict
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.vit import is_vit
-from moco_core.optimizer_state import load_optimizer_state
 from moco_core.run.knn import non_finite_error
-from moco_core.run.naming import evaluation_dir
-from moco_core.run.progress import MetricsWriter, Progress, format_duration
+from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
-from moco_core.run.rundir import (
-    check_epoch_run,
-    run_dir_lock,
-    write_run_files,
-    write_text_atomic,
-)
-from moco_core.run.runtime import autocast, resolve_device
+from moco_core.run.rundir import write_text_atomic
+from moco_core.run.runtime import autocast
 
 GRID_LAST = checkpoint_name("eval linear", "grid")
 # what must not change between a run and its --resume: the heads' shapes and the images they train on
@@ -69,11 +63,8 @@ _RESUME_KEYS = ("arch", "grid", "optim", "select", "data")
 def grid_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool | str = True,
               extra: dict[str, Any] | None = None, resume: bool = False) -> Path:
     """Train the grid on ``pretrained`` (a checkpoint, a run directory or "random"); returns the record's path."""
-    device = resolve_device(cfg.run.device)
-    if cfg.run.output_dir is None:
-        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "linear_grid", pretrained, cfg.arch)})
-    with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
-        return _grid_eval(cfg, pretrained, device, show_progress, extra or {}, resume)
+    return run_evaluation(cfg, pretrained, "linear_grid", _Grid, show_progress=show_progress, extra=extra,
+                          resume=resume)
 
 
 @dataclass
@@ -98,57 +89,69 @@ class _Run:
     real: RealLabels | None
 
 
-def _grid_eval(cfg: GridConfig, pretrained: str, device: torch.device, show_progress: bool | str,
-               extra: dict[str, Any], resume: bool) -> Path:
-    main = distributed.is_main()
-    run_dir = Path(cfg.run.output_dir)
-    check_epoch_run(run_dir, resume, GRID_LAST, finished="a finished evaluation",
-                    unfinished="an unfinished grid evaluation",
-                    hint="pass --resume to continue it, or choose another --output-dir")
-    failures = DecodeFailures(run_dir / ".undecodable")
-    run = _set_up(cfg, pretrained, device, failures)
-    # the checkpoint is read before the run files are rewritten: a resume refused leaves the run as it was
-    history: list[dict[str, Any]] = []
-    first = _restore(run_dir / GRID_LAST, cfg, pretrained, run, history) if resume else 0
-    if first >= cfg.optim.epochs and (run_dir / "result.json").exists():
-        raise ConfigError(f"--resume: {run_dir} holds a finished grid evaluation (its cosine schedule ended at "
-                          f"epoch {first}); choose another --output-dir for a new one")
-    if main:
-        write_run_files(run_dir, to_dict(cfg), {"pretrained": pretrained, "backbone_format": run.info.format,
-                                                 "world_size": distributed.world_size(), "device": str(device)})
-        if run.held_out:  # the split is not shipped with the data: kept with the run (its SHA-256 is the record's)
-            write_text_atomic(run_dir / "holdout.txt", "\n".join(run.held_out))
-    total = cfg.optim.epochs * len(run.train_loader)
-    step, started = first * len(run.train_loader), time.perf_counter()
-    progress = Progress(total, done_steps=step, every=cfg.run.log_every, enabled=main and show_progress)
-    with MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=cfg.run.loggers,
-                       config=to_dict(cfg)) as metrics:
-        metrics.start(step)
-        for epoch in range(first, cfg.optim.epochs):
-            step, losses = _train_epoch(cfg, run, epoch, step, total, device, progress)
-            finite = [x for x in losses if math.isfinite(x)]
-            if not finite:
-                raise NonFiniteLossError(f"every head of the grid diverged by epoch {epoch + 1}; lower grid.lrs")
-            history.append({"epoch": epoch, "loss": losses, "lr_factor": run.optimizer.param_groups[0]["lr"]
-                            / run.optimizer.param_groups[0]["start_lr"]})
-            metrics.write(epoch=epoch, step=step, loss_best=min(finite), loss_mean=sum(finite) / len(finite),
-                          diverged=len(losses) - len(finite))
-            progress.message(f"epoch {epoch + 1}/{cfg.optim.epochs}: head losses {min(finite):.3f} .. "
-                             f"{max(finite):.3f}" + (f", {len(losses) - len(finite)} diverged"
-                                                     if len(finite) < len(losses) else ""))
-            note = failures.report(f"epoch {epoch + 1}") if main else None
-            if note:
-                print(f"warning: {note}", file=sys.stderr)
-            if main:
-                checkpoint.save_last({"format": "moco-linear-grid", "epoch": epoch + 1,
-                                        "heads": run.heads.state_dict(), "optimizer": run.optimizer.state_dict(),
-                                        "history": history, "pretrained": pretrained,
-                                        "rng": checkpoint.rng_state(), "config": to_dict(cfg)}, run_dir / GRID_LAST)
-    result = _select_and_score(cfg, run, history, device, progress)
-    sanity_check(run.model, run.info, run.initial)
-    if not main:
-        return run_dir / "result.json"
-    return _write_result(cfg, run, history, result, run_dir, started, extra)
+class _Grid(EpochProtocol):
+    """The grid's part of the engine's run: every head trained on one frozen pass a batch; after the last epoch,
+    one head chosen and scored, and the sanity check."""
+
+    words = Words(finished="a finished evaluation", unfinished="an unfinished grid evaluation",
+                  hint="pass --resume to continue it, or choose another --output-dir", kind="grid evaluation",
+                  verb="evaluates")
+    last = GRID_LAST
+    format = "moco-linear-grid"
+    cfg: GridConfig
+    run: _Run
+
+    def set_up(self, failures: DecodeFailures) -> Built:
+        self.run = _set_up(self.cfg, self.pretrained, self.device, failures)
+        return Built(self.run.info, self.run.optimizer, [self.run.heads], len(self.run.train_loader))
+
+    def require_epochs_left(self, first: int, run_dir: Path) -> None:
+        """A finished grid is not extended: its cosine schedule ended with its last epoch."""
+        if first >= self.cfg.optim.epochs and (run_dir / "result.json").exists():
+            raise ConfigError(f"--resume: {run_dir} holds a finished grid evaluation (its cosine schedule ended at "
+                              f"epoch {first}); choose another --output-dir for a new one")
+
+    def write_files(self, run_dir: Path) -> None:
+        if self.run.held_out:  # the split is not shipped with the data: kept with the run (its SHA-256 is the record's)
+            write_text_atomic(run_dir / "holdout.txt", "\n".join(self.run.held_out))
+
+    def train_epoch(self, epoch: int, step: int, progress: Progress) -> EpochDone:
+        cfg, optimizer = self.cfg, self.run.optimizer
+        total = cfg.optim.epochs * len(self.run.train_loader)
+        step, losses = _train_epoch(cfg, self.run, epoch, step, total, self.device, progress)
+        finite = [x for x in losses if math.isfinite(x)]
+        if not finite:
+            raise NonFiniteLossError(f"every head of the grid diverged by epoch {epoch + 1}; lower grid.lrs")
+        diverged = len(losses) - len(finite)
+        return EpochDone({"epoch": epoch, "loss": losses,
+                          "lr_factor": optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["start_lr"]},
+                         {"step": step, "loss_best": min(finite), "loss_mean": sum(finite) / len(finite),
+                          "diverged": diverged},
+                         f"head losses {min(finite):.3f} .. {max(finite):.3f}"
+                         + (f", {diverged} diverged" if diverged else ""))
+
+    def state(self) -> dict[str, Any]:
+        return {"heads": self.run.heads.state_dict()}
+
+    def load_state(self, saved: dict[str, Any], path: Path) -> None:
+        now, then = _resumable(to_dict(self.cfg)), _resumable(saved["config"])
+        changed = [key for key in _RESUME_KEYS if then.get(key) != now[key]]
+        if changed:
+            raise ConfigError(f"--resume: {changed[0]} differs from the run in {path.parent} (a grid resumes with the "
+                              f"settings it started with)")
+        try:
+            checkpoint.load_into(self.run.heads, saved.get("heads"))
+        except (checkpoint.CheckpointError, RuntimeError, ValueError, KeyError) as err:
+            raise checkpoint.CheckpointError(f"{path}: does not match this grid ({str(err).splitlines()[0]})") from None
+
+    def finish(self, history: list[dict[str, Any]], progress: Progress) -> dict[str, Any]:
+        result = _select_and_score(self.cfg, self.run, history, self.device, progress)
+        sanity_check(self.run.model, self.run.info, self.run.initial)
+        return result
+
+    def write_result(self, history: list[dict[str, Any]], result: dict[str, Any], run_dir: Path,
+                     started: float) -> Path:
+        return _write_result(self.cfg, self.run, history, result, run_dir, started, self.extra)
 
 
 def _set_up(cfg: GridConfig, pretrained: str, device: torch.device, failures: DecodeFailures) -> _Run:
@@ -374,28 +377,6 @@ def _write_result(cfg: GridConfig, run: _Run, history: list[dict[str, Any]], res
           f"{result['metrics']['top5']:.2f}{'; ' + robust if robust else ''} in "
           f"{format_duration(time.perf_counter() - started)}; sanity check passed", file=sys.stderr)
     return record
-
-
-def _restore(path: Path, cfg: GridConfig, pretrained: str, run: _Run, history: list[dict[str, Any]]) -> int:
-    """Load the grid's last epoch (heads, optimizer, history, RNG) from ``path``; the epochs it had done."""
-    saved = checkpoint.load(path)
-    if saved.get("format") != "moco-linear-grid":
-        raise checkpoint.CheckpointError(f"{path}: not a grid evaluation checkpoint")
-    if saved.get("pretrained") != pretrained:
-        raise ConfigError(f"--resume: {path} evaluates {saved.get('pretrained')!r}, not {pretrained!r}")
-    now, then = _resumable(to_dict(cfg)), _resumable(saved["config"])
-    changed = [key for key in _RESUME_KEYS if then.get(key) != now[key]]
-    if changed:
-        raise ConfigError(f"--resume: {changed[0]} differs from the run in {path.parent} (a grid resumes with the "
-                          f"settings it started with)")
-    try:
-        checkpoint.load_into(run.heads, saved.get("heads"))
-    except (checkpoint.CheckpointError, RuntimeError, ValueError, KeyError) as err:
-        raise checkpoint.CheckpointError(f"{path}: does not match this grid ({str(err).splitlines()[0]})") from None
-    load_optimizer_state(run.optimizer, saved.get("optimizer"), source=str(path), modules=[run.heads])
-    epoch, saved_history = checkpoint.restore_resume_fields(saved, path, position="epoch")
-    history += saved_history
-    return epoch
 
 
 def _resumable(config: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from classification.engine import frozen_reference, sanity_check
 from classification.frozen import fewshot
 from classification.frozen.features import (
     FeatureSet,
@@ -41,7 +42,6 @@ from classification.frozen.grid_config import GridConfig, protocol_name
 from classification.frozen.metrics import top1
 from classification.frozen.selection import holdout_split
 from classification.frozen.taps import default_tap
-from classification.linear import frozen_reference, sanity_check
 from classification.splits import SMALL_PRESETS, dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from classification.linear import LinearConfig, linear_eval, load_linear_config, sanity_check
+from classification.engine import sanity_check
+from classification.linear import LinearConfig, linear_eval, load_linear_config
 from moco_core import checkpoint
 from moco_core.config import ConfigError, replace
 from moco_core.model.backbone import load_backbone
