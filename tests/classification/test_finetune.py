@@ -1,5 +1,5 @@
-"""Fine-tuning: the schedule and the layer-wise lrs against hand-worked values, every layer and BN trained, resume
-bit-identical on CPU, iNaturalist 2018's layout, one-line errors."""
+"""Fine-tuning: the schedule and the layer-wise lrs against hand-worked values, every layer and BN trained,
+iNaturalist 2018's layout, one-line errors (resume, bit-identical on CPU: tests/classification/test_engine.py)."""
 
 from __future__ import annotations
 
@@ -148,41 +148,6 @@ def test_labels_reach_the_fine_tuning_through_the_cli(shapes_root: Path, tmp_pat
     assert dataset["subset"] == {"kind": "labels", "labels": "10%", "seed": 0, "images": per_class * classes,
                                  "of": train}
     assert dataset["train_images"] == per_class * classes and dataset["val_images"] > dataset["train_images"]
-
-
-class _Crash(Exception):
-    pass
-
-
-def test_resume_after_a_crash_is_bit_identical(shapes_root: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Killed after epoch 1 of 2 (its checkpoint written), then --resume: the same weights, BN statistics,
-    optimiser state and history as a run never interrupted (CPU, no loader workers)."""
-    straight = json.loads(finetune(tiny(shapes_root, tmp_path / "straight", 2), "random",
-                                   show_progress=False).read_text())
-    real_save = checkpoint.save_atomic
-
-    def save_then_crash(obj: dict, path: Path) -> None:
-        real_save(obj, path)
-        if path.name == FINETUNE_LAST and obj["epoch"] == 1:
-            raise _Crash
-
-    monkeypatch.setattr(checkpoint, "save_atomic", save_then_crash)
-    with pytest.raises(_Crash):
-        finetune(tiny(shapes_root, tmp_path / "crashed", 2), "random", show_progress=False)
-    monkeypatch.setattr(checkpoint, "save_atomic", real_save)
-    with pytest.raises(ConfigError, match=r"already holds an unfinished fine-tuning \(finetune_last.pth.tar\)"):
-        finetune(tiny(shapes_root, tmp_path / "crashed", 2), "random", show_progress=False)
-    resumed = json.loads(finetune(tiny(shapes_root, tmp_path / "crashed", 2), "random", show_progress=False,
-                                  resume=True).read_text())
-    assert resumed["history"] == straight["history"] and resumed["metrics"] == straight["metrics"]
-    a, b = (checkpoint.load(tmp_path / d / FINETUNE_LAST) for d in ("straight", "crashed"))
-    assert a["model"].keys() == b["model"].keys()
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    moments = [(s, t) for s, t in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True)]
-    assert moments and all(torch.equal(s["momentum_buffer"], t["momentum_buffer"]) for s, t in moments)
-    with pytest.raises(ConfigError, match="the 2 epochs of .* are done already; raise it"):
-        finetune(tiny(shapes_root, tmp_path / "crashed", 2), "random", show_progress=False, resume=True)
 
 
 def test_inat2018_layout_is_read_through_its_json_files(tmp_path: Path) -> None:
