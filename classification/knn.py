@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from classification.splits import SMALL_PRESETS, LinearDataConfig, dataset_record, load_splits
-from classification.subsets import subset_checks
+from classification.splits import SMALL_PRESETS, LinearDataConfig, dataset_record, load_splits, subset_checks
 from moco_core.config import cpu_workers, divisor_check, load_config, require, run_checks
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone

@@ -33,8 +33,7 @@ from classification.engine import (
     sanity_check,
     scored_epoch,
 )
-from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits
-from classification.subsets import subset_checks
+from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits, subset_checks
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
 from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict

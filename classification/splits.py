@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from classification.layouts import content_digest, find_listed
-from classification.subsets import select
+from classification.subsets import parse_labels, select
 from moco_core import distributed
 from moco_core.config import ConfigError, cpu_workers
 from moco_core.data.augment import build_eval_transform
@@ -30,9 +30,10 @@ from moco_core.data.data import (
     warn_skipped,
 )
 from moco_core.data.shapes import shapes_version
-from moco_core.errors import print_warning
+from moco_core.errors import UserError, print_warning
 from moco_core.model.weights.formats import IMAGENET, Normalisation
 from moco_core.run.runtime import resolve_data
+from moco_core.user_files import regular_file
 
 
 @dataclass(frozen=True)
@@ -167,3 +168,25 @@ def dataset_record(path: str | None, splits: Splits) -> dict[str, Any]:
     if splits.subset is not None:
         record["subset"] = splits.subset
     return record
+
+
+def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
+    """The data config's subset options, checked before any image is read (linear, kNN and fine-tuning)."""
+    if d.labels is not None:
+        parse_labels(d.labels)  # a one-line error naming data.labels
+    why = _not_a_file(d.subset) if d.subset is not None else ""
+    return [(d.labels is None or d.subset is None, "data.labels",
+             "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
+            (not why, "data.subset", why),
+            (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
+
+
+def _not_a_file(path: str) -> str:
+    """Why ``path`` is no list to read (missing, a device such as /dev/zero, a FIFO, a folder), or ""."""
+    try:
+        regular_file(Path(path).expanduser(), what="file")
+    except UserError as err:
+        return str(err)
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return f"{path!r}: no such file"
+    return ""

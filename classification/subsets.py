@@ -25,17 +25,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from moco_core.config import ConfigError
 from moco_core.data.data import show_value
-from moco_core.errors import UserError
-from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, inside, read_bytes, regular_file
-
-if TYPE_CHECKING:  # splits.py imports this module
-    from classification.splits import LinearDataConfig
+from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, inside, read_bytes
 
 PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 
@@ -151,25 +147,3 @@ def select(samples: list[tuple[str, int]], *, labels: str | None, subset: str | 
     if subset is not None:
         return file_subset(samples, Path(os.path.expanduser(subset)), unreadable=unreadable)
     return None
-
-
-def subset_checks(d: LinearDataConfig) -> list[tuple[bool, str, str]]:
-    """The data config's subset options, checked before any image is read (linear, kNN and fine-tuning)."""
-    if d.labels is not None:
-        parse_labels(d.labels)  # a one-line error naming data.labels
-    why = _not_a_file(d.subset) if d.subset is not None else ""
-    return [(d.labels is None or d.subset is None, "data.labels",
-             "give data.labels (a fraction drawn here) or data.subset (SimCLR's list), not both"),
-            (not why, "data.subset", why),
-            (d.subset_seed >= 0, "data.subset_seed", f"must be >= 0, got {d.subset_seed}")]
-
-
-def _not_a_file(path: str) -> str:
-    """Why ``path`` is no list to read (missing, a device such as /dev/zero, a FIFO, a folder), or ""."""
-    try:
-        regular_file(Path(path).expanduser(), what="file")
-    except UserError as err:
-        return str(err)
-    except (OSError, ValueError):  # a NUL byte, a name too long
-        return f"{path!r}: no such file"
-    return ""
