@@ -141,7 +141,7 @@ def test_labels_reach_the_fine_tuning_through_the_cli(shapes_root: Path, tmp_pat
                                       "--data", str(shapes_root), "--labels", "10%", "--quiet",
                                       *[a for v in sets for a in ("--set", v)]])
     assert result.exit_code == 0, result.output
-    run_dir = tmp_path / "runs" / "finetune_embedded_labels10pct" / "random_resnet18"
+    run_dir = tmp_path / "runs" / f"finetune_embedded_{shapes_root.name}_labels10pct" / "random_resnet18"
     dataset = json.loads((run_dir / "result.json").read_text())["dataset"]
     train, classes = dataset["subset"]["of"], dataset["classes"]
     per_class = max(1, math.floor(0.1 * train / classes + 0.5))  # a balanced split: every class as big
