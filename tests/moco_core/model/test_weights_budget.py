@@ -2,9 +2,9 @@
 size is allocated (moco_core/checkpoint_budget.py, moco_core/model/weights/vit_names.py, moco_core/model/vit.py).
 
 - A table through ``moco eval knn`` in a real process, its peak memory measured on the command itself: each
-  hostile file ends in one ``error:`` line (exit 2), the table's peak within :data:`MARGIN` of the control's. The old code built a network of 10^8
-  blocks from one key, a ViT-g from 2.8 KB of expanded tensors, inflated a DEFLATE zip, and read duplicate chunks,
-  two layouts and a FIFO ``config.json`` without a word.
+  hostile file ends in one ``error:`` line (exit 2), the table's peak within :data:`MARGIN` of the control's. The
+  old code built a network of 10^8 blocks from one key, a ViT-g from 2.8 KB of expanded tensors, inflated a
+  DEFLATE zip, and read duplicate chunks, two layouts and a FIFO ``config.json`` without a word.
 - A property test: generated hostile files (shapes, strides, key names, metadata, compression) through the same
   command in-process under an address-space cap: success or one line, never a traceback or a runaway.
 """
@@ -12,12 +12,9 @@ size is allocated (moco_core/checkpoint_budget.py, moco_core/model/weights/vit_n
 from __future__ import annotations
 
 import io
-import json
 import os
 import resource
 import struct
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +28,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from tests import weights_layouts as layouts
+from tests.peak_memory import measured
 
-ROOT = Path(__file__).resolve().parents[3]
 MiB, GiB = 1 << 20, 1 << 30
 # the table's peak resident memory above the control's (a real file read and evaluated first, in the same process:
 # torch, timm and the evaluation itself, about 810 MiB on one machine, 1 GiB on another); each hostile file of the
@@ -102,22 +99,21 @@ def expanded_dino(tmp: Path) -> tuple[Path, list[str]]:
 
 
 def deflate_bomb(tmp: Path, uncompressed: int = 768 * MiB) -> tuple[Path, list[str]]:
-    """A torch zip whose storage record is ``uncompressed`` bytes of zeros, DEFLATE-compressed to about 1/1000 of
-    that (old: inflated whole by torch's reader)."""
+    """A torch zip whose storage record is ``uncompressed`` bytes of zeros, DEFLATE-compressed (level 1: a third of
+    level 6's time to write) to about 1/200 of that (old: inflated whole by torch's reader)."""
     saved = io.BytesIO()
     torch.save({"w": torch.zeros(4)}, saved)
     numel = uncompressed // 4
     path = tmp / "bomb.pth"
-    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as source, zipfile.ZipFile(path, "w") as target:
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as source, zipfile.ZipFile(
+            path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as target:  # the other records copied as they were
         for info in source.infolist():
             data = source.read(info.filename)
             if info.filename.endswith("data.pkl"):  # the storage and the view claim numel elements
                 data = data.replace(b"cpuq\x06K\x04t", b"cpuq\x06J" + struct.pack("<i", numel) + b"t")
                 data = data.replace(b"K\x00K\x04\x85", b"K\x00J" + struct.pack("<i", numel) + b"\x85")
             if info.filename.endswith("data/0"):
-                record = zipfile.ZipInfo(info.filename)
-                record.compress_type = zipfile.ZIP_DEFLATED
-                with target.open(record, "w", force_zip64=True) as out:
+                with target.open(info.filename, "w", force_zip64=True) as out:  # the archive's DEFLATE, level 1
                     chunk = bytes(4 * MiB)
                     for _ in range(uncompressed // len(chunk)):
                         out.write(chunk)
@@ -173,7 +169,7 @@ def deflated_resnet(tmp: Path) -> tuple[Path, list[str]]:
     """A real torchvision file re-zipped with DEFLATE: read as before (its records total about its size)."""
     plain = layouts.torchvision_file(tmp / "plain.pth", layouts.resnet_state())
     path = tmp / "deflated.pth"
-    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as target:
         for info in source.infolist():
             target.writestr(info.filename, source.read(info.filename))
     return path, ["--weights-format", "supervised"]
@@ -195,43 +191,6 @@ CASES = [
     ("heads-5000-digits", stated_heads("9" * 5000), "no number of heads"),
 ]
 
-# Runs each command of a JSON list in-process (typer's CliRunner), as the moco entry point would, and writes
-# (exit code, output, exception) of each to a JSON file: one Python, one import of torch for the whole table.
-DRIVER = """
-import json, resource, sys
-from typer.testing import CliRunner
-from cli import app
-results = []
-for args in json.load(open(sys.argv[1])):
-    res = CliRunner().invoke(app, args)
-    failed = res.exception is not None and not isinstance(res.exception, SystemExit)
-    results.append({"code": res.exit_code, "output": res.output,
-                    "exception": repr(res.exception)[:300] if failed else None,
-                    "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
-    json.dump(results, open(sys.argv[2], "w"))
-"""
-
-
-def measured(commands: list[list[str]], tmp: Path) -> tuple[list[dict[str, Any]], int]:
-    """The ``moco`` commands run by one fresh Python under an address-space cap: the result of each, and that
-    process's peak resident bytes, read by a small process that starts it (RUSAGE_CHILDREN: a process forked from
-    this test would start with this one's peak, tests/test_cli_inputs.py says why). The peak of all bounds each."""
-    probe = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
-
-    def cap() -> None:
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        resource.setrlimit(resource.RLIMIT_AS, (CAP if hard == resource.RLIM_INFINITY else min(CAP, hard), hard))
-
-    (tmp / "commands.json").write_text(json.dumps(commands))
-    process = subprocess.run([sys.executable, "-c", probe, sys.executable, "-c", DRIVER, str(tmp / "commands.json"),
-                              str(tmp / "results.json")], cwd=ROOT, capture_output=True, text=True, preexec_fn=cap,
-                             timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    done = json.loads((tmp / "results.json").read_text()) if (tmp / "results.json").is_file() else []
-    assert process.returncode == 0 and len(done) == len(commands), (process.returncode, process.stderr[-3000:])
-    return done, int(process.stdout.split()[-1]) * 1024
-
-
 def test_hostile_weights_files_are_one_line_each_within_the_memory_bound(shapes_root: Path, tmp_path: Path) -> None:
     """Each case of CASES through ``moco eval knn``: one ``error:`` line naming the file and what it claimed (exit
     2, no record), or for the control a record; the peak memory of the whole table stays within MARGIN of the
@@ -243,7 +202,7 @@ def test_hostile_weights_files_are_one_line_each_within_the_memory_bound(shapes_
         built.append((name, path, words))
         commands.append(["eval", "knn", str(path), *knn_args(shapes_root), *extra,
                          "--output-dir", str(tmp_path / name / "knn")])
-    results, peak = measured(commands, tmp_path)
+    results, peak = measured(commands, tmp_path, CAP)
     wrong = []
     for (name, path, words), result in zip(built, results, strict=True):
         errors = [line for line in result["output"].splitlines() if line.startswith("error: ")]
