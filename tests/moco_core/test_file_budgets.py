@@ -1,7 +1,7 @@
 """Files whose sizes, nesting or shapes decided how much memory a command took, or ended it in a traceback (issue 55):
 MAT-files that inflate without end, a checkpoint's config of shared lists, feature caches of the wrong shapes, list
 files of millions of lines, a run.json that no longer parses. Each through the command (or the reader) that reads
-it; for the memory cases the peak is measured on the command itself, in a subprocess.
+it; for the memory cases the peak is measured on the commands themselves, in one subprocess.
 
 The layouts of tests/layouts.py are imported inside the tests that use them: that module imports the transfer
 package, which moco_core's tests must collect without (tests/test_layers.py).
@@ -10,10 +10,6 @@ package, which moco_core's tests must collect without (tests/test_layers.py).
 from __future__ import annotations
 
 import json
-import os
-import resource
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +22,8 @@ from cli import app
 from moco_core.errors import UserError
 from moco_core.user_files import LINES_LIMIT, VALUES_LIMIT
 from tests.matfiles import mat_bomb, mat_nested
+from tests.peak_memory import measured
 
-ROOT = Path(__file__).resolve().parents[2]
 KNN = ["--crop-size", "32", "--resize", "36", "--workers", "0", "--device", "cpu"]
 BOMB = 128 << 20  # bytes a small MAT-file inflates to in the in-process table: twice the reader's limit
 PEAK = 1536 << 20  # bytes: the bound on a command's peak over a file of a few KB (torch's import alone: ~0.8 GB)
@@ -184,8 +180,9 @@ def test_a_forged_cache_through_the_few_shot_command(tmp_path: Path) -> None:
     data = imagenet_layout(tmp_path / "imagenet", train_per_class=3)
     args = ["eval", "linear", "random", "--arch", "resnet18", "--shots", "1", "--tries", "1", "--data", str(data),
             "--device", "cpu", "--workers", "0", "--quiet", "--set", "optim.batch_size=8", "--set",
-            "data.crop_size=32", "--set", "data.resize=36", "--set", "grid.lrs=[0.1]", "--output-dir",
-            str(tmp_path / "run")]
+            "data.crop_size=32", "--set", "data.resize=36", "--set", "grid.lrs=[0.1]", "--set",
+            "fewshot.lambdas=[1.0]", "--set", "fewshot.max_iter=50", "--output-dir", str(tmp_path / "run")]
+    # one L2 strength, not the 45 of the sweep: the forged features reach the solver (the old traceback) all the same
     assert CliRunner().invoke(app, args).exit_code == 0
     (tmp_path / "run" / "result.json").unlink()
     for path in (tmp_path / "run" / "features").glob("features-*.pt"):
@@ -315,52 +312,36 @@ def test_a_resumed_pretraining_says_when_run_json_is_lost(shapes_root: Path, tmp
 # ----------------------------------------------------------------------------------------------------------------
 # Peak memory of the commands themselves.
 
-def _peak(args: list[str], tmp_path: Path) -> tuple[int, int, list[str]]:
-    """(exit code, peak resident bytes, stderr lines) of ``python -m cli *args``, measured by a small process that
-    starts it and reads RUSAGE_CHILDREN (see tests/test_cli_inputs.py: a process forked from pytest keeps pytest's
-    peak), under an 8 GiB address-space cap that stops a runaway long before the machine's memory."""
-    def cap() -> None:
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        resource.setrlimit(resource.RLIMIT_AS, (8 << 30 if hard == resource.RLIM_INFINITY else min(8 << 30, hard),
-                                                hard))
-
-    probe = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
-    with open(tmp_path / "stderr", "w") as stderr:
-        process = subprocess.Popen([sys.executable, "-c", probe, sys.executable, "-m", "cli", *args], cwd=ROOT,
-                                   stdout=subprocess.PIPE, stderr=stderr, preexec_fn=cap,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-        peak_kib = int(process.communicate(timeout=600)[0].split()[-1])
-    return process.returncode, peak_kib * 1024, (tmp_path / "stderr").read_text().splitlines()
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["MAT bomb of 1 GiB", "config of 2^40 shared values", "list of 10^7 lines"])
-def test_a_small_hostile_file_costs_a_command_little_memory(case: str, shapes_root: Path, tmp_path: Path) -> None:
+def test_a_small_hostile_file_costs_a_command_little_memory(shapes_root: Path, tmp_path: Path) -> None:
     """The issue's inputs, for real: a 2.6 KB Flowers-102 imagelabels.mat claiming 1 GiB (before: inflated
-    whole, well over 2 GB), a checkpoint's config of 2^40 shared values (before: 7 GB, then killed), a 10^7-line
-    --subset list (before: 2.0 GB here, 3.45 GB in the issue, and 395 s to refuse). Now: each costs the command no
-    more than PEAK (torch's import alone takes ~0.8 GB), ending in one line or, for the config, a record."""
-    out = ["--output-dir", str(tmp_path / "out")]
-    if case.startswith("MAT"):
-        from tests.layouts import flowers_layout
+    whole, well over 2 GB), a 10^7-line --subset list (before: 2.0 GB here, 3.45 GB in the issue, and 395 s to
+    refuse), a checkpoint's config of 2^40 shared values (before: 7 GB, then killed). Now: each ends in one line or,
+    for the config, a record, and the three commands, run by one Python (one import of torch, not three), peak
+    below PEAK (torch's import alone takes ~0.8 GB), under an 8 GiB address-space cap that stops a runaway."""
+    from tests.layouts import flowers_layout
 
-        root = flowers_layout(tmp_path / "data")
-        mat_bomb(root / "flowers-102" / "imagelabels.mat", "labels", 1 << 30)
-        code, peak, lines = _peak(["eval", "knn", "random", "--arch", "resnet18", "--data", str(root), *KNN, *out],
-                                  tmp_path)
-        assert code == 2 and len(lines) == 1 and "claims 1073741" in lines[0], lines
-    elif case.startswith("config"):
-        weights = dag_checkpoint(tmp_path / "dag.pth", 40)
-        code, peak, lines = _peak(["eval", "knn", str(weights), "--data", str(shapes_root), *KNN, *out],
-                                  tmp_path)
-        assert code == 0 and any("more than 10000 values" in line for line in lines), lines
-    else:
-        listed = tmp_path / "1percent.txt"
-        with open(listed, "w") as f:  # 150 MB, distinct names: SimCLR's list, 10^7 lines long
-            for start in range(0, 10**7, 10**6):
-                f.write("".join(f"n{i:08d}.JPEG\n" for i in range(start, start + 10**6)))
-        code, peak, lines = _peak(["eval", "knn", "random", "--arch", "resnet18", "--data", str(shapes_root),
-                                   "--subset", str(listed), *KNN, *out], tmp_path)
-        assert code == 2 and len(lines) == 1 and "more than 2,097,152 lines" in lines[0], lines
-    assert peak < PEAK, f"{case}: peak {peak / 2**30:.2f} GiB"
+    root = flowers_layout(tmp_path / "data")
+    mat_bomb(root / "flowers-102" / "imagelabels.mat", "labels", 1 << 30)
+    listed = tmp_path / "1percent.txt"
+    with open(listed, "w") as f:  # 150 MB, distinct names: SimCLR's list, 10^7 lines long
+        for start in range(0, 10**7, 10**6):
+            f.write("".join(f"n{i:08d}.JPEG\n" for i in range(start, start + 10**6)))
+    weights = dag_checkpoint(tmp_path / "dag.pth", 40)
+    cases = {  # case: (command, what its stderr says)
+        "MAT bomb of 1 GiB": (["eval", "knn", "random", "--arch", "resnet18", "--data", str(root)], "claims 1073741"),
+        "list of 10^7 lines": (["eval", "knn", "random", "--arch", "resnet18", "--data", str(shapes_root),
+                                "--subset", str(listed)], "more than 2,097,152 lines"),
+        "config of 2^40 shared values": (["eval", "knn", str(weights), "--data", str(shapes_root)],
+                                         "more than 10000 values"),
+    }
+    results, peak = measured([[*args, *KNN, "--output-dir", str(tmp_path / f"out{n}")]
+                              for n, (args, _) in enumerate(cases.values())], tmp_path, 8 << 30)
+    for (case, (_, said)), result in zip(cases.items(), results, strict=True):
+        lines = result["stderr"].splitlines()
+        assert result["exception"] is None and "Traceback" not in result["output"], (case, result["exception"])
+        if case.startswith("config"):
+            assert result["code"] == 0 and any(said in line for line in lines), (case, lines)
+        else:
+            assert result["code"] == 2 and len(lines) == 1 and said in lines[0], (case, lines)
+    assert peak < PEAK, f"peak {peak / 2**30:.2f} GiB; after each: {[r['peak'] for r in results]}"
