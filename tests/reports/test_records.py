@@ -206,10 +206,11 @@ def test_reports_imports_no_torch_nor_other_packages_of_ours() -> None:
     """Reports run where only records are (no torch): the modules import nothing of ours but the torch-free
     modules of moco_core they share: the torch-free builder of suggested commands (moco_core.commands), the one error
     path (moco_core.errors, which escapes through moco_core.terminal), the reader of files a user names
-    (moco_core.user_files) and the writer of file sets (moco_core.file_sets)."""
+    (moco_core.user_files), the writer of file sets (moco_core.file_sets) and the names of the solver protocols
+    (moco_core.solver_protocols)."""
     ours = "('torch', 'torchvision', 'moco_core', 'classification', 'transfer', 'sweeps', 'moco_demo')"
     shared = ("('moco_core', 'moco_core.commands', 'moco_core.errors', 'moco_core.terminal', 'moco_core.user_files', "
-              "'moco_core.file_sets')")
+              "'moco_core.file_sets', 'moco_core.solver_protocols')")
     code = ("import sys, reports.report, reports.render, reports.plots, reports.screenshot, reports.cli; "
             f"bad = [m for m in sys.modules if m.split('.')[0] in {ours} and m not in {shared}]; "
             "print(bad); sys.exit(1 if bad else 0)")
