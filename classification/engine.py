@@ -11,7 +11,6 @@ ends a run wherever it is (:func:`moco_core.cli.report_result`); ``--resume`` co
 
 from __future__ import annotations
 
-import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from torch.utils.data import DataLoader
 from moco_core import checkpoint, distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import DecodeFailures
+from moco_core.errors import print_warning
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo
 from moco_core.model.vit import classifier_name
@@ -166,7 +166,7 @@ def run_epochs(protocol: EpochProtocol, *, resume: bool, show_progress: bool | s
             progress.message(f"epoch {epoch + 1}/{epochs}: {done.message}")
             note = failures.report(f"epoch {epoch + 1}") if main else None
             if note:
-                print(f"warning: {note}", file=sys.stderr)
+                print_warning(note)
             if main:  # after the epoch's evaluation: the RNG state the next epoch's loader starts from
                 checkpoint.save_last({"format": protocol.format, "epoch": epoch + 1, **protocol.state(),
                                       "optimizer": built.optimizer.state_dict(), "history": history,

@@ -4,7 +4,6 @@ does not open is skipped, and counted in one warning), CIFAR's rows through :cla
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from torch.utils.data import Dataset
 
 from classification.suite.readers import Split
 from moco_core.data.data import ImageDataset, verify_samples, warn_skipped
+from moco_core.errors import print_warning
 
 
 class ArrayImages(Dataset):
@@ -41,7 +41,7 @@ def readable(split: Split, *, workers: int, what: str) -> Split:
     kept, skipped = verify_samples(split.samples, max(workers, 1))
     note = warn_skipped(skipped)
     if note:
-        print(f"warning: {what}: {note}", file=sys.stderr)
+        print_warning(f"{what}: {note}")
     if len(kept) == len(split.samples):
         return split
     keep = {path for path, _ in kept}

@@ -46,7 +46,7 @@ from classification.suite.readers import SuiteDataError, confined
 from classification.suite.splits import Splits, resolve
 from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
-from moco_core.errors import UserError
+from moco_core.errors import UserError, print_warning
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
@@ -74,7 +74,7 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
     unmade = embedded.unmade() if cfg.data.path == "embedded" else {}
     note = _small_images(cfg, root, specs, names)
     if note:
-        print(f"warning: {note}", file=sys.stderr)
+        print_warning(note)
     with run_dir_lock(out, device):
         done = [n for n in names if (out / n / "result.json").exists()]
         if done and not resume:
@@ -87,7 +87,7 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
         outcome: dict[str, str] = {}
         for name, why in unmade.items():  # not made by this installation: said and recorded, not left out silently
             if not cfg.data.datasets or name in cfg.data.datasets:
-                print(f"warning: {name}: {why}; skipped", file=sys.stderr)
+                print_warning(f"{name}: {why}; skipped")
                 outcome[name] = f"missing: {why}"
         for name in names:
             spec = specs[name]
@@ -96,7 +96,7 @@ def run_suite(cfg: TransferSuiteConfig, pretrained: str, *, show_progress: bool 
                 _say(f"{name}: done before ({out / name / 'result.json'}); not run again", show_progress)
                 continue
             if not (root / spec.marker).exists():
-                print(f"warning: {missing_line(spec, root)}", file=sys.stderr)
+                print_warning(missing_line(spec, root))
                 outcome[name] = "missing"
                 continue
             try:
@@ -224,8 +224,8 @@ def _evaluate(cfg: TransferSuiteConfig, spec: Spec, root: Path, out: Path, backb
     _say(f"{spec.name}: lambda {path.best_lambda:.3g} chosen on val ({spec.metric} {path.scores[path.chosen]:.2f}), "
          f"test {spec.metric} {test:.2f} ({format_duration(wall)})", show)
     if path.at_edge:
-        print(f"warning: {spec.name}: lambda {path.best_lambda:.3g}, the sweep's {path.at_edge} value, was chosen: "
-              f"the best may lie beyond the sweep (solver.lambda_min and solver.lambda_max widen it)", file=sys.stderr)
+        print_warning(f"{spec.name}: lambda {path.best_lambda:.3g}, the sweep's {path.at_edge} value, was chosen: "
+                      f"the best may lie beyond the sweep (solver.lambda_min and solver.lambda_max widen it)")
     dataset = {"name": spec.name, "title": spec.title, "path": cfg.data.path, "folder": str(found.folder),
                "classes": k, "metric": spec.metric, "train_images": len(y["train"]), "val_images": len(y["val"]),
                "test_images": len(y["test"]), "splits": splits.provenance,
