@@ -149,18 +149,24 @@ def _kinds(name: str) -> list[str]:
 OUT = [(name, kind) for name in CASES for kind in _kinds(name)]
 
 
+def _linked(name: str, kind: str, built: Callable[[str, Path], Path], tmp_path: Path,
+            to: Callable[[Path, Path], Path]) -> tuple[Path, Path, Path, Path]:
+    """A copy of case ``name`` whose first file (or folder) is moved to ``to(root, found)`` and linked from its
+    place: (the dataset, its root, the link, the link's target's real path)."""
+    base = built(name, tmp_path / "base")
+    root = base / CASES[name].root
+    link = _first(root, CASES[name].file if kind == "file" else str(CASES[name].folder))
+    return base, root, link, _move_and_link(link, to(root, link))
+
+
 @pytest.mark.parametrize(("name", "kind"), OUT, ids=[f"{n}: {k}" for n, k in OUT])
 def test_a_link_out_of_the_dataset_is_refused_in_one_line(name: str, kind: str, built: Callable[[str, Path], Path],
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails on the old code: every reader read the file or folder wherever the link pointed."""
     monkeypatch.delenv(FOLLOW_LINKS, raising=False)
-    case = CASES[name]
-    base = built(name, tmp_path / "base")
-    root = base / case.root
-    link = _first(root, case.file if kind == "file" else str(case.folder))
-    target = _move_and_link(link, tmp_path / "outside" / link.name)
+    base, root, link, target = _linked(name, kind, built, tmp_path, lambda _, link: tmp_path / "outside" / link.name)
     with pytest.raises(UserError) as refused:
-        case.read(base)
+        CASES[name].read(base)
     message = str(refused.value)
     assert "\n" not in message
     assert f"{link} is a link to {target}, outside the dataset's root {root}: not read" in message, message
@@ -171,23 +177,17 @@ def test_a_link_out_of_the_dataset_is_refused_in_one_line(name: str, kind: str, 
 def test_a_link_inside_the_dataset_is_read(name: str, kind: str, built: Callable[[str, Path], Path],
                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FOLLOW_LINKS, raising=False)
-    case = CASES[name]
-    base = built(name, tmp_path / "base")
-    root = base / case.root
-    link = _first(root, case.file if kind == "file" else str(case.folder))
-    _move_and_link(link, root / ".moved" / f"{link.name}.kept")  # hidden, and named as no reader lists
-    assert case.read(base)
+    # moved to a hidden folder, and named as no reader lists
+    base, *_ = _linked(name, kind, built, tmp_path, lambda root, link: root / ".moved" / f"{link.name}.kept")
+    assert CASES[name].read(base)
 
 
 @pytest.mark.parametrize(("name", "kind"), OUT, ids=[f"{n}: {k}" for n, k in OUT])
 def test_follow_links_reads_the_link_out(name: str, kind: str, built: Callable[[str, Path], Path],
                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FOLLOW_LINKS, "1")
-    case = CASES[name]
-    base = built(name, tmp_path / "base")
-    link = _first(base / case.root, case.file if kind == "file" else str(case.folder))
-    _move_and_link(link, tmp_path / "outside" / link.name)
-    assert case.read(base)
+    base, *_ = _linked(name, kind, built, tmp_path, lambda _, link: tmp_path / "outside" / link.name)
+    assert CASES[name].read(base)
 
 
 def test_the_caltech_category_linked_to_etc_is_refused_not_an_empty_class(tmp_path: Path) -> None:
