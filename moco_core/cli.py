@@ -101,8 +101,7 @@ def with_output_dir(cfg: Any, preset: str | None, task: str, weights: str, arch:
                           f"protocol, resnet18 for the embedded presets)")
     if cfg.run.output_dir is not None:
         return cfg
-    data = getattr(getattr(cfg, "data", None), "path", None)
-    return replace(cfg, run={"output_dir": evaluation_dir(preset, task, weights, arch, data)})
+    return replace(cfg, run={"output_dir": evaluation_dir(preset, task, weights, arch, cfg.data.path)})
 
 
 def run_pretrain(cfg: PretrainConfig, resume: str | None, quiet: bool) -> None:
