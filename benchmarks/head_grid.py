@@ -1,7 +1,7 @@
 """The cost of a grid of linear heads against one head, side by side in one run (``moco eval linear --grid``).
 
 Two kinds of figure, both of the grid's own code (:mod:`classification.frozen.heads` on
-:mod:`classification.frozen.taps`):
+:mod:`moco_core.model.taps`):
 
 - ``step``: the training step alone on synthetic images already on the device: the frozen backbone's pass (no
   grad, bf16 autocast on CUDA), every head's logits, the summed loss, backward, SGD. With one head (the
@@ -47,7 +47,7 @@ from classification.frozen.heads import (  # noqa: E402
     head_optimizer,
     set_lr,
 )
-from classification.frozen.taps import RESNET_TAPS, VIT_TAPS, FeatureTaps, default_tap  # noqa: E402
+from moco_core.model.taps import RESNET_TAPS, VIT_TAPS, FeatureTaps, default_tap  # noqa: E402
 from moco_core.run.runtime import autocast, resolve_device  # noqa: E402
 
 

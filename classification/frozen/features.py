@@ -1,7 +1,7 @@
 """Features of a frozen backbone over a dataset, computed once and cached on disk, keyed by what made them.
 
 :func:`extract_features` runs the backbone once over a dataset (eval mode, no gradients, bf16 autocast on CUDA
-when asked) and reads every tap asked for in that one pass (:class:`classification.frozen.taps.FeatureTaps`):
+when asked) and reads every tap asked for in that one pass (:class:`moco_core.model.taps.FeatureTaps`):
 ``{tap: (N, D_tap) float32 on the CPU}`` and the labels, in the dataset's order.
 
 :func:`cached_features` keeps them in a file named by the SHA-256 of their key, a plain dict saying what made
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from classification.frozen.taps import FeatureTaps
+from moco_core.model.taps import FeatureTaps
 from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from moco_core.errors import UserError, print_warning

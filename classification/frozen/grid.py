@@ -2,7 +2,7 @@
 forward pass a batch, one head chosen on held-out train images (:mod:`classification.frozen.selection`), that head
 reported on val and on ImageNet's robustness sets (:mod:`classification.robustness`).
 
-The backbone is read at its taps (:mod:`classification.frozen.taps`) in eval mode under ``torch.no_grad``: BN
+The backbone is read at its taps (:mod:`moco_core.model.taps`) in eval mode under ``torch.no_grad``: BN
 statistics never move and no gradient reaches it, and the sanity check at the end (the paper protocol's, from
 :mod:`classification.engine`) proves that no backbone tensor changed. Train images are DINOv2's head training
 crops (RandomResizedCrop + flip; the paper protocol's train transform); the held-out split, val and the
@@ -38,7 +38,7 @@ from classification.frozen.heads import (
     set_lr,
 )
 from classification.frozen.selection import choose, held_out_names, holdout_split
-from classification.frozen.taps import FeatureTaps, available_taps, default_tap
+from moco_core.model.taps import FeatureTaps, available_taps, default_tap
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
 from classification.splits import SMALL_PRESETS, Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed

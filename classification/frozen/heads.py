@@ -2,7 +2,7 @@
 
 DINOv2's linear evaluation (facebookresearch/dinov2 ``eval/linear.py``, arXiv 2304.07193) runs the frozen backbone
 once per batch and feeds every head of a grid: each an ``nn.Linear`` on one feature (a tap of
-:mod:`classification.frozen.taps`) at one learning rate, initialised N(0, 0.01) with bias 0, in its own parameter
+:mod:`moco_core.model.taps`) at one learning rate, initialised N(0, 0.01) with bias 0, in its own parameter
 group of one SGD (momentum 0.9, weight decay 0), the losses summed, the lr on a cosine from its start to 0 over
 every iteration of the run. Heads share nothing but the features, so their gradients are those of separate runs:
 the grid costs one backbone pass a batch however many heads it holds.

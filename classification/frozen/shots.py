@@ -41,7 +41,7 @@ from classification.frozen.features import (
 from classification.frozen.grid_config import GridConfig, protocol_name
 from classification.frozen.metrics import top1
 from classification.frozen.selection import holdout_split
-from classification.frozen.taps import default_tap
+from moco_core.model.taps import default_tap
 from classification.splits import SMALL_PRESETS, dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict

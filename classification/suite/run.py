@@ -36,7 +36,7 @@ from classification.frozen.features import (
 from classification.frozen.fewshot import fewshot
 from classification.frozen.logreg import refit, sweep
 from classification.frozen.metrics import metric
-from classification.frozen.taps import default_tap
+from moco_core.model.taps import default_tap
 from classification.splits import SMALL_PRESETS, image_sides, small_images
 from classification.suite import embedded
 from classification.suite.catalog import SPECS, Spec, missing_line

@@ -21,7 +21,7 @@ from classification.frozen.features import (
     transform_for,
     weights_identity,
 )
-from classification.frozen.taps import FeatureTaps
+from moco_core.model.taps import FeatureTaps
 from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
 

@@ -11,6 +11,11 @@ model's own head reads), ``cls4`` (n = 4), and either with ``+avg``: ``cls+avg``
 
 :class:`FeatureTaps` wraps a backbone and returns ``{tap: (N, D_tap)}`` for the taps asked for; the backbone's
 classifier (``fc`` / ``head``) is never run.
+
+Dense taps (:class:`DenseTaps`) keep the spatial grid, for the probes that read patch features (segmentation,
+depth, retrieval, label propagation): a ResNet stage's feature map (``layer1`` .. ``layer4``, stride 4 .. 32), a
+ViT's last block's patch tokens through the final norm (``patch``) or the last 4 blocks' concatenated
+(``patch4``, DINOv2's "lin.4" input), stride = the patch size. Each is ``(N, C_tap, H / stride, W / stride)``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from moco_core.model.vit import is_vit
 
 RESNET_TAPS = ("layer4", "layer3", "layer2", "layer1")
 VIT_TAPS = ("cls", "cls+avg", "cls4", "cls4+avg")
+VIT_DENSE_TAPS = ("patch", "patch4")
+_VIT_DENSE_TAP = re.compile(r"patch(\d*)")
 _VIT_TAP = re.compile(r"cls(\d*)(\+avg)?")
 
 
@@ -99,6 +106,73 @@ class FeatureTaps(nn.Module):
 
     def dims(self, image_size: int) -> dict[str, int]:
         """Each tap's width, from one forward pass of a blank image batch of 1 (the backbone's own device)."""
+        param = next(self.backbone.parameters())
+        with torch.no_grad():
+            out = self(torch.zeros(1, 3, image_size, image_size, device=param.device, dtype=param.dtype))
+        return {tap: value.shape[1] for tap, value in out.items()}
+
+
+def available_dense_taps(backbone: nn.Module) -> tuple[str, ...]:
+    return VIT_DENSE_TAPS if is_vit(backbone) else RESNET_TAPS
+
+
+def default_dense_tap(backbone: nn.Module) -> str:
+    """The patch features a dense probe reads unless told otherwise: a ViT's last block, a ResNet's last stage."""
+    return "patch" if is_vit(backbone) else "layer4"
+
+
+def _vit_dense_blocks(name: str, depth: int) -> int:
+    match = _VIT_DENSE_TAP.fullmatch(name)
+    if not match:
+        raise ValueError(f"unknown ViT dense feature {name!r}; expected one of {', '.join(VIT_DENSE_TAPS)} "
+                         f"(patchN: the last N blocks' patch tokens)")
+    blocks = int(match[1] or 1)
+    if not 1 <= blocks <= depth:
+        raise ValueError(f"dense feature {name!r}: the ViT has {depth} blocks")
+    return blocks
+
+
+class DenseTaps(nn.Module):
+    """``backbone`` read at dense ``taps`` in one pass: images (N, 3, H, W) -> {tap: (N, C_tap, H/s, W/s)} with
+    ``s = self.stride[tap]`` (H and W multiples of the stride). Used as it is (mode, device); nothing is trained."""
+
+    def __init__(self, backbone: nn.Module, taps: tuple[str, ...]) -> None:
+        super().__init__()
+        if not taps:
+            raise ValueError("no feature taps asked for")
+        self.backbone = backbone
+        self.taps = tuple(dict.fromkeys(taps))
+        self.vit = is_vit(backbone)
+        if self.vit:
+            depth = len(backbone.blocks)
+            self._vit = {tap: _vit_dense_blocks(tap, depth) for tap in self.taps}
+            self._blocks = max(self._vit.values())
+            patch = backbone.patch_embed.patch_size
+            self.stride = {tap: int(patch[0] if isinstance(patch, tuple) else patch) for tap in self.taps}
+        else:
+            unknown = [tap for tap in self.taps if tap not in RESNET_TAPS]
+            if unknown:
+                raise ValueError(f"unknown ResNet dense feature {unknown[0]!r}; expected some of "
+                                 f"{', '.join(RESNET_TAPS)}")
+            self._stages = max(int(tap[-1]) for tap in self.taps)
+            self.stride = {tap: 2 ** (int(tap[-1]) + 1) for tap in self.taps}
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.vit:
+            # (N, D, H/p, W/p) per block, through the final norm, register and class tokens left out
+            maps = self.backbone.forward_intermediates(
+                images, indices=self._blocks, norm=True, output_fmt="NCHW", intermediates_only=True)
+            return {tap: torch.cat(maps[-blocks:], dim=1) for tap, blocks in self._vit.items()}
+        m = self.backbone
+        x = m.maxpool(m.relu(m.bn1(m.conv1(images))))
+        out = {}
+        for stage in range(1, self._stages + 1):
+            x = getattr(m, f"layer{stage}")(x)
+            out[f"layer{stage}"] = x
+        return {tap: out[tap] for tap in self.taps}
+
+    def dims(self, image_size: int) -> dict[str, int]:
+        """Each tap's channel count, from one forward pass of a blank image (the backbone's own device)."""
         param = next(self.backbone.parameters())
         with torch.no_grad():
             out = self(torch.zeros(1, 3, image_size, image_size, device=param.device, dtype=param.dtype))

@@ -1,4 +1,4 @@
-"""classification/frozen/taps.py: each tap against the backbone's own forward and against hooks on its blocks."""
+"""moco_core/model/taps.py: each tap against the backbone's own forward and against hooks on its blocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torchvision
 from torch import nn
 
-from classification.frozen.taps import FeatureTaps, available_taps, default_tap
+from moco_core.model.taps import DenseTaps, FeatureTaps, available_taps, default_dense_tap, default_tap
 
 
 def test_resnet_taps_are_the_pooled_stages() -> None:
@@ -91,3 +91,42 @@ def test_vit_with_registers_averages_patches_only() -> None:
         tokens = model.forward_features(images)  # (N, 1 + 4 + 16, D)
     assert tokens.shape[1] == 21
     torch.testing.assert_close(out, torch.cat([tokens[:, 0], tokens[:, 5:].mean(1)], 1))
+
+
+def test_dense_resnet_taps_are_the_stage_maps_at_their_stride() -> None:
+    """Each stage's map equals the backbone's own forward up to that stage; the pooled tap is its mean."""
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().eval()
+    images = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        dense = DenseTaps(model, ("layer4", "layer3"))
+        out = dense(images)
+        x = model.maxpool(model.relu(model.bn1(model.conv1(images))))
+        x3 = model.layer3(model.layer2(model.layer1(x)))
+        pooled = FeatureTaps(model, ("layer4",))(images)["layer4"]
+    torch.testing.assert_close(out["layer3"], x3)
+    assert out["layer4"].shape == (2, 512, 2, 2) and out["layer3"].shape == (2, 256, 4, 4)
+    assert dense.stride == {"layer4": 32, "layer3": 16}
+    torch.testing.assert_close(out["layer4"].mean((2, 3)), pooled)
+    assert default_dense_tap(model) == "layer4" and dense.dims(64) == {"layer4": 512, "layer3": 256}
+
+
+def test_dense_vit_taps_are_normed_patch_tokens_on_their_grid() -> None:
+    """``patch``: the final-norm patch tokens of forward_features laid out on the grid (registers and class token
+    left out); ``patch4``: the last 4 blocks' normed tokens concatenated, the last block's last."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=16, depth=4, num_heads=2, reg_tokens=2, num_classes=0).eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        dense = DenseTaps(model, ("patch", "patch4"))
+        out = dense(images)
+        tokens = model.forward_features(images)[:, 3:]  # (N, 16, D): 1 class + 2 register tokens dropped
+    grid = tokens.transpose(1, 2).reshape(2, 16, 4, 4)
+    torch.testing.assert_close(out["patch"], grid)
+    assert out["patch4"].shape == (2, 64, 4, 4)
+    torch.testing.assert_close(out["patch4"][:, 48:], grid)
+    assert dense.stride == {"patch": 8, "patch4": 8} and default_dense_tap(model) == "patch"
+    with pytest.raises(ValueError, match="the ViT has 4 blocks"):
+        DenseTaps(model, ("patch5",))
