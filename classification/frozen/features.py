@@ -32,11 +32,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from moco_core.model.taps import FeatureTaps
 from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from moco_core.errors import UserError, print_warning
 from moco_core.model.backbone import BackboneInfo
+from moco_core.model.taps import FeatureTaps
 from moco_core.run.knn import require_finite
 from moco_core.run.progress import LINE, Progress, format_duration
 from moco_core.run.runtime import autocast

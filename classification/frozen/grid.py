@@ -38,7 +38,6 @@ from classification.frozen.heads import (
     set_lr,
 )
 from classification.frozen.selection import choose, held_out_names, holdout_split
-from moco_core.model.taps import FeatureTaps, available_taps, default_tap
 from classification.robustness import ImageSet, RealLabels, find_sets, real_accuracy, restricted_predictions
 from classification.splits import SMALL_PRESETS, Splits, dataset_record, load_splits
 from moco_core import checkpoint, distributed
@@ -48,6 +47,7 @@ from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
+from moco_core.model.taps import FeatureTaps, available_taps, default_tap
 from moco_core.model.vit import is_vit
 from moco_core.run.knn import non_finite_error
 from moco_core.run.progress import Progress, format_duration

@@ -12,10 +12,10 @@ from typing import Any, Literal
 from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.heads import DINOV2_LRS
 from classification.frozen.logreg import LAMBDAS
-from moco_core.model.taps import RESNET_TAPS, VIT_TAPS
 from classification.robustness import SETS
 from classification.splits import LinearDataConfig, subset_checks
 from moco_core.config import ConfigError, divisor_check, load_config, presets_for, require, run_checks
+from moco_core.model.taps import RESNET_TAPS, VIT_TAPS
 from moco_core.model.weights.formats import format_checks
 
 

@@ -41,13 +41,13 @@ from classification.frozen.features import (
 from classification.frozen.grid_config import GridConfig, protocol_name
 from classification.frozen.metrics import top1
 from classification.frozen.selection import holdout_split
-from moco_core.model.taps import default_tap
 from classification.splits import SMALL_PRESETS, dataset_record, load_splits
 from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import ImageDataset
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
+from moco_core.model.taps import default_tap
 from moco_core.run.knn import knn_scores
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.records import write_record

@@ -36,7 +36,6 @@ from classification.frozen.features import (
 from classification.frozen.fewshot import fewshot
 from classification.frozen.logreg import refit, sweep
 from classification.frozen.metrics import metric
-from moco_core.model.taps import default_tap
 from classification.splits import SMALL_PRESETS, image_sides, small_images
 from classification.suite import embedded
 from classification.suite.catalog import SPECS, Spec, missing_line
@@ -48,6 +47,7 @@ from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError, print_warning
 from moco_core.model.backbone import BackboneInfo, load_backbone
+from moco_core.model.taps import default_tap
 from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic

@@ -21,9 +21,9 @@ from classification.frozen.features import (
     transform_for,
     weights_identity,
 )
-from moco_core.model.taps import FeatureTaps
 from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
+from moco_core.model.taps import FeatureTaps
 
 
 def _model() -> torch.nn.Module:
