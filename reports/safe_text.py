@@ -4,9 +4,8 @@ spreadsheet would run as formulas neutralised.
 Records are shared between researchers, so every field is text from outside. A field holding ``ESC c`` (reset),
 ``ESC [2J`` (clear the screen) or an OSC sequence (retitle the window) would reach the terminal of whoever runs
 ``cat report.md``; a bidirectional override would show a label in another order than it is stored. What counts
-as a control character is moco_core.terminal's (the guard on the commands' own output); it is restated here
-because ``reports`` imports no other package of ours, and tests/reports/test_escaping.py checks that the two agree
-on every code point.
+as a control character, and its escape, are moco_core.terminal's (:func:`moco_core.terminal.printable`, the guard
+on the commands' own output, torch-free): one set for the terminal and the report.
 
 CSV cells follow OWASP's CSV-injection guidance (owasp.org/www-community/attacks/CSV_Injection): a cell starting
 with ``=``, ``+``, ``-``, ``@``, tab, carriage return or line feed gets a leading single quote, and every cell is
@@ -18,26 +17,10 @@ from __future__ import annotations
 
 import re
 
-# C0 controls but newline and tab, DEL, C1 controls, the line and paragraph separators, the bidirectional
-# overrides and isolates, lone surrogates: the set of moco_core.terminal.printable.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_UNSAFE_OR_NEWLINE = re.compile(f"{_UNSAFE.pattern[:-1]}\n\t]")
+from moco_core.terminal import printable
+
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}.get(code) or (
-        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-
-
-def printable(text: str, *, newlines: bool = True) -> str:
-    """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``, ``\\r``).
-
-    ``newlines``: keep line feeds and tabs; False escapes them too (text that must stay on one line).
-    """
-    return (_UNSAFE if newlines else _UNSAFE_OR_NEWLINE).sub(_escape, text)
 
 
 def is_plain_number(text: str) -> bool:
