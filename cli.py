@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from classification import cli as lincls_cli
+from classification import cli as classification_cli
 from cluster import cli as cluster_cli
 from moco_core import cli as core_cli
 from moco_core.config import did_you_mean
@@ -72,6 +72,11 @@ class OneLineUsageErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+HELP = ("MoCo v1/v2/v3 pretraining (Momentum Contrast, arXiv 1911.05722, 2003.04297, 2104.02057), and the "
+        "evaluation of any self-supervised checkpoint by the papers' protocols: linear, kNN, few-shot, "
+        "fine-tuning, the transfer suite, detection and segmentation; reports, sweeps and cluster launches.")
+
+
 def _version(show: bool) -> None:
     if show:
         from moco_core import __version__
@@ -82,24 +87,24 @@ def _version(show: bool) -> None:
 
 app = typer.Typer(
     name="moco", cls=OneLineUsageErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    help="MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol.",
+    help=HELP,
 )
 
 
 @app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False) -> None:
-    """MoCo (Momentum Contrast, arXiv 1911.05722): pretraining and the paper's downstream protocol."""
+    del version  # handled by its callback; the help is the Typer's (HELP)
 
 
 app.command("pretrain")(core_cli.pretrain_cli)
 
 eval_app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, help="Evaluate a pretrained backbone.")
-eval_app.command("linear")(lincls_cli.linear_cli)
-eval_app.command("finetune")(lincls_cli.finetune_cli)
-eval_app.command("knn")(lincls_cli.knn_cli)
-eval_app.command("snapshots")(lincls_cli.snapshots_cli)
-eval_app.command("transfer")(lincls_cli.transfer_cli)
+eval_app.command("linear")(classification_cli.linear_cli)
+eval_app.command("finetune")(classification_cli.finetune_cli)
+eval_app.command("knn")(classification_cli.knn_cli)
+eval_app.command("snapshots")(classification_cli.snapshots_cli)
+eval_app.command("transfer")(classification_cli.transfer_cli)
 eval_app.command("voc")(transfer_cli.voc_cli)
 eval_app.command("coco")(transfer_cli.coco_cli)
 eval_app.command("lvis")(transfer_cli.lvis_cli)
