@@ -406,7 +406,7 @@ def transfer_cli(
     """Linear transfer to 12 datasets (Kornblith et al.; SimCLR's Table 8): frozen features, L2 logistic regression
     by L-BFGS with its strength swept over 45 values on val, refit on train + val, each dataset's metric once."""
     from classification.frozen.grid_config import parse_shots
-    from classification.suite.config import load_suite_config, parse_names
+    from classification.linear_transfer.config import load_suite_config, parse_names
 
     try:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -422,14 +422,14 @@ def transfer_cli(
     asked = invocation("eval transfer", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
         "data": data, "datasets": datasets, "solver": solver, "shots": shots, "tries": tries, "arch": arch,
         "device": device, "workers": workers, "seed": seed, "weights_format": weights_format})
-    print_or_launch(cfg, print_config, 1, run_transfer, cfg, pretrained, quiet, resume, asked)
+    print_or_launch(cfg, print_config, 1, run_linear_transfer, cfg, pretrained, quiet, resume, asked)
 
 
-def run_transfer(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
+def run_linear_transfer(cfg: Any, pretrained: str, quiet: bool, resume: bool = False,
                  asked: dict[str, Any] | None = None) -> None:
     """One ``moco eval transfer``: prints ``result: RUN_DIR/suite.json``; a user error is one line, exit code 2;
     a stop, the command that carries on with the datasets not done."""
-    from classification.suite.run import run_suite
+    from classification.linear_transfer.run import run_suite
 
     report_result(lambda: run_suite(cfg, pretrained, show_progress=not quiet, resume=resume),
                   rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))

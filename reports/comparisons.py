@@ -12,7 +12,7 @@ of a row are pretrainings or evaluations with other seeds, so their spread is th
 a one-trial few-shot row's spread is over its tries of the shots drawn, and two such rows are compared over tries.
 The Student t distribution's tail is computed here from the regularised incomplete beta function (scipy is not a
 dependency of the base install). A row of one trial has no spread: it says "1 trial", never a standard error of 0.
-The transfer suite's one-trial rows have their paired tests over the test images (:mod:`reports.transfer`).
+The transfer suite's one-trial rows have their paired tests over the test images (:mod:`reports.linear_transfer.table`).
 Nothing here imports torch.
 """
 

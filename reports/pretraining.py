@@ -220,7 +220,8 @@ ADDED_NEUTRAL = {"augment.blur_prob_view2": None, "augment.solarize_prob": 0.0, 
 
 
 # Likewise for the linear evaluation's config: the fields MoCo v3's protocol added, at v1/v2's values.
-# And the detection fields the keypoint task added (transfer.config.DetectorConfig), at the values every earlier
+# And the detection fields the keypoint task added (transfer.detection.config.DetectorConfig), at the values every
+# earlier
 # detection run had: they change nothing in a VOC or COCO run.
 EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr": False,
                       "detector.fpn_channels": 256, "detector.keypoint_pooler_resolution": 14,
@@ -231,7 +232,8 @@ EVAL_ADDED_NEUTRAL = {**ADDED_NEUTRAL, "optim.schedule": "step", "optim.scale_lr
 EVAL_ADDED_NEUTRAL.update({"data.labels": None, "data.subset": None, "data.subset_seed": 0})
 # ... and the LVIS task's repeat-factor sampling (transfer/detection/sampling.py) at "off", as every VOC or COCO run
 EVAL_ADDED_NEUTRAL.update({"data.repeat_threshold": 0.0})
-# ... and the dense pose task's head (transfer.config.DetectorConfig, DensePose's defaults), unused by the others
+# ... and the dense pose task's head (transfer.detection.config.DetectorConfig, DensePose's defaults), unused by the
+# others
 EVAL_ADDED_NEUTRAL.update({"detector.densepose_pooler_resolution": 28, "detector.densepose_num_convs": 8,
                            "detector.densepose_conv_dim": 512, "detector.densepose_heatmap_size": 112})
 

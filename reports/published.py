@@ -36,7 +36,7 @@ protocol: the note says so), or ImageNet kNN with the published k (DINO's: 20); 
 
 The transfer suite's published rows (tasks ``transfer_linear`` and ``transfer_finetune``: Ericsson et al.'s Table 1,
 DINOv2's Table 8, SimCLR's Table B.5; the ``schedule`` is the protocol that measured them, the metric a dataset or
-"average", the source's own mean) are placed by :mod:`reports.transfer_published`.
+"average", the source's own mean) are placed by :mod:`reports.linear_transfer.published`.
 
 Nothing matches the embedded toy data. Published rows are labelled "published" ("published (secondary)" where the
 CSV's ``checked`` is ``secondary``: read from a re-typed copy of the paper), keep their source, and never enter our

@@ -157,14 +157,15 @@ def find_record_files(roots: Iterable[str]) -> list[tuple[str, Path]]:
     return sorted(((shown, file) for file, shown in found.items()), key=lambda pair: pair[0])
 
 
-# Tasks whose records reports.transfer reads (moco eval transfer's), left alone here
+# Tasks whose records reports.linear_transfer.table reads (moco eval transfer's), left alone here
 TRANSFER_TASKS = ("transfer", "transfer-fewshot")
 
 
 def read_records(roots: Iterable[str]) -> list[tuple[str, Any]]:
     """(display path, decoded JSON) of every record file under ``roots``, each file read once; where a file cannot
-    be read, its RecordError in place of the JSON. :func:`load_records` and :func:`reports.transfer.load_trials`
-    share one reading (a report over 10,000 records read each twice)."""
+    be read, its RecordError in place of the JSON. :func:`load_records` and
+    :func:`reports.linear_transfer.table.load_trials` share one reading (a report over 10,000 records read each
+    twice)."""
     read: list[tuple[str, Any]] = []
     for shown, file in find_record_files(roots):
         try:
@@ -176,7 +177,7 @@ def read_records(roots: Iterable[str]) -> list[tuple[str, Any]]:
 
 def load_records(roots: Iterable[str], read: list[tuple[str, Any]] | None = None) -> tuple[list[Record], list[Skipped]]:
     """All usable records under ``roots`` (or of ``read``, :func:`read_records` of them), and the skipped files
-    with their reasons (the transfer suite's records are :mod:`reports.transfer`'s)."""
+    with their reasons (the transfer suite's records are :mod:`reports.linear_transfer.table`'s)."""
     records: list[Record] = []
     skipped: list[Skipped] = []
     for shown, data in read_records(roots) if read is None else read:

@@ -14,14 +14,14 @@ from pathlib import Path, PurePath
 from reports import FORMATS
 from reports.comparisons import check_baseline, compare_entries, entry_baselines
 from reports.expected import Expected
+from reports.linear_transfer.table import Trial, load_trials, transfer_tables
+from reports.linear_transfer.table import tidy as transfer_tidy
 from reports.protocols import EPOCH_TASKS, LINEAR_EPOCHS, V3_PROTOCOL
 from reports.published import PublishedRow, load_published
 from reports.records import TASK_METRICS, Record, Skipped, load_records, read_records
 from reports.studies import Study, find_studies
 from reports.summary import Entry, Stat, delta, group, supervised_reference
 from reports.tables import DELTA_TASKS, Shown, Table, ablation_key, all_tables, mechanism_label
-from reports.transfer import Trial, load_trials, transfer_tables
-from reports.transfer import tidy as transfer_tidy
 
 FILE_NAMES = {"md": "report.md", "csv": "report.csv", "tex": "report.tex", "html": "report.html"}
 CSV_COLUMNS = (
@@ -66,7 +66,7 @@ class Report:
     tables: list[Table]
     tidy: list[dict[str, str]]
     curves: list[Curve] = field(default_factory=list)
-    transfer: list[Trial] = field(default_factory=list)  # moco eval transfer's suites (reports.transfer)
+    transfer: list[Trial] = field(default_factory=list)  # moco eval transfer's suites (reports.linear_transfer.table)
     sections: list[Section] = field(default_factory=list)
     studies: list[Study] = field(default_factory=list)
 
@@ -94,7 +94,7 @@ def read_inputs(roots: Sequence[str]) -> Inputs:
     records, skipped = load_records(roots, read)
     trials, transfer_skipped = load_trials(roots, read)
     studies = find_studies(records, roots)
-    if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.transfer's)
+    if trials:  # moco eval transfer's suites: a study of their own (their tables are reports.linear_transfer.table's)
         runs = len({t.run for t in trials})
         studies.append(Study(TRANSFER_STUDY, f"moco eval transfer's suites: {runs} suite run{'s' * (runs != 1)}", ()))
     return Inputs(records, skipped + transfer_skipped, trials, studies)

@@ -1,6 +1,6 @@
 """The transfer suite's 12 datasets as their archives unpack (torchvision's download layouts, and CUB-200-2011's
 own), shrunk to a few images of 2-3 classes but with the real folder and file names, list formats and label
-encodings: the fixtures of ``moco eval transfer --data ROOT`` (tests/classification/suite/, README's command).
+encodings: the fixtures of ``moco eval transfer --data ROOT`` (tests/classification/linear_transfer/, README's command).
 
 :func:`transfer_suite_layout` writes all 12 under one ROOT, each where torchvision's class given ROOT looks.
 """

@@ -86,11 +86,11 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     import classification.frozen.grid
     import classification.frozen.shots
     import classification.linear
-    import classification.suite.run
+    import classification.linear_transfer.run
     import moco_core.run.train
     import moco_demo.run
     import sweeps.sweep
-    import transfer.run
+    import transfer.detection.run
 
     def stub(name: str):
         def record(*args: Any, **kwargs: Any) -> Any:
@@ -103,8 +103,8 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     monkeypatch.setattr(classification.frozen.grid, "grid_eval", stub("grid"))
     monkeypatch.setattr(classification.frozen.shots, "fewshot_eval", stub("fewshot"))
     monkeypatch.setattr(classification.finetune, "finetune", stub("finetune"))
-    monkeypatch.setattr(classification.suite.run, "run_suite", stub("transfer suite"))
-    monkeypatch.setattr(transfer.run, "evaluate", stub("transfer"))
+    monkeypatch.setattr(classification.linear_transfer.run, "run_suite", stub("transfer suite"))
+    monkeypatch.setattr(transfer.detection.run, "evaluate", stub("transfer"))
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
     monkeypatch.setattr(moco_demo.run, "run_demo", stub("demo"))
 

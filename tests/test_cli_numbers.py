@@ -104,12 +104,12 @@ def test_missing_extras_are_said_before_the_work(args: list[str], module: str, e
     """The package is blocked in this process (``sys.modules[name] = None``: its import raises ImportError, as
     where it is not installed); the run functions are stubs that record a call, so that reaching them (the old
     behaviour: the whole schedule, then an ImportError traceback at test time) fails the test at once."""
-    import classification.suite.run
-    import transfer.run
+    import classification.linear_transfer.run
+    import transfer.detection.run
 
     calls: list[str] = []
-    monkeypatch.setattr(transfer.run, "evaluate", lambda *a, **k: calls.append("transfer"))
-    monkeypatch.setattr(classification.suite.run, "run_suite", lambda *a, **k: calls.append("suite"))
+    monkeypatch.setattr(transfer.detection.run, "evaluate", lambda *a, **k: calls.append("transfer"))
+    monkeypatch.setattr(classification.linear_transfer.run, "run_suite", lambda *a, **k: calls.append("suite"))
     monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.chdir(tmp_path)
     one_line(args, expected)

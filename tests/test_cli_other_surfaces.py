@@ -3,10 +3,10 @@ over the hostile values and their neighbours that fit:
 
 - other methods' weights files (moco_core/model/weights/): numbers a pickle or a safetensors file holds past 64 bits
   or a double (classes 1), a weights path that is no regular file (class 4);
-- the transfer suite's datasets (classification/suite/readers.py): list-file numbers that are no whole numbers
+- the transfer suite's datasets (classification/linear_transfer/readers.py): list-file numbers that are no whole numbers
   or past Python's digit limit (class 1), labels outside the dataset's classes and training images of one class
   (class 8), names that leave the dataset (class 5);
-- the suite's split files, read back on --resume (classification/suite/splits.py): classes 1, 4 and 5;
+- the suite's split files, read back on --resume (classification/linear_transfer/splits.py): classes 1, 4 and 5;
 - the feature cache (classification/frozen/features.py): a damaged, foreign, FIFO or folder cache file is
   recomputed with one warning line, never a traceback or a wait.
 """

@@ -37,7 +37,7 @@ def our_module(name: str) -> str | None:
 
 
 def module_imports() -> dict[str, set[str]]:
-    """module ("transfer.run", "moco_core.run.train") -> the modules of ours it imports, at the top or inside
+    """module ("transfer.detection.run", "moco_core.run.train") -> the modules of ours it imports, at the top or inside
     functions."""
     graph: dict[str, set[str]] = defaultdict(set)
     for path in [ROOT / f"{ROOT_CLI}.py", *(p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py")))]:

@@ -72,8 +72,8 @@ def test_small_images_name_the_preset_that_fits(command: list[str], preset: str 
 
 def test_a_suite_that_mixes_sizes_is_the_protocols(small_suite: Path, tmp_path: Path) -> None:
     """CIFAR at 224 px beside larger images is the 12-dataset protocol's own choice: no warning then."""
-    from classification.suite.config import load_suite_config
-    from classification.suite.run import _datasets, _small_images
+    from classification.linear_transfer.config import load_suite_config
+    from classification.linear_transfer.run import _datasets, _small_images
 
     root = tmp_path / "mixed"
     suite_layouts.transfer_suite_layout(root, only=("cifar10", "dtd"))
@@ -122,9 +122,9 @@ def test_worker_defaults_follow_the_cpus(monkeypatch: pytest.MonkeyPatch) -> Non
     from classification.frozen.grid_config import GridConfig
     from classification.knn import KnnConfig
     from classification.linear import LinearConfig
-    from classification.suite.config import TransferSuiteConfig
+    from classification.linear_transfer.config import TransferSuiteConfig
     from moco_core.config import PretrainConfig, load_config
-    from transfer.config import TransferConfig
+    from transfer.detection.config import TransferConfig
     from transfer.segmentation.config import SemsegConfig
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)

@@ -11,7 +11,7 @@ import typer
 
 from moco_core.cli import preset_list
 from moco_core.model.weights.formats import WEIGHTS_FORMATS
-from transfer.config import DEFAULT_PRESETS
+from transfer.detection.config import DEFAULT_PRESETS
 
 Weights = Annotated[str | None, typer.Argument(
     metavar="WEIGHTS", show_default=False,
@@ -82,7 +82,7 @@ def _transfer(task: str, weights: str | None, old_weights: str | None, config: s
     except UserError as err:
         print_error(err)
         raise typer.Exit(2) from None
-    print_or_launch(cfg, print_config, nproc, run_transfer, cfg, weights, resume, quiet,
+    print_or_launch(cfg, print_config, nproc, run_task, cfg, weights, resume, quiet,
                     _invocation(task, config, overrides, flags, nproc))
 
 
@@ -110,13 +110,13 @@ def _load(task: str, config: str | None, overrides: list[str], flags: dict[str, 
 
         cfg = load_semseg_config(config, overrides, flags)
         return cfg, config or DEFAULT_PRESET, cfg.head.arch
-    from transfer.config import load_transfer_config
+    from transfer.detection.config import load_transfer_config
 
     cfg = load_transfer_config(task, config, overrides, flags)
     return cfg, config or DEFAULT_PRESETS[task], cfg.detector.arch
 
 
-def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool, asked: dict[str, Any] | None = None) -> None:
+def run_task(cfg: Any, weights: str, resume: bool, quiet: bool, asked: dict[str, Any] | None = None) -> None:
     """One process of ``moco eval voc|coco|keypoints|semseg``: user errors are one line (from rank 0), exit code 2;
     a NaN loss 1. ``asked``: how it was invoked, kept in the record and in the resume hint."""
     from moco_core.cli import evaluation_rerun, report_result
@@ -125,8 +125,8 @@ def run_transfer(cfg: Any, weights: str, resume: bool, quiet: bool, asked: dict[
         from transfer.segmentation.config import semseg_run_dir as run_dir
         from transfer.segmentation.run import evaluate
     else:
-        from transfer.config import transfer_run_dir as run_dir
-        from transfer.run import evaluate
+        from transfer.detection.config import transfer_run_dir as run_dir
+        from transfer.detection.run import evaluate
     report_result(lambda: evaluate(cfg, weights, show_progress=not quiet, resume=resume,
                                    extra={"invocation": asked} if asked else None),
                   rerun=evaluation_rerun(asked, weights, str(run_dir(cfg))))

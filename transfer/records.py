@@ -12,7 +12,7 @@ from moco_core.config import to_dict
 from moco_core.model.backbone import BackboneInfo
 from moco_core.run.progress import format_duration
 from moco_core.run.records import write_record
-from transfer.config import TransferConfig, model_name
+from transfer.detection.config import TransferConfig, model_name
 from transfer.detection.datasets import DetectionData
 from transfer.embedded import EMBEDDED_VERSION
 

@@ -61,7 +61,7 @@ def _flowers_knn(root: Path, tmp_path: Path) -> str:
 
 def _suite(reader: str) -> Callable[[Path, Path], str]:
     def read(root: Path, tmp_path: Path) -> str:
-        from classification.suite import readers
+        from classification.linear_transfer import readers
 
         with pytest.raises(UserError) as err:
             getattr(readers, reader)(root)
@@ -228,7 +228,7 @@ def _raises(call: Callable[[], Any]) -> str:
 
 
 def _suite_dtd(tmp_path: Path, shapes_root: Path) -> str:
-    from classification.suite import readers
+    from classification.linear_transfer import readers
 
     for split in ("train", "val", "test"):
         _long_list(tmp_path / "dtd" / "dtd" / "labels" / f"{split}1.txt", "banded/banded_0001.jpg")
@@ -248,7 +248,7 @@ def _voc_segmentation(tmp_path: Path, shapes_root: Path) -> str:
 
 
 def _food101(tmp_path: Path, shapes_root: Path) -> str:
-    from classification.suite import readers
+    from classification.linear_transfer import readers
 
     meta = tmp_path / "food-101" / "meta"
     meta.mkdir(parents=True)
@@ -257,8 +257,8 @@ def _food101(tmp_path: Path, shapes_root: Path) -> str:
 
 
 def _suite_split_file(tmp_path: Path, shapes_root: Path) -> str:
-    from classification.suite import catalog, splits
-    from classification.suite.readers import Found
+    from classification.linear_transfer import catalog, splits
+    from classification.linear_transfer.readers import Found
 
     path = tmp_path / "splits.json"
     head = json.dumps({"format": splits.SPLITS_FORMAT, "dataset": "dtd"})[:-1]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from classification.layouts import find_listed
+from classification.linear_transfer import readers
 from classification.robustness import find_sets
-from classification.suite import readers
 from moco_core.data.data import scan_images
 from moco_core.data.inat import inat_splits
 from moco_core.data.shapes import CLASSES
@@ -38,7 +38,7 @@ def _lazy(where: str) -> Callable[..., Any]:
 
 def _detection(task: str) -> Callable[[Path], Any]:
     def read(base: Path) -> Any:
-        config = _lazy("transfer.config:load_transfer_config")(task, f"{task}_embedded", [],
+        config = _lazy("transfer.detection.config:load_transfer_config")(task, f"{task}_embedded", [],
                                                                 {"data": {"path": str(base)}})
         return _lazy("transfer.detection.datasets:load_data")(config)
     return read

@@ -11,7 +11,7 @@ import pytest
 from classification.linear import LinearConfig
 from moco_core import smoke
 from moco_core.config import PretrainConfig, load_config
-from transfer.config import TransferConfig
+from transfer.detection.config import TransferConfig
 
 
 @pytest.fixture

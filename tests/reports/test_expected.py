@@ -89,7 +89,8 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     from moco_demo.run import RANDOM_ARCH
     from reports.pretraining import recipe_digest
     from reports.records import eval_recipe
-    from transfer.config import load_transfer_config, with_normalisation
+    from transfer.config import with_normalisation
+    from transfer.detection.config import load_transfer_config
     from transfer.records import embedded_version, record_config
 
     rows = list(csv.DictReader(EXPECTED_CSV.open(encoding="utf-8")))

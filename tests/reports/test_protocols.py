@@ -21,7 +21,7 @@ from reports.published import load_published
 from reports.records import load_records
 from reports.report import build_report
 from reports.summary import group
-from transfer.config import load_transfer_config
+from transfer.detection.config import load_transfer_config
 from transfer.segmentation.config import load_semseg_config
 
 from .conftest import WriteRecord, base_record

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from reports.comparisons import t_two_sided
+from reports.linear_transfer.table import mcnemar_exact
 from reports.protocols import GRID_PROTOCOL
-from reports.transfer import mcnemar_exact
 
 from .conftest import WriteRecord, base_record
 from .test_report_honesty import DIGITS, MOCO, RANDOM, transfer_record
@@ -67,7 +67,7 @@ def _records(write_record: WriteRecord, runs: Path, *, supervised: bool = False)
 
 
 def _fewshot(path: Path, backbone: dict[str, Any], mean: float) -> None:
-    """classification/suite/run.py's ``<dataset>/fewshot.result.json`` of the digits in CIFAR-10's layout."""
+    """classification/linear_transfer/run.py's ``<dataset>/fewshot.result.json`` of the digits in CIFAR-10's layout."""
     path.write_text(json.dumps({
         "schema": "moco.result", "version": 1, "task": "transfer-fewshot", "protocol": "linear-transfer-fewshot",
         "metrics": {"5shot_top1": mean}, "backbone": backbone,

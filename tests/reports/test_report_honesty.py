@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from reports.transfer import Result, mcnemar_exact, paired_p, sign_flip_p
+from reports.linear_transfer.table import Result, mcnemar_exact, paired_p, sign_flip_p
 
 runner = CliRunner()
 
@@ -30,8 +30,8 @@ RANDOM = {"source": "random", "format": "random", "arch": "resnet18", "sha256": 
 def transfer_record(path: Path, *, backbone: dict[str, Any], dataset: str = "cifar10", value: float = 50.0,
                     metric: str = "top1", correct: Any = None, labels: Any = None, crop: int = 224,
                     protocol: str | None = None, **fields: Any) -> Path:
-    """A transfer suite record (classification/suite/run.py's fields) of a real-datasets run at 224 px; ``fields``
-    update its ``dataset`` object (counts), ``transfer``'s outcomes are given as they should be written."""
+    """A transfer suite record (classification/linear_transfer/run.py's fields) of a real-datasets run at 224 px;
+    ``fields`` update its ``dataset`` object (counts), ``transfer``'s outcomes are given as they should be written."""
     transfer: dict[str, Any] = {"metric": metric, "test": value, "lambda": 1.0}
     if correct is not None:
         transfer.update(test_correct=correct, test_labels=labels if labels is not None else [0] * len(correct))
@@ -217,7 +217,7 @@ def test_report_help_keeps_the_smoke_mark() -> None:
 
 
 def _fewshot_record(path: Path, backbone: dict[str, Any], results: Any) -> None:
-    """classification/suite/run.py's ``<dataset>/fewshot.result.json`` of a real-datasets run."""
+    """classification/linear_transfer/run.py's ``<dataset>/fewshot.result.json`` of a real-datasets run."""
     path.write_text(json.dumps({
         "schema": "moco.result", "version": 1, "task": "transfer-fewshot", "protocol": "linear-transfer-fewshot",
         "metrics": {"5shot_top1": 1.0}, "backbone": backbone,

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from transfer.config import load_transfer_config
+from transfer.detection.config import load_transfer_config
 from transfer.embedded import ensure_coco
 
 runner = CliRunner()
@@ -150,7 +150,7 @@ def test_auto_engine_dispatches_to_detectron2_when_installed(monkeypatch: pytest
     import types
 
     import transfer.detection
-    from transfer import run
+    from transfer.detection import run
 
     calls = []
     fake = types.ModuleType("transfer.detection.detectron2_engine")

@@ -17,8 +17,9 @@ from moco_core.checkpoint import CheckpointError
 from moco_core.model.backbone import load_backbone, load_resnet
 from moco_core.model.weights.detect import read_weights
 from tests import weights_layouts as layouts
-from transfer.config import load_transfer_config, with_normalisation
+from transfer.config import with_normalisation
 from transfer.convert import convert_file
+from transfer.detection.config import load_transfer_config
 from transfer.detection.models import build_detector
 
 

@@ -15,10 +15,11 @@ from moco_core.config import replace
 from moco_core.data.shapes import CLASSES
 from reports.records import load_records
 from transfer import engine
-from transfer.config import SolverConfig, load_transfer_config
+from transfer.config import SolverConfig
 from transfer.detection import data as detection_data
+from transfer.detection.config import load_transfer_config
+from transfer.detection.run import evaluate
 from transfer.embedded import ensure_voc
-from transfer.run import evaluate
 
 # A C4 detector small enough for seconds on a CPU: 2 images of 48 px a batch, 4x4 RoIs, 16 RoIs per image.
 TINY = ["solver.batch_size=2", "solver.lr=0.08", "solver.warmup_iters=5", "solver.precise_bn_iters=2",

@@ -11,8 +11,9 @@ import torchvision
 
 from moco_core import distributed
 from moco_core.model.weights.formats import IMAGENET
-from transfer.config import load_transfer_config, with_normalisation
-from transfer.run import build_model
+from transfer.config import with_normalisation
+from transfer.detection.config import load_transfer_config
+from transfer.detection.run import build_model
 
 # Mask R-CNN R18-FPN with BN in the FPN and the mask head, small enough for seconds: 64-px images, 8 RoIs.
 _SMALL = ["detector.head=FPN", "detector.norm_new_layers=true", "detector.fpn_channels=16",

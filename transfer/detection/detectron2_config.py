@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transfer.config import TransferConfig, input_statistics
+from transfer.config import input_statistics
+from transfer.detection.config import TransferConfig
 
 # Our C4 ROI heads (registered by transfer.detection.detectron2_engine): res5 built for the backbone's depth, with or
 # without the MoCo configs' extra norm after it. Names of our own: the official train_net.py registers

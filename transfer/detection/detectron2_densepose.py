@@ -36,7 +36,7 @@ from detectron2.utils.file_io import PathManager
 
 from moco_core import distributed
 from moco_core.data.data import DatasetError
-from transfer.config import TransferConfig
+from transfer.detection.config import TransferConfig
 from transfer.detection.datasets import DetectionData, parse_dataset
 from transfer.detection.detectron2_config import dataset_name
 

@@ -3,7 +3,7 @@
 sampling is detectron2's own sampler (DATALOADER.SAMPLER_TRAIN); the LVIS and Cityscapes test splits are scored by
 the official evaluators through :mod:`transfer.detection.metrics`.
 
-detectron2 is not on any package registry: this module is imported only by ``transfer.run.evaluate`` when the
+detectron2 is not on any package registry: this module is imported only by ``transfer.detection.run.evaluate`` when the
 engine resolves to detectron2, and only it imports detectron2. The config is ``get_cfg()`` with the values of
 :func:`transfer.detection.detectron2_config.detectron2_options` written over it, from the same TransferConfig
 presets the torchvision engine runs. The backbone is converted by :mod:`transfer.convert` into ``backbone.pkl`` in the
@@ -63,8 +63,9 @@ from moco_core.run.rundir import (
     write_text_atomic,
 )
 from moco_core.run.runtime import resolve_device
-from transfer.config import TransferConfig, per_process_batch, transfer_run_dir, with_normalisation
+from transfer.config import per_process_batch, with_normalisation
 from transfer.convert import convert_file, load_detectron2_pkl
+from transfer.detection.config import TransferConfig, transfer_run_dir
 from transfer.detection.datasets import DetectionData, load_data, parse_dataset, require_a_batch
 from transfer.detection.detectron2_config import C4_ROI_HEADS, C4_ROI_HEADS_EXTRA_NORM, dataset_name, detectron2_options
 from transfer.detection.models import load_resnet

@@ -33,7 +33,8 @@ from torchvision.ops import MultiScaleRoIAlign, roi_align
 
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo
-from transfer.config import TransferConfig, input_statistics
+from transfer.config import input_statistics
+from transfer.detection.config import TransferConfig
 
 FPN_LEVELS = ("0", "1", "2", "3")  # res2-res5; the RPN also sees "pool" (a max-pooled res5 level, P6)
 

@@ -1,5 +1,5 @@
 """``moco eval semseg`` as a plain function: weights -> dataset -> segmentation network -> fine-tuning (the shared
-:func:`transfer.finetune.fine_tune`) -> whole-image test -> mIoU -> result record.
+:func:`transfer.engine.fine_tune`) -> whole-image test -> mIoU -> result record.
 
 Testing is on each whole image at its full resolution, one at a time (A.5: "inference is performed on the full
 image"), never in sliding windows; the predictions are the argmax of the upsampled logits.
@@ -28,7 +28,7 @@ from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
 from transfer import engine
 from transfer.config import input_statistics, with_normalisation
-from transfer.finetune import fine_tune, sync_batchnorm
+from transfer.engine import fine_tune, sync_batchnorm
 from transfer.records import null_nan, recipe_fields
 from transfer.segmentation.config import SemsegConfig, model_name, semseg_run_dir
 from transfer.segmentation.datasets import SegmentationData, SegmentationDataset, load_data

@@ -22,8 +22,8 @@ from sklearn.metrics import precision_recall_curve  # noqa: E402
 
 from classification.frozen import logreg, ssl_transfer  # noqa: E402
 from classification.frozen.metrics import metric  # noqa: E402
-from classification.suite.readers import Split  # noqa: E402
-from classification.suite.splits import hold_out_plain  # noqa: E402
+from classification.linear_transfer.readers import Split  # noqa: E402
+from classification.linear_transfer.splits import hold_out_plain  # noqa: E402
 
 # Five attributes of a digit, each a binary label: even; 5 or more; has a closed loop; prime; straight strokes only
 ATTRIBUTES = ({0, 2, 4, 6, 8}, {5, 6, 7, 8, 9}, {0, 6, 8, 9}, {2, 3, 5, 7}, {1, 4, 7})
@@ -158,7 +158,7 @@ def test_the_val_draw_is_numpys_legacy_shuffle() -> None:
 
 
 def test_the_protocols_defaults_and_what_the_user_sets() -> None:
-    from classification.suite.config import load_suite_config
+    from classification.linear_transfer.config import load_suite_config
 
     ssl = load_suite_config(None, ["data.path=embedded", "solver.protocol=ssl-transfer"]).solver_options()
     assert (ssl["max_iter"], ssl["precision"], ssl["protocol"]) == (100, "float64", "ssl-transfer")
@@ -169,7 +169,7 @@ def test_the_protocols_defaults_and_what_the_user_sets() -> None:
 
 
 def test_without_scipy_the_protocol_is_refused_when_the_config_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    from classification.suite.config import load_suite_config
+    from classification.linear_transfer.config import load_suite_config
     from moco_core.config import ConfigError
 
     monkeypatch.setitem(__import__("sys").modules, "scipy", None)

@@ -135,7 +135,7 @@ def test_cityscapesscripts_scores_toy_cases_as_worked_out_by_hand(tmp_path: Path
 
 def test_the_real_layout_fixture_loads_through_the_configured_names(tmp_path: Path) -> None:
     from tests.layouts import detection_layout
-    from transfer.config import load_transfer_config
+    from transfer.detection.config import load_transfer_config
     from transfer.detection.datasets import load_data
 
     root = detection_layout(tmp_path / "datasets", train=6, test=3)

@@ -15,7 +15,7 @@ from moco_core.data.data import DatasetError
 from reports.published import PublishedRow, matching
 from reports.summary import Setting
 from tests.layouts import custom_detection_layout
-from transfer.config import load_transfer_config
+from transfer.detection.config import load_transfer_config
 from transfer.detection.datasets import DatasetSpec, load_data, parse_dataset
 
 runner = CliRunner()

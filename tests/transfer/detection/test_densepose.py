@@ -1,6 +1,7 @@
 """``moco eval densepose``: the preset against DensePose's densepose_rcnn_R_50_FPN_s1x.yaml, DensePose's dataset
 names and files, the one-line error where DensePose cannot run (no detectron2 needed); then, where detectron2's
-DensePose project is installed, a short CPU run on DensePose-COCO's layout through ``transfer.run.evaluate``."""
+DensePose project is installed, a short CPU run on DensePose-COCO's layout through
+``transfer.detection.run.evaluate``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from cli import app
 from moco_core.config import ConfigError
 from moco_core.model.weights.formats import IMAGENET
 from tests.layouts import densepose_eval_files, densepose_layout, torchvision_weights
-from transfer.config import DENSEPOSE_NEEDED, load_transfer_config, with_normalisation
+from transfer.config import with_normalisation
+from transfer.detection.config import DENSEPOSE_NEEDED, load_transfer_config
 from transfer.detection.datasets import parse_dataset
 from transfer.detection.detectron2_config import detectron2_options
 
@@ -98,7 +100,7 @@ def test_torchvision_engine_stops_with_one_line() -> None:
 def test_auto_engine_without_densepose_stops_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import importlib.util
 
-    from transfer import run
+    from transfer.detection import run
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "densepose" else real(name, *a))
@@ -147,7 +149,7 @@ def one_thread() -> Any:
 def test_short_densepose_run_scores_ap_dp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("detectron2")
     pytest.importorskip("densepose")
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     # DensePose fetches its UV transforms and SMPL files into iopath's cache: stand-ins there, no internet
     monkeypatch.setenv("FVCORE_CACHE", str(densepose_eval_files(tmp_path / "cache")))
@@ -182,7 +184,7 @@ def test_embedded_smoke_run_needs_no_internet(tmp_path: Path, monkeypatch: pytes
     pytest.importorskip("detectron2")
     pytest.importorskip("densepose")
     from moco_core import smoke
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     monkeypatch.setenv("MOCO_DATA_HOME", str(tmp_path / "data_home"))
     monkeypatch.setenv(smoke.ENV, "1")
@@ -217,7 +219,7 @@ def test_missing_densepose_files_stop_before_anything_trains(tmp_path: Path, mon
     pytest.importorskip("detectron2")
     pytest.importorskip("densepose")
     from moco_core.data.data import DatasetError
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     monkeypatch.setenv("FVCORE_CACHE", str(tmp_path / "empty_cache"))
     root = densepose_layout(tmp_path / "datasets", train=4, test=2)

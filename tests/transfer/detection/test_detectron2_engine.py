@@ -18,7 +18,8 @@ from moco_core.config import replace
 from moco_core.data.data import DatasetError
 from moco_core.data.shapes import CLASSES
 from moco_core.model.weights.formats import IMAGENET
-from transfer.config import TransferConfig, load_transfer_config, with_normalisation
+from transfer.config import with_normalisation
+from transfer.detection.config import TransferConfig, load_transfer_config
 from transfer.detection.detectron2_config import FIELDS, detectron2_options
 
 VOC_SIZES = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
@@ -360,7 +361,7 @@ def tiny_voc_config(root: Path, output_dir: Path, *overrides: str) -> TransferCo
 @pytest.mark.usefixtures("one_thread")
 def test_short_voc_run_learns_and_writes_a_detectron2_record(d2: Any, tiny_voc: Path, tmp_path: Path) -> None:
     from reports.records import load_records
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     cfg = tiny_voc_config(tiny_voc, tmp_path / "run", "solver.iterations=30", "solver.steps=[24]")
     record = json.loads(evaluate(cfg, "random", show_progress=False).read_text())
@@ -385,8 +386,8 @@ def test_short_voc_run_learns_and_writes_a_detectron2_record(d2: Any, tiny_voc: 
 
 @pytest.mark.usefixtures("one_thread")
 def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
+    from transfer.detection.run import evaluate
     from transfer.embedded import ensure_coco
-    from transfer.run import evaluate
 
     root = ensure_coco(tmp_path / "data", train=8, val=4, size=64)
     cfg = load_transfer_config("coco", "coco_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",
@@ -402,7 +403,7 @@ def test_short_coco_run_scores_boxes_and_masks(d2: Any, tmp_path: Path) -> None:
 @pytest.mark.usefixtures("one_thread")
 def test_short_keypoints_run_scores_keypoints(d2: Any, tmp_path: Path) -> None:
     from transfer.detection.embedded_keypoints import ensure_keypoints
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     root = ensure_keypoints(tmp_path / "data", train=8, val=4, size=64)
     cfg = load_transfer_config("keypoints", "keypoints_embedded",
@@ -423,7 +424,7 @@ def test_short_lvis_and_cityscapes_runs_score_masks_by_the_official_evaluators(d
     pytest.importorskip("lvis" if task == "lvis" else "cityscapesscripts")
     from transfer.detection.cityscapes import ensure_cityscapes
     from transfer.detection.lvis import ensure_lvis
-    from transfer.run import evaluate
+    from transfer.detection.run import evaluate
 
     root = (ensure_lvis if task == "lvis" else ensure_cityscapes)(tmp_path / "data", train=8, val=4, size=64)
     cfg = load_transfer_config(task, f"{task}_embedded", [*TINY, "solver.iterations=3", "solver.steps=[2]",

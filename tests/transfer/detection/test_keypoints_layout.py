@@ -15,7 +15,7 @@ from cli import app
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError
 from tests.layouts import KEYPOINT_IMAGE_IDS, add_coco_keypoints
-from transfer.config import load_transfer_config
+from transfer.detection.config import load_transfer_config
 from transfer.detection.datasets import load_data, parse_dataset
 from transfer.detection.embedded_keypoints import KEYPOINT_NAMES, ensure_keypoints, extreme_points
 from transfer.detection.keypoints import DEFAULT_SIGMA, load_keypoints

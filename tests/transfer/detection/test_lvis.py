@@ -219,7 +219,7 @@ def test_embedded_set_is_long_tailed_in_the_real_layout(tmp_path: Path) -> None:
 
 def test_the_real_layout_fixture_loads_through_the_configured_names(tmp_path: Path) -> None:
     from tests.layouts import detection_layout
-    from transfer.config import load_transfer_config
+    from transfer.detection.config import load_transfer_config
     from transfer.detection.datasets import load_data
 
     root = detection_layout(tmp_path / "datasets", train=6, test=3)

@@ -14,7 +14,8 @@ from moco_core import checkpoint
 from moco_core.config import ModelConfig, replace
 from moco_core.model.methods import build_moco
 from moco_core.model.weights.formats import IMAGENET
-from transfer.config import TransferConfig, model_name, with_normalisation
+from transfer.config import with_normalisation
+from transfer.detection.config import TransferConfig, model_name
 from transfer.detection.models import Res5Head, build_detector, load_resnet, resnet_tensors
 
 NUM_CLASSES = 3

@@ -1,5 +1,6 @@
-"""classification/suite/readers.py on each layout's fixture (tests/suite_layouts.py): the files, labels and order
-that torchvision's own dataset class reads from the same folder (the oracle: the fixtures are the layouts it reads,
+"""classification/linear_transfer/readers.py on each layout's fixture (tests/suite_layouts.py): the files, labels
+and order that torchvision's own dataset class reads from the same folder (the oracle: the fixtures are the layouts it
+reads,
 down to the file names), and what the reader refuses."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import torchvision.datasets as tvd
 
-from classification.suite import readers
-from classification.suite.catalog import BY_NAME, SPECS, missing_line
-from classification.suite.readers import SuiteDataError
+from classification.linear_transfer import readers
+from classification.linear_transfer.catalog import BY_NAME, SPECS, missing_line
+from classification.linear_transfer.readers import SuiteDataError
 from tests import suite_layouts
 
 

@@ -39,19 +39,19 @@ import numpy as np
 
 from moco_core.solver_protocols import CONVERGED
 from reports.comparisons import COMPARISON_NOTE, Comparison, Sample, baselines, column_header, welch
+from reports.linear_transfer.datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
+from reports.linear_transfer.fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots, shots_sample
+from reports.linear_transfer.published import Placement, mean_notes, place, published_mean
 from reports.pretraining import Pretraining
 from reports.protocols import MARK_TITLES, SMOKE_NOTE, UNFINISHED_NOTE
 from reports.published import PublishedRow
 from reports.records import RecordError, Skipped, pretraining_of, read_records
 from reports.summary import pretraining_identity
 from reports.tables import MISSING, SMOKE_MARK, Cell, Column, Row, Table, comparison_cell, fmt
-from reports.transfer_datasets import HEADERS, OWN_SUITE, REAL, REAL_SUITE, is_released, own_column
-from reports.transfer_fewshot import FEWSHOT_TASK, Shots, fewshot_table, parse_shots, shots_sample
-from reports.transfer_published import Placement, mean_notes, place, published_mean
 
 TASK = "transfer"
-# The suite's default solver protocol (classification/suite/config.py, config.solver.protocol; few-shot is always
-# the converged one); which published rows stand beside which protocol: reports/transfer_published.py
+# The suite's default solver protocol (classification/linear_transfer/config.py, config.solver.protocol; few-shot
+# is always the converged one); which published rows stand beside which protocol: reports/linear_transfer/published.py
 EMBEDDED = ("shapes", "textures", "variants", "scenes", "digits")
 METRIC_NAMES = {"top1": "top-1", "mean_per_class": "mean per-class acc.", "map11": "11-point mAP"}
 PERMUTATIONS = 10_000
@@ -80,7 +80,7 @@ class Trial:
     pretraining: Pretraining
     setting: tuple[str, ...]
     results: dict[str, Result] = field(default_factory=dict)
-    fewshot: dict[str, list[Shots]] = field(default_factory=dict)  # by dataset column (reports.transfer_fewshot)
+    fewshot: dict[str, list[Shots]] = field(default_factory=dict)  # by dataset column (reports.linear_transfer.fewshot)
     titles: dict[str, str] = field(default_factory=dict)  # the few-shot datasets' headers
     smoke: bool = False  # a smoke run's, or of weights a smoke run made: numbers that mean nothing
 
@@ -362,7 +362,7 @@ def compare_dataset(group: list[Trial], base: list[Trial], name: str) -> Compari
 
 def _fewshot_tables(trials: list[Trial], setting: tuple[str, ...], mark: str, title: str,
                     baseline: str | None) -> list[Table]:
-    """The few-shot table of a setting's trials (reports.transfer_fewshot), where any has few-shot results."""
+    """The few-shot table of a setting's trials (reports.linear_transfer.fewshot), where any has few-shot results."""
     groups = row_groups([t for t in trials if t.fewshot])
     if not groups:
         return []

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from classification.suite.catalog import BY_NAME, Spec
+from classification.linear_transfer.catalog import BY_NAME, Spec
 from moco_core import smoke
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError

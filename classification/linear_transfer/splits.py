@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from classification.suite.catalog import Spec
-from classification.suite.readers import Found, Split, SuiteDataError
+from classification.linear_transfer.catalog import Spec
+from classification.linear_transfer.readers import Found, Split, SuiteDataError
 from moco_core import user_files
 from moco_core.checkpoint import write_atomic
 

@@ -1,6 +1,6 @@
 """The transfer suite's datasets read in the layouts torchvision's dataset classes download (``--data ROOT`` is
 the ``root`` those classes are given), never downloading: each reader names exactly the files, labels and order
-the torchvision class names (tests/classification/suite/test_readers.py checks them against the class on each
+the torchvision class names (tests/classification/linear_transfer/test_readers.py checks them against the class on each
 layout's fixture). The classes are not used to read: they open list files without a size limit and unpickle
 CIFAR's batches with ``pickle.load``; here every list and annotation file goes through
 :mod:`moco_core.user_files` (regular files, a size limit), every file name read from one through
@@ -8,7 +8,7 @@ CIFAR's batches with ``pickle.load``; here every list and annotation file goes t
 else; what a reader found stays inside the dataset's folder after links (:func:`confined`).
 
 Each reader returns a :class:`Found`: the class names and the splits the dataset ships (train, val, test), or
-the ``pool`` a split is drawn from where none is shipped (:mod:`classification.suite.splits`). A sample is
+the ``pool`` a split is drawn from where none is shipped (:mod:`classification.linear_transfer.splits`). A sample is
 ``(path, label)``: a class index, or for VOC 2007 a tuple of 1 (present) / 0 (absent) / -1 (difficult) a class.
 """
 

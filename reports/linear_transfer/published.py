@@ -3,11 +3,12 @@ a transfer suite table, which are listed apart and why, and the mean beside each
 
 A published row and ours are one measurement only when both were made the same way, so a published row is beside
 a table's rows only where
-- its protocol is the table's solver protocol (the record's ``config.solver.protocol``, classification/suite/config.py
-  PROTOCOLS): Ericsson et al.'s Table 1 (arXiv 2011.13377) was measured by ssl-transfer's ``linear.py``, which the
-  suite's "ssl-transfer" protocol reproduces; SimCLR's Table B.5 (arXiv 2002.05709, appendix B.8: L-BFGS over 45
-  values of lambda from 1e-6 to 1e5, the refit on train + val) by the protocol the "converged" one follows, and so
-  DINOv2's Table 8 (arXiv 2304.07193), which states that it follows SimCLR's; no protocol of the suite fine-tunes;
+- its protocol is the table's solver protocol (the record's ``config.solver.protocol``,
+  classification/linear_transfer/config.py PROTOCOLS): Ericsson et al.'s Table 1 (arXiv 2011.13377) was measured by
+  ssl-transfer's ``linear.py``, which the suite's "ssl-transfer" protocol reproduces; SimCLR's Table B.5 (arXiv
+  2002.05709, appendix B.8: L-BFGS over 45 values of lambda from 1e-6 to 1e5, the refit on train + val) by the protocol
+  the "converged" one follows, and so DINOv2's Table 8 (arXiv 2304.07193), which states that it follows SimCLR's; no
+  protocol of the suite fine-tunes;
 - its backbone is of the family of one of the table's rows (ResNet beside ResNet, ViT beside ViT);
 - the table is of the real datasets at 224 px, finished runs (the caller's condition).
 Rows that fail the first two are named under the table with the reason; those of no dataset of the table are not.

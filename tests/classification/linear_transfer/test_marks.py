@@ -44,7 +44,7 @@ def ours(path: Path, *, epoch: int, planned: int, smoke: bool) -> Path:
 
 def test_a_stopped_suite_prints_the_command_that_carries_on_and_it_reads_the_weights_as_asked(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import classification.suite.run as suite_run
+    import classification.linear_transfer.run as suite_run
 
     monkeypatch.delenv("MOCO_SMOKE", raising=False)
     weights = torchvision_weights(tmp_path / "resnet18.pth")  # a plain file: DINO, BYOL, supervised...?

@@ -9,7 +9,7 @@ Validation (where the lambda is chosen): the dataset's own val split where it sh
 Flowers-102, VOC 2007), else a seeded, stratified 20% of train (ssl-transfer draws a plain random 20% with seed 0;
 stratified keeps every class in both parts of small datasets). Splits not shipped are drawn: Caltech-101's 30
 images a class for training (the rest test), and SUN397's split 1 shape (50 train / 50 test a class) where its
-Partitions files are absent. :mod:`classification.suite.splits` writes every split used into the run.
+Partitions files are absent. :mod:`classification.linear_transfer.splits` writes every split used into the run.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from classification.suite import readers
-from classification.suite.readers import Found
+from classification.linear_transfer import readers
+from classification.linear_transfer.readers import Found
 
 
 @dataclass(frozen=True)

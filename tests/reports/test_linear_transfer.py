@@ -1,5 +1,5 @@
-"""reports/transfer.py: the transfer suite's table from records (trials, mean column, published rows) and the
-significance tests against values worked out by hand."""
+"""reports/linear_transfer/table.py: the transfer suite's table from records (trials, mean column, published rows)
+and the significance tests against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from reports.linear_transfer.table import Result, mcnemar_exact, paired_p, sign_flip_p
 from reports.render import to_markdown
 from reports.report import build_report
-from reports.transfer import Result, mcnemar_exact, paired_p, sign_flip_p
 
 
 def test_exact_mcnemar_by_hand() -> None:

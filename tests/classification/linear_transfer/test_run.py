@@ -1,4 +1,4 @@
-"""classification/suite: the drawn splits and their files, and whole suites on the layouts' fixtures (random
+"""classification/linear_transfer: the drawn splits and their files, and whole suites on the layouts' fixtures (random
 ResNet-18 at 32 px): one record a dataset, the curve, the split's provenance, resume, missing and broken datasets,
 the command line."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from classification.suite.catalog import BY_NAME
-from classification.suite.config import load_suite_config
-from classification.suite.readers import Split, SuiteDataError, caltech101
-from classification.suite.run import run_suite
-from classification.suite.splits import draw_pool, hold_out, resolve
+from classification.linear_transfer.catalog import BY_NAME
+from classification.linear_transfer.config import load_suite_config
+from classification.linear_transfer.readers import Split, SuiteDataError, caltech101
+from classification.linear_transfer.run import run_suite
+from classification.linear_transfer.splits import draw_pool, hold_out, resolve
 from cli import app
 from moco_core.config import ConfigError
 from moco_core.errors import UserError

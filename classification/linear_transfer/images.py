@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from classification.suite.readers import Split
+from classification.linear_transfer.readers import Split
 from moco_core.data.data import ImageDataset, verify_samples, warn_skipped
 from moco_core.errors import print_warning
 

@@ -4,7 +4,8 @@
 digits written as ``cifar-10-batches-py`` are recorded as ``cifar10`` (issue 57). A record is named after the
 famous dataset only when it holds that dataset's released sizes: its classes, its train + val images and its
 test images (the record's ``dataset.classes``, ``train_images``, ``val_images``, ``test_images``, written by
-classification/suite/run.py) as the suite reads the release (classification/suite/catalog.py: the shipped splits;
+classification/linear_transfer/run.py) as the suite reads the release
+(classification/linear_transfer/catalog.py: the shipped splits;
 Caltech-101's 30 images a class of its 102 with BACKGROUND_Google, the rest test; SUN397's split 1 shape, 50 and
 50 a class). Anything else is the user's own data, named by the folder it was read from and the layout it borrows
 ("digits (CIFAR-10 layout)"): its own table, and never beside the published rows of the dataset it imitates.

@@ -1,6 +1,6 @@
 """The transfer suite's few-shot results (task ``transfer-fewshot``, ``<dataset>/fewshot.result.json``): k labelled
 images a class drawn ``tries`` times, each draw's lambda chosen on val, the test set scored
-(classification/suite/run.py). The record holds each k's mean and standard deviation over the tries; the table
+(classification/linear_transfer/run.py). The record holds each k's mean and standard deviation over the tries; the table
 shows both and the tries, a row a pretraining (d564f78 read these records nowhere and said "skipped: none"): the
 mean and standard deviation over its suite runs where it has several, and each column compared with the baseline
 row (reports.comparisons).

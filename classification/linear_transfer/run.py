@@ -36,13 +36,13 @@ from classification.frozen.features import (
 from classification.frozen.fewshot import fewshot
 from classification.frozen.logreg import refit, sweep
 from classification.frozen.metrics import metric
+from classification.linear_transfer import embedded
+from classification.linear_transfer.catalog import SPECS, Spec, missing_line
+from classification.linear_transfer.config import TransferSuiteConfig, check_datasets
+from classification.linear_transfer.images import as_dataset, label_tensor, readable
+from classification.linear_transfer.readers import SuiteDataError, confined
+from classification.linear_transfer.splits import Splits, resolve
 from classification.splits import SMALL_PRESETS, image_sides, small_images
-from classification.suite import embedded
-from classification.suite.catalog import SPECS, Spec, missing_line
-from classification.suite.config import TransferSuiteConfig, check_datasets
-from classification.suite.images import as_dataset, label_tensor, readable
-from classification.suite.readers import SuiteDataError, confined
-from classification.suite.splits import Splits, resolve
 from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError, print_warning

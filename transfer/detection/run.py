@@ -26,18 +26,13 @@ from moco_core.run.progress import Progress, format_duration
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock
 from moco_core.run.runtime import resolve_device
 from transfer import engine
-from transfer.config import (
-    DENSEPOSE_NEEDED,
-    TransferConfig,
-    per_process_batch,
-    transfer_run_dir,
-    with_normalisation,
-)
+from transfer.config import per_process_batch, with_normalisation
 from transfer.detection import data as detection_data
+from transfer.detection.config import DENSEPOSE_NEEDED, TransferConfig, transfer_run_dir
 from transfer.detection.datasets import DetectionData, load_data, require_a_batch
 from transfer.detection.models import build_detector, load_resnet
 from transfer.detection.sampling import RepeatFactorSampler, repeat_factors
-from transfer.finetune import fine_tune, sync_batchnorm
+from transfer.engine import fine_tune, sync_batchnorm
 from transfer.records import write_transfer_record
 
 
