@@ -12,7 +12,7 @@ What it changes, after the preset and the command's own ``--set`` and flags are 
   no DataLoader workers, detection at 48-64 pixels with few proposals, segmentation crops of 48 pixels;
 - the embedded datasets: 4 images a class of the shapes (32 train, 32 val) and 16 + 8 detection (or
   segmentation) scenes, generated beside the full ones, never in their place; the embedded transfer suite with
-  3-4 images a class (:mod:`classification.suite.embedded`);
+  3-4 images a class (:mod:`classification.linear_transfer.embedded`);
 - the transfer suite (``moco eval transfer``): 32-px views and at most 50 L-BFGS iterations a value;
 - a folder of one's own images (ImageFolder's layout: pretraining, the kNN monitor, the classification
   evaluations): at most :data:`FOLDER_IMAGES` of each split, evenly spaced (:func:`bounded`; a note says so).

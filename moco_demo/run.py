@@ -115,7 +115,7 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
     if trials < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
     if "densepose" in tasks:  # detectron2's DensePose project only: refused before the pretrainings, not after
-        from transfer.run import require_densepose
+        from transfer.detection.run import require_densepose
 
         require_densepose(engine)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -202,8 +202,8 @@ def _evaluation(task: str, weights: str, out: Path, device: str, engine: str, sh
         resume = last_checkpoint(out, "eval semseg") is not None
         return to_dict(scfg), lambda: evaluate_semseg(scfg, weights, show_progress=show_progress, resume=resume,
                                                       extra=extra)
-    from transfer.config import load_transfer_config
-    from transfer.run import evaluate
+    from transfer.detection.config import load_transfer_config
+    from transfer.detection.run import evaluate
 
     tcfg = load_transfer_config(task, preset, overrides, {"engine": engine})
     resume = last_checkpoint(out, f"eval {task}") is not None  # a fine-tuning an interrupted demo left part-way
