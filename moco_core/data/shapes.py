@@ -3,7 +3,7 @@
 No download is needed: ``ensure_shapes()`` writes real RGB PNG files in the ImageNet folder-per-class layout
 (``train/<class>/<class>_00000.png``, ``val/<class>/...``) for pretraining and linear classification, plus
 ``annotations/{train,val}.json`` recording every object's class, box and polygon mask. (The embedded detection
-data are scenes of their own, drawn with :func:`outline` and :func:`object_colour`: ``transfer/embedded.py``.)
+data are scenes of their own, drawn with :func:`outline` and :func:`object_colour`: ``moco_core/data/scenes.py``.)
 Every shape is one simple polygon, so the stored polygon *is* the mask;
 polygons are drawn with ``PIL.ImageDraw.polygon`` from exactly the stored (rounded) coordinates.
 

@@ -45,6 +45,7 @@ from moco_core import user_files
 from moco_core.config import ConfigError
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError, show_value
+from moco_core.data.scenes import Kinds
 from transfer import embedded
 from transfer.detection.coco import filter_empty, parse_coco, require_annotations
 from transfer.detection.dataset_specs import (
@@ -205,11 +206,11 @@ def _quiet(name: str) -> Any:
 LVIS_EMBEDDED_VERSION = 2  # bump whenever the files written here change (1: 24 classes, 8 shapes x 3 colours)
 _STREAM = 35  # the LVIS-like scenes' own random streams
 _TAIL = 1.6  # class k (0-based) is drawn with probability proportional to (k + 1) ** -_TAIL
-_STYLES = (("solid", 0.0), ("ring", 0.5))  # a class's name suffix and its window (embedded.Kinds.windows)
+_STYLES = (("solid", 0.0), ("ring", 0.5))  # a class's name suffix and its window (Kinds.windows)
 _NEG_FRACTION = 0.5  # each category absent from an image is listed in its neg_category_ids with this probability
 
 
-def embedded_kinds() -> tuple[list[str], embedded.Kinds]:
+def embedded_kinds() -> tuple[list[str], Kinds]:
     """The 16 classes (names "<shape>_solid", "<shape>_ring") in frequency order, and how the scenes draw them.
 
     Classes differ by shape and by the grey window a ring has, never by colour: the pretraining's colour
@@ -220,7 +221,7 @@ def embedded_kinds() -> tuple[list[str], embedded.Kinds]:
     pairs = [pairs[k] for k in order]
     weights = np.arange(1, len(pairs) + 1, dtype=np.float64) ** -_TAIL
     names = [f"{s}_{_STYLES[style][0]}" for s, style in pairs]
-    kinds = embedded.Kinds(tuple(s for s, _ in pairs), tuple(_STYLES[style][1] for _, style in pairs),
+    kinds = Kinds(tuple(s for s, _ in pairs), tuple(_STYLES[style][1] for _, style in pairs),
                            tuple(float(w) for w in weights / weights.sum()))
     return names, kinds
 
