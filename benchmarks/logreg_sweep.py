@@ -8,7 +8,7 @@ plus noise in that subspace, mapped to D dimensions, plus isotropic noise, throu
 ResNet are non-negative). The protocol on each: a seeded 20% of train held out as val, the sweep over 45 L2 values
 (1e-6 to 1e5) on the rest, the chosen value refitted on all of train, the test set once (top-1).
 
-- ours: :func:`classification.frozen.logreg.sweep` and ``refit`` as ``moco eval transfer`` runs them (strongest
+- ours: :func:`moco_core.frozen.logreg.sweep` and ``refit`` as ``moco eval transfer`` runs them (strongest
   regularisation first, warm-started, float32 products, tol 1e-4, at most 1000 iterations a value), on
   ``--device``;
 - scikit-learn: ssl-transfer's setting (linusericsson/ssl-transfer ``linear.py``):
@@ -44,9 +44,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from classification.frozen.features import extract_features  # noqa: E402
-from classification.frozen.logreg import LAMBDAS, refit, sweep  # noqa: E402
 from classification.frozen.metrics import top1  # noqa: E402
+from moco_core.frozen.features import extract_features  # noqa: E402
+from moco_core.frozen.logreg import LAMBDAS, refit, sweep  # noqa: E402
 
 PROBLEMS = {"food101": (75_750, 25_250, 2048, 101), "small": (2_040, 6_149, 512, 102)}
 

@@ -7,7 +7,7 @@ over the hostile values and their neighbours that fit:
   or past Python's digit limit (class 1), labels outside the dataset's classes and training images of one class
   (class 8), names that leave the dataset (class 5);
 - the suite's split files, read back on --resume (classification/linear_transfer/splits.py): classes 1, 4 and 5;
-- the feature cache (classification/frozen/features.py): a damaged, foreign, FIFO or folder cache file is
+- the feature cache (moco_core/frozen/features.py): a damaged, foreign, FIFO or folder cache file is
   recomputed with one warning line, never a traceback or a wait.
 """
 

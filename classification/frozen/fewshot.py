@@ -1,5 +1,5 @@
 """Few-shot linear evaluation on cached features: k labelled images a class, drawn with recorded seeds, several
-tries; the same logistic regression and sweep as the full protocol (:mod:`classification.frozen.logreg`).
+tries; the same logistic regression and sweep as the full protocol (:mod:`moco_core.frozen.logreg`).
 
 A try draws k images of each class from the training features (all of a class that has fewer), with a generator
 seeded by ``SeedSequence([seed, k, try])`` (the seed is recorded, so each draw can be made again); lambda is
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from classification.frozen import logreg
 from moco_core.config import Check
+from moco_core.frozen import logreg
 
 # Draws of each k: ssl-transfer and the papers make 5 to 10, each a whole sweep of the L2 strengths (45 fits); a
 # bound keeps a mistyped count from a run that never ends.
@@ -56,7 +56,7 @@ def draw_shots(labels: torch.Tensor, shots: int, seed: int) -> torch.Tensor:
 def fewshot(train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor,
             test_x: torch.Tensor, test_y: torch.Tensor, *, shots: int, tries: int, seed: int, num_classes: int,
             score: Callable[[torch.Tensor, torch.Tensor], float], **solver: Any) -> dict[str, Any]:
-    """``tries`` draws of ``shots`` a class; ``solver``: :func:`classification.frozen.logreg.sweep`'s options."""
+    """``tries`` draws of ``shots`` a class; ``solver``: :func:`moco_core.frozen.logreg.sweep`'s options."""
     runs = []
     for attempt in range(tries):
         draw_seed = shot_seed(seed, shots, attempt)

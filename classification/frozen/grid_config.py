@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from classification.frozen.fewshot import fewshot_checks
 from classification.frozen.heads import DINOV2_LRS
-from classification.frozen.logreg import LAMBDAS
 from classification.robustness import SETS
 from classification.splits import LinearDataConfig, subset_checks
 from moco_core.config import ConfigError, divisor_check, load_config, presets_for, require, run_checks
+from moco_core.frozen.logreg import LAMBDAS
 from moco_core.model.taps import RESNET_TAPS, VIT_TAPS
 from moco_core.model.weights.formats import format_checks
 
@@ -54,7 +54,7 @@ class RobustnessConfig:
 @dataclass(frozen=True)
 class FewShotConfig:
     """``--shots``: few-shot linear (L2 logistic regression, classification/frozen/fewshot.py) and kNN on the
-    backbone's center-crop features, cached (classification/frozen/features.py), instead of the grid."""
+    backbone's center-crop features, cached (moco_core/frozen/features.py), instead of the grid."""
 
     shots: tuple[int, ...] = ()  # k labelled train images a class, e.g. (1, 5, 10); (): no few-shot (the grid)
     tries: int = 5  # draws of each k (seeds recorded)

@@ -2,11 +2,11 @@
 features (DINOv3's few-shot evaluation: k labelled images a class, several draws, for linear and kNN readers).
 
 Features of the train and val splits' center crops are computed once, in one pass each, and cached in the run
-directory (:mod:`classification.frozen.features`, keyed by the weights, the view and the file list), so a rerun
+directory (:mod:`moco_core.frozen.features`, keyed by the weights, the view and the file list), so a rerun
 with ``--resume`` reads them back. For each k and each try a k-shot subset of train is drawn
 (:mod:`classification.frozen.fewshot`, seeds recorded) and read two ways:
 
-- linear: L2-regularised logistic regression fitted by L-BFGS on the draw (:mod:`classification.frozen.logreg`),
+- linear: L2-regularised logistic regression fitted by L-BFGS on the draw (:mod:`moco_core.frozen.logreg`),
   its strength swept over the transfer protocol's 45 values and chosen on images held out from train
   (:mod:`classification.frozen.selection`, as the grid's head; ``select.split: val`` chooses on val, labelled
   so), then scored once on val;
@@ -29,7 +29,14 @@ import torch.nn.functional as F
 
 from classification.engine import frozen_reference, sanity_check
 from classification.frozen import fewshot
-from classification.frozen.features import (
+from classification.frozen.grid_config import GridConfig, protocol_name
+from classification.frozen.metrics import top1
+from classification.frozen.selection import holdout_split
+from classification.splits import SMALL_PRESETS, dataset_record, load_splits
+from moco_core import distributed
+from moco_core.config import ConfigError, replace, to_dict
+from moco_core.data.data import ImageDataset
+from moco_core.frozen.features import (
     FeatureSet,
     cached_features,
     extract_features,
@@ -38,13 +45,6 @@ from classification.frozen.features import (
     transform_for,
     weights_identity,
 )
-from classification.frozen.grid_config import GridConfig, protocol_name
-from classification.frozen.metrics import top1
-from classification.frozen.selection import holdout_split
-from classification.splits import SMALL_PRESETS, dataset_record, load_splits
-from moco_core import distributed
-from moco_core.config import ConfigError, replace, to_dict
-from moco_core.data.data import ImageDataset
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.taps import default_tap

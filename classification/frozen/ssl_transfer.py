@@ -14,14 +14,14 @@ this module does the same way:
 - multi-label data (VOC 2007): one binary fit a class on the same estimator, in class order, so each class's
   fit starts from the previous class's solution (and the first class from the last class of the value before).
 
-The default protocol (:mod:`classification.frozen.logreg`: strongest first, to convergence, ties to the stronger
+The default protocol (:mod:`moco_core.frozen.logreg`: strongest first, to convergence, ties to the stronger
 value, the refit from the chosen fit) differs in all of these; on real features the two test scores differ by
 about a point.
 
 **The optimiser.** scikit-learn drives scipy's L-BFGS-B (``maxls=50``, ``gtol=tol``, ``ftol=64 eps``) over the
 mean loss plus ``||W||^2 / (2 C n)``; an unconverged fit depends on every step of that optimiser, so this module
 drives the same scipy routine with the same options over the same objective, whose value and gradient (all the
-cost: two matrix products over the features) are :class:`classification.frozen.logreg._Problem`'s, on the
+cost: two matrix products over the features) are :class:`moco_core.frozen.logreg._Problem`'s, on the
 features' device (the GPU when they are there). scipy comes with scikit-learn (the ``sklearn`` extra).
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from classification.frozen.logreg import LAMBDAS, Fit, Score, SklearnSolver, SweepResult, _Problem, sweep_path
+from moco_core.frozen.logreg import LAMBDAS, Fit, Score, SklearnSolver, SweepResult, _Problem, sweep_path
 from moco_core.solver_protocols import SSL_TRANSFER
 
 NAME = SSL_TRANSFER

@@ -9,8 +9,8 @@ from typing import Any
 
 from classification.frozen import ssl_transfer
 from classification.frozen.fewshot import fewshot_checks
-from classification.frozen.logreg import PRECISIONS, SOLVERS
 from moco_core.config import ConfigError, cpu_workers, did_you_mean, extra_problem, load_config, require, run_checks
+from moco_core.frozen.logreg import PRECISIONS, SOLVERS
 from moco_core.model.weights.formats import format_checks
 from moco_core.solver_protocols import CONVERGED, PROTOCOLS
 

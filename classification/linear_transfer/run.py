@@ -1,7 +1,7 @@
 """``moco eval transfer``: the suite, dataset by dataset, into one run directory.
 
 For each dataset: its splits (shipped, or drawn and written to ``splits/<name>.json``), the images checked, the
-frozen backbone's features of train, val and test computed once and cached (:mod:`classification.frozen.features`),
+frozen backbone's features of train, val and test computed once and cached (:mod:`moco_core.frozen.features`),
 the 45-value sweep on train scored on val, the refit on train + val at the chosen value, the test set once, with
 the dataset's metric; few-shot where asked. Each dataset's record is ``<name>/result.json`` (few-shot:
 ``<name>/fewshot.result.json``), written when the dataset is done: a suite stopped part-way keeps what it
@@ -23,18 +23,7 @@ from typing import Any
 import torch
 
 from classification.frozen import ssl_transfer
-from classification.frozen.features import (
-    FeatureSet,
-    FeatureTransform,
-    cached_features,
-    extract_features,
-    feature_key,
-    samples_digest,
-    transform_for,
-    weights_identity,
-)
 from classification.frozen.fewshot import fewshot
-from classification.frozen.logreg import refit, sweep
 from classification.frozen.metrics import metric
 from classification.linear_transfer import embedded
 from classification.linear_transfer.catalog import SPECS, Spec, missing_line
@@ -46,6 +35,17 @@ from classification.splits import SMALL_PRESETS, image_sides, small_images
 from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError, print_warning
+from moco_core.frozen.features import (
+    FeatureSet,
+    FeatureTransform,
+    cached_features,
+    extract_features,
+    feature_key,
+    samples_digest,
+    transform_for,
+    weights_identity,
+)
+from moco_core.frozen.logreg import refit, sweep
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.taps import default_tap
 from moco_core.run.progress import format_duration

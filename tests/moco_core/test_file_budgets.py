@@ -155,7 +155,7 @@ def test_a_cache_of_the_wrong_shape_is_a_miss_said_in_one_line(forge: str, tmp_p
     """The table, through the cache reader every command's features pass (few-shot, the transfer suite): before,
     each forged file was returned as it was; now it is a miss, one warning line naming it and what it holds, then
     recomputed and rewritten."""
-    from classification.frozen.features import FeatureSet, cache_path, cached_features, write_feature_file
+    from moco_core.frozen.features import FeatureSet, cache_path, cached_features, write_feature_file
 
     key = {"format": 1, "taps": ["layer4"], "dataset": {"split": "train"}}
     good = FeatureSet({"layer4": torch.randn(6, 8)}, torch.arange(6))
@@ -174,7 +174,7 @@ def test_a_cache_of_the_wrong_shape_is_a_miss_said_in_one_line(forge: str, tmp_p
 def test_a_forged_cache_through_the_few_shot_command(tmp_path: Path) -> None:
     """The issue's case through the CLI: a cache file with a valid checksum and 3-d features. Before: a traceback
     in the solver; now one warning line, the features computed again, the run finished."""
-    from classification.frozen.features import FeatureSet, read_feature_file, write_feature_file
+    from moco_core.frozen.features import FeatureSet, read_feature_file, write_feature_file
     from tests.layouts import imagenet_layout
 
     data = imagenet_layout(tmp_path / "imagenet", train_per_class=3)

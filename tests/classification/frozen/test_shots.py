@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from classification.frozen import fewshot
-from classification.frozen.features import FeatureSet
 from classification.frozen.grid_config import FewShotConfig, GridConfig, GridRunConfig, load_grid_config
 from classification.frozen.shots import _shots, fewshot_eval
 from classification.splits import LinearDataConfig
 from moco_core import smoke
 from moco_core.config import ConfigError
+from moco_core.frozen.features import FeatureSet
 from tests.layouts import imagenet_layout
 
 

@@ -20,10 +20,11 @@ from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.metrics import precision_recall_curve  # noqa: E402
 
-from classification.frozen import logreg, ssl_transfer  # noqa: E402
+from classification.frozen import ssl_transfer  # noqa: E402
 from classification.frozen.metrics import metric  # noqa: E402
 from classification.linear_transfer.readers import Split  # noqa: E402
 from classification.linear_transfer.splits import hold_out_plain  # noqa: E402
+from moco_core.frozen import logreg  # noqa: E402
 
 # Five attributes of a digit, each a binary label: even; 5 or more; has a closed loop; prime; straight strokes only
 ATTRIBUTES = ({0, 2, 4, 6, 8}, {5, 6, 7, 8, 9}, {0, 6, 8, 9}, {2, 3, 5, 7}, {1, 4, 7})

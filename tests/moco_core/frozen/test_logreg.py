@@ -1,4 +1,4 @@
-"""classification/frozen/logreg.py against scikit-learn's LogisticRegression(solver="lbfgs") on the same features:
+"""moco_core/frozen/logreg.py against scikit-learn's LogisticRegression(solver="lbfgs") on the same features:
 the objective it reaches, the accuracy, and the 45-value sweep's chosen value and test score on three datasets."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from classification.frozen.logreg import LAMBDAS, Fit, _Problem, fit_torch, objective, refit, sweep
 from classification.frozen.metrics import map11, mean_per_class, top1
+from moco_core.frozen.logreg import LAMBDAS, Fit, _Problem, fit_torch, objective, refit, sweep
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn.datasets import load_digits, load_wine  # noqa: E402

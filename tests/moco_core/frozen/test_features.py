@@ -1,4 +1,4 @@
-"""classification/frozen/features.py: one pass, every tap, in order; the cache keyed by what made the features,
+"""moco_core/frozen/features.py: one pass, every tap, in order; the cache keyed by what made the features,
 never read stale or damaged."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import torch
 import torchvision
 from torch.utils.data import TensorDataset
 
-from classification.frozen.features import (
+from moco_core.errors import UserError
+from moco_core.frozen.features import (
     FeatureSet,
     FeatureTransform,
     cache_path,
@@ -21,7 +22,6 @@ from classification.frozen.features import (
     transform_for,
     weights_identity,
 )
-from moco_core.errors import UserError
 from moco_core.model.backbone import BackboneInfo
 from moco_core.model.taps import FeatureTaps
 
