@@ -36,9 +36,9 @@ from moco_core.config import ConfigError
 from moco_core.data import shapes
 from moco_core.data.data import DatasetError, report_undecodable, show_value
 from moco_core.data.image_files import reason
+from moco_core.data.pairs import Sample, skipped_warning, verify_pairs
 from moco_core.user_files import LINES_LIMIT, LIST_LIMIT, all_within, inside, read_text
 from transfer.engine import read_rgb
-from transfer.segmentation.pairs import Sample, skipped_warning, verify_pairs
 
 VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
@@ -218,7 +218,7 @@ class SegmentationDataset(Dataset):
     ``crop_size`` square and flipped with ``flip_prob``. Test: the whole image at its own size. With
     ``num_classes``, a label value that is neither a class nor ``ignore_index`` is a DatasetError.
 
-    The pairs passed the header check (:mod:`transfer.segmentation.pairs`); one that still fails to decode (a file
+    The pairs passed the header check (:mod:`moco_core.data.pairs`); one that still fails to decode (a file
     cut short after its header) is warned of once per process and, in training, replaced by the next pair; in the
     test it is an empty item (a (3, 0, 0) image, a (0, 0) mask) whose ``"unreadable"`` says why, which the test
     leaves out of the score and counts.

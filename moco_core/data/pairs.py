@@ -1,6 +1,6 @@
-"""The (image, label map) pairs of ``moco eval semseg``, checked before anything trains, as the classification and
-detection images are: a pair that cannot be used is skipped with one counted warning, and a set with nothing usable
-left stops in one line.
+"""The (image, label map) pairs of the segmentation readers (``moco eval semseg``, the dense probes of
+:mod:`dense`), checked before anything trains, as the classification and detection images are: a pair that cannot
+be used is skipped with one counted warning, and a set with nothing usable left stops in one line.
 
 :func:`pair_problem` reads headers only (nothing is decoded): the image and the label map must each pass
 :func:`moco_core.data.image_files.open_header` (not empty, identified by PIL, not of zero size, within PIL's
@@ -9,7 +9,7 @@ an 8-bit palette or grey image (class indices, not a colour picture) and of the 
 EXIF orientation is applied (as :func:`transfer.engine.read_rgb` reads it; a PNG's only where its header holds it,
 which spares decoding every PNG here). A file that passes and still fails to
 decode (cut short after its header) is handled where it is read: a training pair is replaced by the next one, a
-test pair is left out of the score, each counted (:class:`transfer.segmentation.datasets.SegmentationDataset`).
+test pair is left out of the score, each counted (``moco eval semseg``'s dataset, the dense probes' extraction).
 """
 
 from __future__ import annotations
