@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from classification import cli as classification_cli
 from cluster import cli as cluster_cli
+from dense import cli as dense_cli
 from moco_core import cli as core_cli
 from moco_core.config import did_you_mean
 from moco_core.errors import UserError, print_error
@@ -112,6 +113,7 @@ eval_app.command("cityscapes")(transfer_cli.cityscapes_cli)
 eval_app.command("keypoints")(transfer_cli.keypoints_cli)
 eval_app.command("densepose")(transfer_cli.densepose_cli)
 eval_app.command("semseg")(transfer_cli.semseg_cli)
+eval_app.command("linseg")(dense_cli.linseg_cli)
 app.add_typer(eval_app, name="eval")
 
 app.command("report")(reports_cli.report_cli)

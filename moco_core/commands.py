@@ -95,6 +95,9 @@ _TABLE = (
     Command("eval semseg", ("SemsegConfig",), ("semseg_",),
             {**_COMMON, "train": _PATH, "test": _PATH, "classes": _PATH, "ignore_index": _COUNT, "seed": _COUNT,
              "nproc": _COUNT}, ("--seed", "{}"), {"semseg": _LAST}),
+    Command("eval linseg", ("LinsegConfig",), ("linseg_",),
+            {name: kind for name, kind in _COMMON.items() if name != "workers"} | {"seed": _COUNT}, ("--seed", "{}"),
+            {}),  # reads its images in its own process: no --workers
 )
 COMMANDS: dict[str, Command] = {row.name: row for row in _TABLE}  # the table, by name
 OPTIONS = {row.name: row.options for row in _TABLE if row.options is not None}  # the commands suggested, read here

@@ -40,7 +40,8 @@ SHAPES = {"train_per_class": 4, "val_per_class": 4}  # moco_core.data.shapes.ens
 SCENES = {"voc": {"trainval": 16, "test": 8}, "coco": {"train": 16, "val": 8},  # transfer.embedded
           "keypoints": {"train": 16, "val": 8}, "lvis": {"train": 16, "val": 8}, "cityscapes": {"train": 16, "val": 8},
           "densepose": {"train": 16, "val": 8},
-          "semseg": {"train": 16, "val": 8}}  # transfer.segmentation.embedded
+          "semseg": {"train": 16, "val": 8},  # transfer.segmentation.embedded
+          "linseg": {"train": 16, "val": 8}}  # dense.data
 
 _DETECTION = {
     "solver.batch_size": 2, "solver.warmup_iters": 1, "solver.precise_bn_iters": 1,
@@ -66,6 +67,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "KnnConfig": {"batch_size": 8, "k": 10, "data.crop_size": 32, "data.resize": 36, "data.workers": 0},
     "TransferConfig": _DETECTION,
     "SemsegConfig": {"solver.batch_size": 2, "input.crop_size": 48, "data.workers": 0, "run.log_every": 1},
+    "LinsegConfig": {"input.size": 64, "input.batch_size": 8, "solver.max_iter": 20},
     "TransferSuiteConfig": {"data.resize": 32, "data.crop_size": 32, "data.workers": 0, "features.batch_size": 8,
                             "solver.max_iter": 50},
 }

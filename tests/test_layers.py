@@ -1,6 +1,6 @@
 """The packages' layering, read from the source with ``ast`` (nothing is imported): shared services live in
-moco_core, classification and transfer import only moco_core, no module imports itself back through others; the
-root ``cli.py`` (``moco``) gathers the packages' command lines, and one package module imports it back: the
+moco_core, classification, transfer and dense import only moco_core, no module imports itself back through others;
+the root ``cli.py`` (``moco``) gathers the packages' command lines, and one package module imports it back: the
 exception named in :data:`EXCEPTIONS`.
 
 ``python -m pytest tests/test_layers.py -s`` prints the package graph."""
@@ -12,9 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("moco_core", "classification", "transfer", "sweeps", "moco_demo", "reports", "cluster")
+PACKAGES = ("moco_core", "classification", "transfer", "dense", "sweeps", "moco_demo", "reports", "cluster")
 ALLOWED = {  # package -> the packages of ours it may import
-    "moco_core": set(), "classification": {"moco_core"}, "transfer": {"moco_core"}, "reports": {"moco_core"},
+    "moco_core": set(), "classification": {"moco_core"}, "transfer": {"moco_core"}, "dense": {"moco_core"},
+    "reports": {"moco_core"},
     "sweeps": {"moco_core", "classification"}, "cluster": {"moco_core"},
     "moco_demo": {"moco_core", "classification", "transfer", "reports"},
 }

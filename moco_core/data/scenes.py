@@ -178,6 +178,15 @@ def scenes(split: str, count: int, *, size: int = DEFAULT_SIZE, seed: int = 0, k
         yield _scene(rng, size, kinds, **placement)
 
 
+def class_mask(objects: list[dict], size: int) -> np.ndarray:
+    """(size, size) uint8: 0 background, 1 + category_id on each object's visible pixels (disjoint masks): the
+    scenes' class masks, as :mod:`transfer.segmentation.embedded` and :mod:`dense.data` write them."""
+    label = np.zeros((size, size), dtype=np.uint8)
+    for obj in objects:
+        label[obj["mask"]] = obj["category_id"] + 1
+    return label
+
+
 def ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], root: Path | None,
            counts: dict[str, int], size: int, seed: int, version: int | str = EMBEDDED_VERSION) -> Path:
     """Make ``root/name`` with ``write`` unless its ``DONE`` already matches; returns ``root``."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -175,7 +175,14 @@ def samples_digest(root: str | os.PathLike[str], samples: Iterable[tuple[str, An
     return digest.hexdigest()
 
 
-def feature_key(*, weights: dict[str, Any], transform: FeatureTransform, dataset: dict[str, Any],
+class View(Protocol):
+    """What a feature key records of the view features are computed from: :class:`FeatureTransform`, or the dense
+    probes' whole-image resize (:class:`dense.features.DenseView`)."""
+
+    def record(self) -> dict[str, Any]: ...
+
+
+def feature_key(*, weights: dict[str, Any], transform: View, dataset: dict[str, Any],
                 taps: Sequence[str], amp: bool, device: torch.device | str) -> dict[str, Any]:
     """The cache key of a feature set (see the module docstring). ``dataset``: at least ``root``, ``split`` and
     the ``files`` digest (:func:`samples_digest`). bf16 and fp32 features differ, so the precision is part of it."""

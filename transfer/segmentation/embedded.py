@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
 from moco_core.data import shapes
+from moco_core.data.scenes import class_mask
 from transfer.embedded import DEFAULT_SIZE, EMBEDDED_VERSION, JPEG_QUALITY, ensure, scenes
 
 MASKS_VERSION = 1  # bump whenever the masks written here change (the scenes have their own version)
@@ -25,14 +25,6 @@ DEFAULT_VAL = 100
 def dataset_version() -> str:
     """The version the record names (part of the evaluation's recipe): "scenes v2, masks v1"."""
     return f"scenes v{EMBEDDED_VERSION}, masks v{MASKS_VERSION}"
-
-
-def class_mask(objects: list[dict], size: int) -> np.ndarray:
-    """(size, size) uint8: 0 background, 1 + category_id on each object's visible pixels (disjoint masks)."""
-    label = np.zeros((size, size), dtype=np.uint8)
-    for obj in objects:
-        label[obj["mask"]] = obj["category_id"] + 1
-    return label
 
 
 def _write(target: Path, counts: dict[str, int], size: int, seed: int) -> None:
