@@ -129,6 +129,14 @@ def ensure_ade(root: Path | None = None, *, train: int = DEFAULT_TRAIN, val: int
                   version=f"scenes v{EMBEDDED_VERSION}, ade v{ADE_EMBEDDED_VERSION}")
 
 
+def class_names(embedded: bool, num_classes: int) -> tuple[str, ...]:
+    """The names the record gives the classes: the embedded set's background and shapes, else each class's label
+    value (ADE20K's ``objectInfo150.txt`` index: "1" is wall, "150" flag)."""
+    if embedded and num_classes == EMBEDDED_CLASSES:
+        return ("background", *shapes.CLASSES)
+    return tuple(str(value) for value in range(1, num_classes + 1))
+
+
 def dataset_version() -> str:
     """The embedded set's version, for the record."""
     return f"scenes v{EMBEDDED_VERSION}, ade v{ADE_EMBEDDED_VERSION}"

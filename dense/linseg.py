@@ -25,9 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from dense.config import LinsegConfig
-from dense.data import IGNORE, Split, ade_split, dataset_root, dataset_version, read_label
+from dense.data import IGNORE, Split, ade_split, class_names, dataset_root, dataset_version, read_label
 from dense.features import DenseView, extract_patches
-from dense.metrics import confusion_matrix, scores
 from moco_core.config import ConfigError
 from moco_core.errors import print_warning
 from moco_core.frozen.features import (
@@ -45,6 +44,7 @@ from moco_core.model.taps import DenseTaps, default_dense_tap
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_writable
 from moco_core.run.runtime import resolve_device
+from moco_core.segmentation_metrics import confusion_matrix, scores
 
 PROTOCOL = "linseg-fast"
 
@@ -67,7 +67,8 @@ def _draw(rows: torch.Tensor, limit: int, generator: torch.Generator) -> torch.T
     return rows[torch.randperm(len(rows), generator=generator)[:limit].sort().values]
 
 
-def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch.device) -> tuple[Fit, dict]:
+def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch.device,
+                   names: tuple[str, ...]) -> tuple[Fit, dict]:
     """The held-out selection and the refit (steps 2 of the module docstring): the classifier and the record's
     ``selection``."""
     s, k = cfg.solver, cfg.data.num_classes
@@ -87,7 +88,7 @@ def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch
                           "ignored (0)")
 
     def patch_miou(logits: torch.Tensor, target: torch.Tensor) -> float:
-        return float(scores(confusion_matrix(logits.argmax(1).cpu(), target.cpu(), k, IGNORE))["miou"])
+        return float(scores(confusion_matrix(target.cpu(), logits.argmax(1).cpu(), k), names)["mIoU"])
 
     solver = {"device": device, "precision": s.precision, "max_iter": s.max_iter}
     path = sweep(x[fit_rows], y[fit_rows], x[held_rows], y[held_rows], num_classes=k, score=patch_miou,
@@ -101,10 +102,11 @@ def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch
     return fit, selection
 
 
-def score_val(fit: Fit, val: FeatureSet, split: Split, tap: str, num_classes: int,
+def score_val(fit: Fit, val: FeatureSet, split: Split, tap: str, names: tuple[str, ...],
               device: torch.device) -> dict[str, Any]:
     """Step 3: each val image's logits upsampled to its label's size, the argmax against the label."""
     x, owner = val.features[tap], val.labels[:, 1].contiguous()
+    num_classes = len(names)
     matrix = torch.zeros(num_classes, num_classes, dtype=torch.long)
     bounds = torch.searchsorted(owner, torch.arange(len(split.samples) + 1))  # rows of image i: a contiguous run
     for index, sample in enumerate(split.samples):
@@ -116,8 +118,8 @@ def score_val(fit: Fit, val: FeatureSet, split: Split, tap: str, num_classes: in
         label = read_label(sample.label, num_classes)
         logits = logits.t().reshape(1, num_classes, grid, grid)
         full = F.interpolate(logits, size=label.shape, mode="bilinear", align_corners=False)[0]  # (K, H, W)
-        matrix += confusion_matrix(full.argmax(0).cpu(), label, num_classes, IGNORE)
-    return scores(matrix)
+        matrix += confusion_matrix(label, full.argmax(0).cpu(), num_classes)  # IGNORE (255) is no class: left out
+    return scores(matrix, names)
 
 
 def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None = None,
@@ -148,10 +150,11 @@ def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None =
                                   device=device, cache=output_dir / "features", progress=progress)
             for name, split in splits.items()}
     extracted = time.perf_counter()
-    fit, selection = choose_and_fit(sets["train"], tap, cfg, device)
+    names = class_names(cfg.data.path == "embedded", cfg.data.num_classes)
+    fit, selection = choose_and_fit(sets["train"], tap, cfg, device, names)
     fitted = time.perf_counter()
-    result = score_val(fit, sets["val"], splits["val"], tap, cfg.data.num_classes, device)
-    metrics = {"miou": result["miou"], "pixel_accuracy": result["pixel_accuracy"]}
+    result = score_val(fit, sets["val"], splits["val"], tap, names, device)
+    metrics = {"mIoU": result["mIoU"], "pixel_acc": result["pixel_acc"], "mean_acc": result["mean_acc"]}
     embedded = cfg.data.path == "embedded"
     dataset = {"name": "embedded" if embedded else "ADE20K", "root": str(root),
                **({"version": dataset_version()} if embedded else {}), "num_classes": cfg.data.num_classes,
@@ -166,8 +169,9 @@ def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None =
                "features_cached": all(s.cached for s in sets.values())}
     record = write_record(output_dir / "result.json", task="linseg", protocol=PROTOCOL, metrics=metrics,
                           backbone=info, dataset=dataset, config=config,
-                          extra={"selection": selection, "iou": result["iou"], "seconds": seconds, **(extra or {})})
-    print(f"linseg ({PROTOCOL}, {tap}): mIoU {metrics['miou']:.2f}, pixel accuracy "
-          f"{metrics['pixel_accuracy']:.2f} (lambda {selection['lambda']:g}, chosen on held-out train images)",
+                          extra={"selection": selection, "per_class_IoU": result["per_class_IoU"], "seconds": seconds,
+                                 **(extra or {})})
+    print(f"linseg ({PROTOCOL}, {tap}): mIoU {metrics['mIoU']:.2f}, pixel accuracy "
+          f"{metrics['pixel_acc']:.2f} (lambda {selection['lambda']:g}, chosen on held-out train images)",
           file=sys.stderr)
     return record

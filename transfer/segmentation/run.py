@@ -26,6 +26,7 @@ from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock
 from moco_core.run.runtime import autocast, resolve_device
+from moco_core.segmentation_metrics import confusion_matrix, scores
 from transfer import engine
 from transfer.config import input_statistics, with_normalisation
 from transfer.engine import fine_tune, sync_batchnorm
@@ -33,7 +34,6 @@ from transfer.records import null_nan, recipe_fields
 from transfer.segmentation.config import SemsegConfig, model_name, semseg_run_dir
 from transfer.segmentation.datasets import SegmentationData, SegmentationDataset, load_data
 from transfer.segmentation.embedded import dataset_version
-from transfer.segmentation.metrics import confusion_matrix, scores
 from transfer.segmentation.model import SegmentationNetwork
 
 

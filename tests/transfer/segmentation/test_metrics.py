@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
+from moco_core.segmentation_metrics import confusion_matrix, scores
 from transfer.segmentation.datasets import CITYSCAPES_CLASSES, CITYSCAPES_TRAIN_IDS
-from transfer.segmentation.metrics import confusion_matrix, scores
 
 # A 2x4 image, one pixel ignored (255). Pairs (ground truth, prediction) of the other 7:
 # (0,0) (0,1) (1,1) (1,1) / (2,2) (2,0) (1,0)

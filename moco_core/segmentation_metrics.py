@@ -1,4 +1,5 @@
-"""Semantic segmentation scores from a confusion matrix: mean IoU and pixel accuracy.
+"""Semantic segmentation scores from a confusion matrix: mean IoU and pixel accuracy, for every segmentation
+evaluation (``moco eval semseg``, the dense probes' ``moco eval linseg``).
 
 No maintained package scores VOC's semantic segmentation (its devkit is MATLAB), so the confusion matrix and the
 scores are computed here, as detectron2's ``SemSegEvaluator`` and cityscapesScripts' ``evalPixelLevelSemanticLabeling``
