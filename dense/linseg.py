@@ -156,7 +156,7 @@ def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None =
     result = score_val(fit, sets["val"], splits["val"], tap, names, device)
     metrics = {"mIoU": result["mIoU"], "pixel_acc": result["pixel_acc"], "mean_acc": result["mean_acc"]}
     embedded = cfg.data.path == "embedded"
-    dataset = {"name": "embedded" if embedded else "ADE20K", "root": str(root),
+    dataset = {"name": "embedded" if embedded else "ADE20K", "path": str(cfg.data.path), "root": str(root),
                **({"version": dataset_version()} if embedded else {}), "num_classes": cfg.data.num_classes,
                **{f"{n}_images": len(s.samples) for n, s in splits.items()},
                "skipped": [s.warning for s in splits.values() if s.warning],

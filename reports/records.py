@@ -56,6 +56,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "cityscapes": ("segm_AP", "segm_AP50"),  # cityscapesscripts' instance-level AP and AP50
     "densepose": ("dp_gps_AP", "dp_gps_AP50", "dp_gps_AP75", "dp_gpsm_AP", "bbox_AP"),  # DensePose's evaluator
     "semseg": ("mIoU", "pixel_acc"),
+    "linseg": ("mIoU", "pixel_acc"),  # moco eval linseg (dense/linseg.py): frozen patch features, no fine-tuning
     # moco eval linear --shots: "<k>shot_linear_top1", "<k>shot_knn_top1" for each k it ran (FEWSHOT_METRIC)
     "fewshot": (),
 }

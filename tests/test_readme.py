@@ -31,6 +31,7 @@ import torchvision
 
 from moco_core import checkpoint
 from tests import weights_layouts
+from tests.dense.layouts import write_ade
 from tests.layouts import (
     WNIDS,
     cifar_folder_layout,
@@ -111,7 +112,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "INAT": str(inat_layout(base / "inat")), "GPUS": "2",
         "CKPT": str(official_checkpoint(base / "weights" / "moco_v2_200ep.pth.tar")),
         "TV_WEIGHTS": str(torchvision_weights(base / "weights" / "resnet-weights.pth")),
-        "DETECTRON2_DATASETS": str(cityscapes_layout(voc_segmentation_layout(detection_layout(base / "datasets")))),
+        "DETECTRON2_DATASETS": str(write_ade(cityscapes_layout(voc_segmentation_layout(detection_layout(
+            base / "datasets"))))),
         "MYDATA": str(custom_detection_layout(base / "mine")), "CHECKPOINTS": str(base / "checkpoints"),
         "SUBSET": str(simclr_subset_file(base / "1percent.txt", [f"{w}_{i}.JPEG" for i, w in enumerate(WNIDS)])),
         "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
