@@ -41,6 +41,14 @@ class LinsegSolverConfig:
 
 
 @dataclass(frozen=True)
+class LinsegKnnConfig:
+    # Weighted kNN a patch beside the logistic regression (InstDisc's vote, moco_core.run.knn), the drawn train
+    # patches its bank: fixed, not chosen, so nothing of it is selected on any split.
+    k: int = 20  # neighbours a patch (0: no kNN)
+    temperature: float = 0.07  # vote weight exp(cosine / T) (InstDisc: 0.07)
+
+
+@dataclass(frozen=True)
 class LinsegRunConfig:
     output_dir: str | None = None  # None: runs/<preset>/<weights> (moco_core/run/naming.py)
     device: str = "auto"
@@ -56,6 +64,7 @@ class LinsegConfig:
     data: LinsegDataConfig = field(default_factory=LinsegDataConfig)
     input: LinsegInputConfig = field(default_factory=LinsegInputConfig)
     solver: LinsegSolverConfig = field(default_factory=LinsegSolverConfig)
+    knn: LinsegKnnConfig = field(default_factory=LinsegKnnConfig)
     run: LinsegRunConfig = field(default_factory=LinsegRunConfig)
 
 
@@ -76,6 +85,8 @@ def load_linseg_config(config: str | None, overrides: list[str], flags: dict[str
         (0 < s.heldout < 1, "solver.heldout", f"must be a fraction in (0, 1), got {s.heldout}"),
         (s.max_patches >= 0, "solver.max_patches", f"must be >= 0 (0: all), got {s.max_patches}"),
         (s.max_iter >= 1, "solver.max_iter", f"must be >= 1, got {s.max_iter}"),
+        (cfg.knn.k >= 0, "knn.k", f"must be >= 0 (0: no kNN), got {cfg.knn.k}"),
+        (0 < cfg.knn.temperature < math.inf, "knn.temperature", f"must be finite and > 0, got {cfg.knn.temperature}"),
         (s.precision in PRECISIONS, "solver.precision", f"must be one of {', '.join(PRECISIONS)}, got "
          f"{s.precision!r}"),
         *run_checks(cfg.run.device, cfg.run.seed),

@@ -7,7 +7,10 @@
    (not patches: a picture's patches are alike, and its held-out patches would flatter the weakest value), by the
    held-out patches' mIoU; then refitted on every train image at the value chosen. Val is never looked at before.
 3. Val: each image's patch logits upsampled bilinearly to its label's full resolution, the argmax scored against
-   it: mIoU and pixel accuracy from the confusion matrix (:mod:`dense.metrics`), ignored pixels left out.
+   it: mIoU and pixel accuracy from the confusion matrix (:mod:`moco_core.segmentation_metrics`), ignored pixels
+   left out.
+4. A weighted kNN a patch (``knn.k`` neighbours among the refitted train patches, InstDisc's vote), its votes
+   upsampled and scored as the logits are: the record's ``knn`` section, beside the logistic regression's.
 
 Not DINOv2's protocol (its linear head trained by AdamW on 512-px crops, tested by sliding window: the paper
 mode, not built yet): the record says ``protocol: linseg-fast``.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from moco_core.frozen.logreg import Fit, refit, sweep
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.taps import DenseTaps, default_dense_tap
+from moco_core.run.knn import knn_scores
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_writable
 from moco_core.run.runtime import resolve_device
@@ -68,9 +73,9 @@ def _draw(rows: torch.Tensor, limit: int, generator: torch.Generator) -> torch.T
 
 
 def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch.device,
-                   names: tuple[str, ...]) -> tuple[Fit, dict]:
-    """The held-out selection and the refit (steps 2 of the module docstring): the classifier and the record's
-    ``selection``."""
+                   names: tuple[str, ...]) -> tuple[Fit, dict, torch.Tensor]:
+    """The held-out selection and the refit (step 2 of the module docstring): the classifier, the record's
+    ``selection`` and the train rows refitted on (the kNN's bank)."""
     s, k = cfg.solver, cfg.data.num_classes
     x, y, owner = train.features[tap], train.labels[:, 0], train.labels[:, 1]
     images = owner.unique()
@@ -99,12 +104,13 @@ def choose_and_fit(train: FeatureSet, tap: str, cfg: LinsegConfig, device: torch
                  "patches": {"fit": len(fit_rows), "held_out": len(held_rows), "refit": len(all_rows)},
                  "lambda": path.best_lambda, "at_edge": path.at_edge, "curve": path.curve(),
                  "refit": {"iterations": fit.iterations, "converged": fit.converged}}
-    return fit, selection
+    return fit, selection, all_rows
 
 
-def score_val(fit: Fit, val: FeatureSet, split: Split, tap: str, names: tuple[str, ...],
-              device: torch.device) -> dict[str, Any]:
-    """Step 3: each val image's logits upsampled to its label's size, the argmax against the label."""
+def score_val(predict: Callable[[torch.Tensor], torch.Tensor], val: FeatureSet, split: Split, tap: str,
+              names: tuple[str, ...], device: torch.device) -> dict[str, Any]:
+    """Step 3: each val image's class scores (``predict``: patch features (P, C) -> (P, K)) upsampled to its
+    label's size, the argmax against the label."""
     x, owner = val.features[tap], val.labels[:, 1].contiguous()
     num_classes = len(names)
     matrix = torch.zeros(num_classes, num_classes, dtype=torch.long)
@@ -114,12 +120,28 @@ def score_val(fit: Fit, val: FeatureSet, split: Split, tap: str, names: tuple[st
         if first == last:  # unreadable when extracted: left out, and counted in the record
             continue
         grid = math.isqrt(last - first)
-        logits = fit.scores(x[first:last].to(device)).float()  # (h * w, K)
+        logits = predict(x[first:last].to(device)).float()  # (h * w, K)
         label = read_label(sample.label, num_classes)
         logits = logits.t().reshape(1, num_classes, grid, grid)
         full = F.interpolate(logits, size=label.shape, mode="bilinear", align_corners=False)[0]  # (K, H, W)
         matrix += confusion_matrix(label, full.argmax(0).cpu(), num_classes)  # IGNORE (255) is no class: left out
     return scores(matrix, names)
+
+
+def _knn(sets: dict[str, FeatureSet], bank_rows: torch.Tensor, split: Split, tap: str, names: tuple[str, ...],
+         cfg: LinsegConfig, device: torch.device) -> dict[str, Any]:
+    """The weighted kNN a patch (the ``knn`` section), its bank the train patches the classifier was refitted on."""
+    train = sets["train"]
+    bank = F.normalize(train.features[tap][bank_rows].to(device), dim=1)
+    labels = train.labels[bank_rows, 0].to(device)
+
+    def votes(patches: torch.Tensor) -> torch.Tensor:
+        return knn_scores(F.normalize(patches, dim=1), bank, labels, len(names), k=cfg.knn.k,
+                          temperature=cfg.knn.temperature)
+
+    found = score_val(votes, sets["val"], split, tap, names, device)
+    return {"k": cfg.knn.k, "temperature": cfg.knn.temperature, "bank": len(bank_rows),
+            **{key: found[key] for key in ("mIoU", "pixel_acc", "mean_acc", "per_class_IoU")}}
 
 
 def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None = None,
@@ -151,9 +173,10 @@ def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None =
             for name, split in splits.items()}
     extracted = time.perf_counter()
     names = class_names(cfg.data.path == "embedded", cfg.data.num_classes)
-    fit, selection = choose_and_fit(sets["train"], tap, cfg, device, names)
+    fit, selection, bank_rows = choose_and_fit(sets["train"], tap, cfg, device, names)
     fitted = time.perf_counter()
-    result = score_val(fit, sets["val"], splits["val"], tap, names, device)
+    result = score_val(fit.scores, sets["val"], splits["val"], tap, names, device)
+    knn = _knn(sets, bank_rows, splits["val"], tap, names, cfg, device) if cfg.knn.k else None
     metrics = {"mIoU": result["mIoU"], "pixel_acc": result["pixel_acc"], "mean_acc": result["mean_acc"]}
     embedded = cfg.data.path == "embedded"
     dataset = {"name": "embedded" if embedded else "ADE20K", "path": str(cfg.data.path), "root": str(root),
@@ -165,13 +188,13 @@ def linseg(cfg: LinsegConfig, pretrained: str, *, extra: dict[str, Any] | None =
               "upsampling": "bilinear logits", "lambdas": list(cfg.solver.lambdas), "heldout": cfg.solver.heldout,
               "max_patches": cfg.solver.max_patches, "max_iter": cfg.solver.max_iter,
               "precision": cfg.solver.precision, "seed": cfg.run.seed}
-    seconds = {"features": extracted - started, "fit": fitted - extracted, "val": time.perf_counter() - fitted,
+    seconds = {"features": extracted - started, "fit": fitted - extracted, "val and knn": time.perf_counter() - fitted,
                "features_cached": all(s.cached for s in sets.values())}
     record = write_record(output_dir / "result.json", task="linseg", protocol=PROTOCOL, metrics=metrics,
                           backbone=info, dataset=dataset, config=config,
-                          extra={"selection": selection, "per_class_IoU": result["per_class_IoU"], "seconds": seconds,
-                                 **(extra or {})})
+                          extra={"selection": selection, "per_class_IoU": result["per_class_IoU"], "knn": knn,
+                                 "seconds": seconds, **(extra or {})})
     print(f"linseg ({PROTOCOL}, {tap}): mIoU {metrics['mIoU']:.2f}, pixel accuracy "
-          f"{metrics['pixel_acc']:.2f} (lambda {selection['lambda']:g}, chosen on held-out train images)",
-          file=sys.stderr)
+          f"{metrics['pixel_acc']:.2f} (lambda {selection['lambda']:g}, chosen on held-out train images)"
+          + (f"; kNN (k={cfg.knn.k}): mIoU {knn['mIoU']:.2f}" if knn else ""), file=sys.stderr)
     return record

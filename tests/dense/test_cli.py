@@ -35,6 +35,7 @@ def test_the_fast_mode_on_the_embedded_data_writes_its_record_and_reuses_its_fea
     chosen = record["selection"]
     assert chosen["lambda"] in LINSEG_LAMBDAS and len(chosen["curve"]) == len(LINSEG_LAMBDAS)
     assert chosen["images"] == 2 and chosen["of"] == 16  # 10% of train, rounded: never val
+    assert record["knn"]["k"] == 20 and 0 <= record["knn"]["mIoU"] <= 100 and record["knn"]["bank"] > 0
     assert record["config"]["tap"] == "layer3" and record["config"]["labels_to_grid"] == "majority"
     assert record["invocation"]["command"] == "eval linseg" and not record["seconds"]["features_cached"]
     again = CliRunner().invoke(app, [*argv[:-1], str(tmp_path / "run")], env=env)
