@@ -45,8 +45,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
 from classification.frozen.metrics import top1  # noqa: E402
-from moco_core.frozen.features import extract_features  # noqa: E402
 from moco_core.frozen.logreg import LAMBDAS, refit, sweep  # noqa: E402
+from moco_core.run.features import extract_features  # noqa: E402
 
 PROBLEMS = {"food101": (75_750, 25_250, 2048, 101), "small": (2_040, 6_149, 512, 102)}
 
@@ -133,11 +133,13 @@ def extraction(device: str, arch: str, size: int, images: int, batch: int) -> di
 
     model = getattr(torchvision.models, arch)()
     data = torch.utils.data.TensorDataset(torch.randn(images, 3, size, size), torch.zeros(images, dtype=torch.long))
-    extract_features(model, torch.utils.data.Subset(data, range(min(batch, images))), taps=("layer4",),
-                     batch_size=batch, device=device)  # warm-up: cuDNN's choice, the first allocation
+    warm_up = torch.utils.data.Subset(data, range(min(batch, images)))  # cuDNN's choice, the first allocation
+    extract_features(model, {"warm-up": warm_up}, taps=("layer4",), what="warm-up", batch_size=batch, device=device,
+                     amp=True)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    got = extract_features(model, data, taps=("layer4",), batch_size=batch, device=device)
+    got = extract_features(model, {"features": data}, taps=("layer4",), what="features", batch_size=batch,
+                           device=device, amp=True)["features"]
     return {"arch": arch, "image_size": size, "images": images, "batch": batch, "seconds": got.seconds,
             "images_per_s": images / got.seconds, "precision": "bf16" if device.startswith("cuda") else "fp32"}
 

@@ -29,7 +29,8 @@ from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo
 from moco_core.model.vit import classifier_name
 from moco_core.optimizer_state import load_optimizer_state
-from moco_core.run.knn import non_finite_error, topk_accuracy
+from moco_core.run.features import non_finite_error
+from moco_core.run.knn import topk_accuracy
 from moco_core.run.naming import evaluation_dir
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.rundir import check_epoch_run, run_dir_lock, write_run_files

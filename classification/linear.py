@@ -41,9 +41,11 @@ from moco_core.data.data import DecodeFailures
 from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
+from moco_core.model.taps import default_tap
 from moco_core.model.vit import VIT_SHAPES, classifier_name
 from moco_core.model.weights.formats import format_checks
-from moco_core.run.knn import effective_k, non_finite_error, require_finite
+from moco_core.run.features import extract_features, non_finite_error
+from moco_core.run.knn import effective_k
 from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.runtime import autocast
@@ -385,26 +387,11 @@ class _FeatureHead(nn.Module):
 def _cached(model: nn.Module, splits: Splits, batch: int, cfg: LinearConfig,
             device: torch.device) -> tuple[TensorDataset, DataLoader, nn.Module]:
     """Pooled features (a ViT: its class token) of center crops, extracted once; fc is then trained on them."""
-    name = classifier_name(model)
-    fc = classifier(model)
-    setattr(model, name, nn.Identity())
-    loaders = [DataLoader(ds, batch_size=batch, num_workers=cfg.data.workers) for ds in (splits.train, splits.val)]
-    with autocast(device, cfg.run.amp):
-        (train_x, train_y), (val_x, val_y) = (_raw_features(model, loader, device) for loader in loaders)
-    setattr(model, name, fc)
-    require_finite({"train images": train_x, "val images": val_x}, "run.cached_features")
-    index = torch.arange(len(train_y))
-    train = TensorDataset(train_x.float().cpu(), train_y.cpu(), index)
-    val = DataLoader(TensorDataset(val_x.float().cpu(), val_y.cpu(), torch.arange(len(val_y))), batch_size=batch)
-    return train, val, _FeatureHead(fc)
-
-
-@torch.no_grad()
-def _raw_features(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    model.eval()
-    feats, labels = [], []
-    for images, target, _ in loader:
-        feats.append(model(images.to(device, non_blocking=True)))
-        labels.append(target)
-    return torch.cat(feats), torch.cat(labels)
-
+    tap = default_tap(model)  # what fc (head) reads
+    found = extract_features(model, {"train images": splits.train, "val images": splits.val}, taps=(tap,),
+                             what="run.cached_features", batch_size=batch, device=device, workers=cfg.data.workers,
+                             amp=cfg.run.amp)
+    (train_x, train_y), (val_x, val_y) = ((f.features[tap], f.labels) for f in found.values())
+    train = TensorDataset(train_x, train_y, torch.arange(len(train_y)))
+    val = DataLoader(TensorDataset(val_x, val_y, torch.arange(len(val_y))), batch_size=batch)
+    return train, val, _FeatureHead(classifier(model))

@@ -49,7 +49,7 @@ from moco_core.model import backbone
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.taps import FeatureTaps, available_taps, default_tap
 from moco_core.model.vit import is_vit
-from moco_core.run.knn import non_finite_error
+from moco_core.run.features import non_finite_error
 from moco_core.run.progress import Progress, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import write_text_atomic

@@ -37,9 +37,7 @@ from moco_core import distributed
 from moco_core.config import ConfigError, replace, to_dict
 from moco_core.data.data import ImageDataset
 from moco_core.frozen.features import (
-    FeatureSet,
     cached_features,
-    extract_features,
     feature_key,
     samples_digest,
     transform_for,
@@ -48,8 +46,10 @@ from moco_core.frozen.features import (
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.taps import default_tap
+from moco_core.run.features import FeatureSet, extract_features
 from moco_core.run.knn import knn_scores
 from moco_core.run.naming import evaluation_dir
+from moco_core.run.progress import LINE
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files
 from moco_core.run.runtime import resolve_device
@@ -95,9 +95,9 @@ def _fewshot(cfg: GridConfig, pretrained: str, device: torch.device, run_dir: Pa
                           dataset={"root": str(splits.root), "split": split,
                                    "files": samples_digest(splits.root or "", samples)})
         return cached_features(run_dir / "features", key, lambda: extract_features(
-            model, ImageDataset(samples, view.build()), taps=(tap,), batch_size=cfg.optim.batch_size,
-            device=device, workers=cfg.data.workers, amp=cfg.run.amp, progress=show_progress, what=split),
-            count=len(samples))
+            model, {split: ImageDataset(samples, view.build())}, taps=(tap,), what=split,
+            batch_size=cfg.optim.batch_size, device=device, workers=cfg.data.workers, amp=cfg.run.amp,
+            progress=LINE if show_progress else False, timed=bool(show_progress))[split], count=len(samples))
 
     train, val = features(splits.train.samples, "train"), features(splits.val.samples, "val")
     if cfg.select.split == "holdout":

@@ -36,10 +36,8 @@ from moco_core.checkpoint import point_to
 from moco_core.config import ConfigError, to_dict
 from moco_core.errors import UserError, print_warning
 from moco_core.frozen.features import (
-    FeatureSet,
     FeatureTransform,
     cached_features,
-    extract_features,
     feature_key,
     samples_digest,
     transform_for,
@@ -48,7 +46,8 @@ from moco_core.frozen.features import (
 from moco_core.frozen.logreg import refit, sweep
 from moco_core.model.backbone import BackboneInfo, load_backbone
 from moco_core.model.taps import default_tap
-from moco_core.run.progress import format_duration
+from moco_core.run.features import FeatureSet, extract_features
+from moco_core.run.progress import LINE, format_duration
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_fresh, require_same_mode, run_dir_lock, write_run_files, write_text_atomic
 from moco_core.run.runtime import resolve_device
@@ -188,9 +187,10 @@ def _features(cfg: TransferSuiteConfig, spec: Spec, splits: Splits, folder: Path
                           taps=(backbone.tap,), amp=cfg.features.amp, device=device)
 
         def compute(split: Any = split, part: str = part) -> FeatureSet:
-            return extract_features(backbone.model, as_dataset(split, view), taps=(backbone.tap,),
-                                    batch_size=cfg.features.batch_size, device=device, workers=cfg.data.workers,
-                                    amp=cfg.features.amp, progress=show, what=f"{spec.name} {part} features")
+            return extract_features(backbone.model, {part: as_dataset(split, view)}, taps=(backbone.tap,),
+                                    what=f"{spec.name} {part} features", batch_size=cfg.features.batch_size,
+                                    device=device, workers=cfg.data.workers, amp=cfg.features.amp,
+                                    progress=LINE if show else False, timed=show)[part]
         sets[part] = cached_features(cache, key, compute, count=len(split.samples))
     return sets
 

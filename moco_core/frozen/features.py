@@ -1,8 +1,7 @@
 """Features of a frozen backbone over a dataset, computed once and cached on disk, keyed by what made them.
 
-:func:`extract_features` runs the backbone once over a dataset (eval mode, no gradients, bf16 autocast on CUDA
-when asked) and reads every tap asked for in that one pass (:class:`moco_core.model.taps.FeatureTaps`):
-``{tap: (N, D_tap) float32 on the CPU}`` and the labels, in the dataset's order.
+:func:`moco_core.run.features.extract_features` (the one feature pass) computes them: ``{tap: (N, D_tap) float32
+on the CPU}`` and the labels, in the dataset's order, as a :class:`FeatureSet`.
 
 :func:`cached_features` keeps them in a file named by the SHA-256 of their key, a plain dict saying what made
 them (CLIP_benchmark's ``features_{train,val}.pt`` idea, with the key made explicit): the weights (their file's
@@ -21,25 +20,18 @@ import io
 import json
 import os
 import stat
-import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
 
 from moco_core.checkpoint import write_atomic
 from moco_core.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from moco_core.errors import UserError, print_warning
 from moco_core.model.backbone import BackboneInfo
-from moco_core.model.taps import FeatureTaps
-from moco_core.run.knn import require_finite
-from moco_core.run.progress import LINE, Progress, format_duration
-from moco_core.run.runtime import autocast
+from moco_core.run.features import FeatureSet
 from moco_core.user_files import parse_json
 
 # Bump when what extract_features computes for the same key changes (it is part of every key).
@@ -85,71 +77,6 @@ def transform_for(info: BackboneInfo | None, *, resize: int = 224, crop_size: in
         mean, std = tuple(float(v) for v in norm["mean"]), tuple(float(v) for v in norm["std"])
         return FeatureTransform(resize, crop_size, interpolation, mean, std)  # type: ignore[arg-type]
     return FeatureTransform(resize, crop_size, interpolation)
-
-
-@dataclass
-class FeatureSet:
-    """Features of one dataset split: ``features`` {tap: (N, D) float32, CPU}, ``labels`` (N,) int64 class
-    indices, or (N, C) for multi-label data (VOC07: 1 present, 0 absent, -1 difficult), in the dataset's order."""
-
-    features: dict[str, torch.Tensor]
-    labels: torch.Tensor
-    key: dict[str, Any] | None = None  # what made them (cached_features), None when not cached
-    seconds: float = 0.0  # extraction time (0 when read from the cache)
-    cached: bool = False  # read from the cache file
-    path: Path | None = None  # the cache file
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-    def subset(self, index: torch.Tensor | Sequence[int]) -> FeatureSet:
-        """The rows ``index`` (a few-shot draw, a held-out part of train), features and labels alike."""
-        index = torch.as_tensor(index, dtype=torch.long)
-        return FeatureSet({t: f[index] for t, f in self.features.items()}, self.labels[index], self.key)
-
-
-def _labels(target: Any) -> torch.Tensor:
-    return target if isinstance(target, torch.Tensor) else torch.as_tensor(target)
-
-
-@torch.no_grad()
-def extract_features(backbone: nn.Module, dataset: Dataset, *, taps: Sequence[str], batch_size: int = 256,
-                     device: torch.device | str = "cpu", workers: int = 0, amp: bool = True,
-                     progress: bool | str = False, what: str = "features") -> FeatureSet:
-    """Every item of ``dataset`` (``(image (3, H, W), target, ...)``) through ``backbone`` once, read at ``taps``.
-
-    The backbone is moved to ``device`` and put in eval mode (BN statistics and dropout frozen: the features of a
-    frozen network), then given back in the mode it had; ``amp``: bf16 autocast on CUDA (fp32 on CPU). Features
-    that are not finite are an error (a NaN would score as chance, silently)."""
-    device = torch.device(device)
-    was_training = backbone.training
-    reader = FeatureTaps(backbone.to(device).eval(), tuple(taps))
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda")
-    shown = Progress(len(loader), enabled=LINE if progress else False)  # the redrawn line, on a terminal only
-    out: dict[str, list[torch.Tensor]] = {tap: [] for tap in reader.taps}
-    labels: list[torch.Tensor] = []
-    started = time.perf_counter()
-    try:
-        for step, (images, target, *_) in enumerate(loader, 1):
-            with autocast(device, amp):
-                feats = reader(images.to(device, non_blocking=True))
-            for tap, value in feats.items():
-                out[tap].append(value.float().cpu())
-            labels.append(_labels(target).cpu())
-            shown.update(step, 0, 1)
-    finally:
-        backbone.train(was_training)
-    seconds = time.perf_counter() - started
-    if not labels:
-        raise UserError(f"{what}: the dataset is empty; no features to compute")
-    features = {tap: torch.cat(parts) for tap, parts in out.items()}
-    require_finite(features, what)
-    n = len(dataset)  # type: ignore[arg-type]
-    if progress:
-        print(f"{what}: {n} images in {format_duration(seconds)} ({n / max(seconds, 1e-9):.0f} images/s)",
-              file=sys.stderr, flush=True)
-    return FeatureSet(features, torch.cat(labels), seconds=seconds)
 
 
 def weights_identity(info: BackboneInfo, seed: int | None = None) -> dict[str, Any]:

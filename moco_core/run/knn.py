@@ -7,52 +7,15 @@ quality signal in minutes, without training anything, so it also serves as a mon
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from moco_core.config import ConfigError
-from moco_core.errors import UserError
-from moco_core.model.vit import classifier_name
-from moco_core.run.progress import Progress
-
-
-def non_finite_error(what: str, names: Sequence[str]) -> UserError:
-    """The one line for features (of ``names``: taps, splits) that are not finite. Finite weights can give them
-    (activations past float32's range, broken BN statistics), and a NaN scores at chance without a word."""
-    return UserError(f"{what}: the backbone's features ({', '.join(names)}) are not finite (NaN or inf): its weights "
-                     f"or BN statistics are broken, or its activations overflow float32; nothing can be evaluated "
-                     f"from them")
-
-
-def require_finite(features: Mapping[str, torch.Tensor], what: str) -> None:
-    """:func:`non_finite_error` for the entries of ``features`` that hold a NaN or an inf (one sync each)."""
-    broken = [name for name, value in features.items() if not torch.isfinite(value).all()]
-    if broken:
-        raise non_finite_error(what, broken)
-
-
-@torch.no_grad()
-def extract_features(
-    backbone: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], device: torch.device,
-    progress: Progress | None = None, done: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """L2-normalised features (N, D) and labels (N,) of every batch of ``loader``, in eval mode, on ``device``.
-    ``progress``: told of each batch, counted on from ``done``."""
-    was_training = backbone.training
-    backbone.eval()
-    feats, labels = [], []
-    for step, (images, target, _) in enumerate(loader, done + 1):
-        feats.append(F.normalize(backbone(images.to(device, non_blocking=True)).float(), dim=1))
-        labels.append(target.to(device))
-        if progress is not None:
-            progress.update(step, 0, 1)
-    backbone.train(was_training)
-    return torch.cat(feats), torch.cat(labels)
+from moco_core.model.taps import default_tap
+from moco_core.run.features import extract_features
 
 
 @torch.no_grad()
@@ -96,15 +59,16 @@ def effective_k(ks: tuple[int, ...], num_classes: int) -> dict[str, int]:
 class KnnMonitor:
     """kNN accuracy of an encoder's pooled features: ``train`` is the bank, ``val`` the queries.
 
-    The loaders are built once; each call extracts features with the encoder's fc or head (the projection head,
-    or a classifier) bypassed and BN in eval mode, then restores the encoder as it was.
+    Each call extracts features (:func:`moco_core.run.features.extract_features`: the encoder's fc or head, the
+    projection head or a classifier, never run; BN in eval mode), then gives the encoder back as it was.
     """
 
     def __init__(self, train: Dataset, val: Dataset, num_classes: int, *, device: torch.device, workers: int,
                  batch_size: int = 256, k: int = 200, temperature: float = 0.07) -> None:
         self.num_classes = num_classes
-        self.loaders = [DataLoader(ds, batch_size=batch_size, num_workers=workers) for ds in (train, val)]
-        self.device, self.k, self.temperature = device, k, temperature
+        self.datasets = {"train images": train, "val images": val}
+        self.device, self.workers, self.batch_size = device, workers, batch_size
+        self.k, self.temperature = k, temperature
 
     @classmethod
     def from_root(cls, root: Path, *, crop_size: int, device: torch.device, workers: int) -> KnnMonitor:
@@ -123,18 +87,12 @@ class KnnMonitor:
 
     def __call__(self, encoder: nn.Module, show_progress: bool | str = False) -> dict[str, float]:
         """kNN top-1 and top-5 (%); ``show_progress``: a line for the feature extraction (bank, then queries)."""
-        name = classifier_name(encoder)  # fc on a ResNet, head on a ViT (whose features are its class token)
-        head = getattr(encoder, name)
-        setattr(encoder, name, nn.Identity())
-        batches = [len(loader) for loader in self.loaders]
-        progress = Progress(sum(batches), label="features", enabled=show_progress) if show_progress else None
-        try:
-            bank, bank_labels = extract_features(encoder, self.loaders[0], self.device, progress)
-            queries, labels = extract_features(encoder, self.loaders[1], self.device, progress, batches[0])
-        finally:
-            setattr(encoder, name, head)
-            if progress is not None:
-                progress.clear()
-        require_finite({"train images": bank, "val images": queries}, "kNN")  # NaN votes would score at random
-        scores = knn_scores(queries, bank, bank_labels, self.num_classes, k=self.k, temperature=self.temperature)
-        return topk_accuracy(scores, labels, (1, 5))
+        tap = default_tap(encoder)  # a ResNet's pooled last stage, a ViT's class token: what fc or head reads
+        # fp32 on the device, L2-normalised: the bank stays there for the votes; NaN votes would score at random
+        found = extract_features(encoder, self.datasets, taps=(tap,), what="kNN", batch_size=self.batch_size,
+                                 device=self.device, workers=self.workers, normalise=True, on_device=True,
+                                 progress=show_progress)
+        bank, queries = found["train images"], found["val images"]
+        scores = knn_scores(queries.features[tap], bank.features[tap], bank.labels, self.num_classes, k=self.k,
+                            temperature=self.temperature)
+        return topk_accuracy(scores, queries.labels, (1, 5))

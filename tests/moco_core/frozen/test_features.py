@@ -1,5 +1,5 @@
-"""moco_core/frozen/features.py: one pass, every tap, in order; the cache keyed by what made the features,
-never read stale or damaged."""
+"""moco_core/frozen/features.py: the cache keyed by what made the features, never read stale or damaged (the
+pass that computes them: tests/moco_core/run/test_features.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchvision
-from torch.utils.data import TensorDataset
 
 from moco_core.errors import UserError
 from moco_core.frozen.features import (
@@ -16,56 +14,12 @@ from moco_core.frozen.features import (
     FeatureTransform,
     cache_path,
     cached_features,
-    extract_features,
     feature_key,
     samples_digest,
     transform_for,
     weights_identity,
 )
 from moco_core.model.backbone import BackboneInfo
-from moco_core.model.taps import FeatureTaps
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torchvision.models.resnet18(num_classes=3)
-
-
-def _data(n: int = 10, multilabel: bool = False) -> TensorDataset:
-    g = torch.Generator().manual_seed(1)
-    images = torch.randn(n, 3, 32, 32, generator=g)
-    labels = torch.randint(-1, 2, (n, 4), generator=g) if multilabel else torch.arange(n) % 3
-    return TensorDataset(images, labels)
-
-
-def test_features_are_the_taps_of_the_eval_mode_backbone_in_order() -> None:
-    model = _model().train()
-    data = _data()
-    got = extract_features(model, data, taps=("layer4", "layer2"), batch_size=4)
-    assert model.training  # given back in the mode it had
-    with torch.no_grad():
-        want = FeatureTaps(model.eval(), ("layer4", "layer2"))(data.tensors[0])
-    assert list(got.features) == ["layer4", "layer2"]
-    for tap in want:
-        assert got.features[tap].dtype == torch.float32 and got.features[tap].device.type == "cpu"
-        torch.testing.assert_close(got.features[tap], want[tap], rtol=1e-5, atol=1e-5)
-    assert torch.equal(got.labels, data.tensors[1]) and len(got) == 10
-
-
-def test_multilabel_targets_stay_rows() -> None:
-    data = _data(6, multilabel=True)
-    got = extract_features(_model(), data, taps=("layer4",), batch_size=4)
-    assert got.labels.shape == (6, 4) and torch.equal(got.labels, data.tensors[1])
-    part = got.subset([4, 1])
-    assert torch.equal(part.labels, data.tensors[1][[4, 1]]) and part.features["layer4"].shape == (2, 512)
-
-
-def test_non_finite_features_are_an_error() -> None:
-    model = _model()
-    with torch.no_grad():
-        model.layer4[1].bn2.running_var.fill_(-1.0)  # sqrt of a negative variance: NaN
-    with pytest.raises(UserError, match="not finite"):
-        extract_features(model, _data(4), taps=("layer4",))
 
 
 def _key(**changes: object) -> dict:
