@@ -131,7 +131,8 @@ def run_evaluation(cfg: Any, pretrained: str, name: str, protocol: type[EpochPro
     directory's last epoch (bit-identical on CPU), or extend a finished run to more ``optim.epochs``."""
     device = resolve_device(cfg.run.device)
     if cfg.run.output_dir is None:  # the CLI names it after the preset; a caller without one gets runs/<name>/...
-        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, name, pretrained, cfg.arch)})
+        # ... keyed by the data as the CLI's is: two datasets evaluated in turn never land in one directory
+        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, name, pretrained, cfg.arch, cfg.data.path)})
     with distributed.process_group(device), run_dir_lock(Path(cfg.run.output_dir), device):
         return run_epochs(protocol(cfg, pretrained, device, extra or {}), resume=resume, show_progress=show_progress)
 

@@ -63,7 +63,8 @@ def fewshot_eval(cfg: GridConfig, pretrained: str, *, show_progress: bool = True
         raise ConfigError("--shots runs in one process: features are computed once, on one device")
     device = resolve_device(cfg.run.device)
     if cfg.run.output_dir is None:
-        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "linear_fewshot", pretrained, cfg.arch)})
+        cfg = replace(cfg, run={"output_dir": evaluation_dir(None, "linear_fewshot", pretrained, cfg.arch,
+                                                             cfg.data.path)})
     run_dir = Path(cfg.run.output_dir)
     with run_dir_lock(run_dir, device):
         if not resume:
