@@ -263,7 +263,11 @@ class Margin:
 def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
     """Each row's margin over the random-init row of its arch on ``metric`` (a table of R18 and ViT rows has a
     floor for each), for rows of 2+ trials where that random-init row has 2+ trials too; none for an arch with no
-    such random-init row, or several."""
+    such random-init row, or several. The difference and its standard error are the comparisons column's
+    (:func:`reports.comparisons.compare_entries`); the floor is chosen here, among the random-init rows with
+    trials."""
+    from reports.comparisons import compare_entries  # which imports this module's Entry: here, not at the top
+
     randoms: dict[str | None, list[Entry]] = {}
     for e in entries:
         if e.pretraining.kind == "random" and e.n > 0:
@@ -275,8 +279,7 @@ def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
         if len(floor) != 1 or entry is floor[0] or stat is None or stat.n < 2:
             continue
         base = floor[0].metrics.get(metric)
-        if base is None or base.n < 2:
-            continue
-        se = math.sqrt(stat.std ** 2 / stat.n + base.std ** 2 / base.n)
-        out.append(Margin(entry, metric, stat.mean - base.mean, se))
+        found = compare_entries(entry, floor[0], metric) if base is not None and base.n >= 2 else None
+        if found is not None and found.se is not None:  # 2+ trials on both sides: a standard error
+            out.append(Margin(entry, metric, found.difference, found.se))
     return out
