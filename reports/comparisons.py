@@ -13,6 +13,8 @@ a one-trial few-shot row's spread is over its tries of the shots drawn, and two 
 The Student t distribution's tail is computed here from the regularised incomplete beta function (scipy is not a
 dependency of the base install). A row of one trial has no spread: it says "1 trial", never a standard error of 0.
 The transfer suite's one-trial rows have their paired tests over the test images (:mod:`reports.linear_transfer.table`).
+The line under a table giving each row's margin over random init in standard errors (:func:`margins_over_random`)
+reads the same difference and standard error.
 Nothing here imports torch.
 """
 
@@ -197,3 +199,43 @@ def entry_baselines(entries: list[Entry], wanted: str | None) -> list[Entry | No
 def column_header(wanted: str | None, what: str) -> str:
     """"vs random init (top-1)", "vs supervised (5-shot linear)"."""
     return f"vs {wanted or DEFAULT} ({what})"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far a row's mean lies above random init's, against the noise of the two means."""
+
+    entry: Entry
+    metric: str
+    difference: float  # mean(entry) - mean(random init)
+    standard_error: float  # of that difference: sqrt(s1^2 / n1 + s2^2 / n2), the trials' sample variances
+
+    @property
+    def ratio(self) -> float:
+        """The difference in standard errors (infinite where both rows' trials agreed exactly, 0 for no difference)."""
+        if self.standard_error > 0:
+            return self.difference / self.standard_error
+        return math.copysign(math.inf, self.difference) if self.difference else 0.0
+
+
+def margins_over_random(entries: list[Entry], metric: str) -> list[Margin]:
+    """Each row's margin over the random-init row of its arch on ``metric`` (a table of R18 and ViT rows has a
+    floor for each), for rows of 2+ trials where that random-init row has 2+ trials too; none for an arch with no
+    such random-init row, or several. The difference and its standard error are the comparisons column's
+    (:func:`compare_entries`); the floor is chosen here, among the random-init rows with trials (the column
+    chooses among the rows that did not fail)."""
+    randoms: dict[str | None, list[Entry]] = {}
+    for e in entries:
+        if e.pretraining.kind == "random" and e.n > 0:
+            randoms.setdefault(e.pretraining.arch, []).append(e)
+    out = []
+    for entry in entries:
+        floor = randoms.get(entry.pretraining.arch, [])
+        stat = entry.metrics.get(metric)
+        if len(floor) != 1 or entry is floor[0] or stat is None or stat.n < 2:
+            continue
+        base = floor[0].metrics.get(metric)
+        found = compare_entries(entry, floor[0], metric) if base is not None and base.n >= 2 else None
+        if found is not None and found.se is not None:  # 2+ trials on both sides: a standard error
+            out.append(Margin(entry, metric, found.difference, found.se))
+    return out

@@ -26,7 +26,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from itertools import groupby
 from typing import Any
 
-from reports.comparisons import COMPARISON_NOTE, Comparison, column_header, compare_entries, entry_baselines
+from reports.comparisons import (
+    COMPARISON_NOTE,
+    Comparison,
+    column_header,
+    compare_entries,
+    entry_baselines,
+    margins_over_random,
+)
 from reports.expected import FLOOR, WIDTH, Expected, flags, load_expected
 from reports.hints import random_init_hint
 from reports.pretraining import method_name, published_backbone, short_arch
@@ -46,7 +53,6 @@ from reports.summary import (
     Stat,
     delta,
     label_order,
-    margins_over_random,
     pretraining_identity,
     supervised_reference,
 )

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from reports.comparisons import margins_over_random
 from reports.published import load_published
 from reports.records import load_records
 from reports.render import to_markdown
 from reports.report import build_report
-from reports.summary import delta, group, margins_over_random, supervised_reference
+from reports.summary import delta, group, supervised_reference
 from reports.tables import fmt, fmt_delta
 
 from .conftest import WriteRecord, base_record
@@ -154,7 +155,7 @@ def test_no_margin_without_two_trials_on_both_sides(write_record: WriteRecord, r
 
 
 def test_a_margin_without_spread_is_infinite_or_zero() -> None:
-    from reports.summary import Margin
+    from reports.comparisons import Margin
 
     assert Margin(None, "top1", 2.0, 0.0).ratio == math.inf and Margin(None, "top1", -2.0, 0.0).ratio == -math.inf
     assert Margin(None, "top1", 0.0, 0.0).ratio == 0.0 and Margin(None, "top1", 3.0, 1.5).ratio == 2.0
