@@ -33,9 +33,8 @@ from torch import nn
 from dense.data import IGNORE, Split, read_image, read_label
 from moco_core.data.data import DatasetError, report_undecodable
 from moco_core.data.image_files import reason
-from moco_core.frozen.features import FeatureSet
 from moco_core.model.taps import DenseTaps
-from moco_core.run.knn import require_finite
+from moco_core.run.features import FeatureSet, require_finite
 from moco_core.run.runtime import autocast
 
 
