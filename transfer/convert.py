@@ -27,6 +27,7 @@ from moco_core.checkpoint import CheckpointError, write_atomic
 from moco_core.model.weights import hub
 from moco_core.model.weights.detect import Weights, read_weights, resolve_path
 from moco_core.model.weights.resnet_names import CIFAR_SUFFIX
+from moco_core.pickles import DAMAGED, RefusedGlobal, load_plain
 
 AUTHOR = "moco"
 PICKLE_PROTOCOL = 4  # arrays pickle as _reconstruct + state (protocol 5 would need numpy's _frombuffer)
@@ -193,44 +194,6 @@ def _metadata(weights: Weights) -> dict[str, str]:
     return meta
 
 
-def _numpy_globals() -> dict[tuple[str, str], Any]:
-    """The only globals a pickle of numpy arrays needs, under the module names numpy 1 and 2 write."""
-    try:
-        from numpy._core import multiarray, numeric
-    except ImportError:  # numpy < 2
-        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
-    import _codecs
-    import collections
-
-    allowed: dict[tuple[str, str], Any] = {
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-        ("_codecs", "encode"): _codecs.encode,  # protocol-2 pickles (old detectron2 files) store bytes this way
-        ("collections", "OrderedDict"): collections.OrderedDict,
-    }
-    for package in ("numpy.core", "numpy._core"):
-        allowed[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
-        allowed[(f"{package}.multiarray", "scalar")] = multiarray.scalar
-        allowed[(f"{package}.numeric", "_frombuffer")] = numeric._frombuffer
-    return allowed
-
-
-class _RefusedGlobal(pickle.UnpicklingError):
-    """The pickle names a global outside the numpy allow-list."""
-
-
-class _ArrayUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, numbers, strings and numpy arrays; refuses every other global."""
-
-    _allowed = _numpy_globals()
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = self._allowed.get((module, name))
-        if found is None:
-            raise _RefusedGlobal(f"refused global {module}.{name}")
-        return found
-
-
 def load_detectron2_pkl(path: Path) -> dict[str, Any]:
     """Read a detectron2 ``.pkl`` without running code: only numpy arrays can be built.
 
@@ -241,13 +204,11 @@ def load_detectron2_pkl(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"not found: {path}")
     try:
-        with path.open("rb") as f:
-            obj = _ArrayUnpickler(f, encoding="latin1").load()
-    except _RefusedGlobal as err:
-        text = " ".join(str(err).split())[:200]
+        obj = load_plain(path.read_bytes())
+    except RefusedGlobal as err:
+        text = " ".join(f"refused global {err.qualname}".split())[:200]
         raise CheckpointError(f"{path}: {text}; only numpy arrays may be unpickled") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            OverflowError, MemoryError, OSError) as err:
+    except (*DAMAGED, OSError) as err:
         text = " ".join(str(err).split())[:200] or type(err).__name__
         raise CheckpointError(f"{path}: not a readable pickle (truncated or corrupt?): {text}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import math
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 
 from moco_core import user_files
 from moco_core.errors import UserError
+from moco_core.pickles import load_plain
 
 Sample = tuple[str, Any]
 
@@ -140,25 +140,10 @@ def food101(root: Path) -> Found:
     return out
 
 
-class _ArraysOnly(pickle.Unpickler):
-    """CIFAR's python batches: dicts of lists, strings and numpy arrays; any other global is refused."""
-
-    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
-               ("numpy._core.multiarray", "_reconstruct"), ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"refused: loading it would call {module}.{name}")
-        if name == "_reconstruct":
-            from numpy._core.multiarray import _reconstruct
-            return _reconstruct
-        return super().find_class(module, name)
-
-
 def _unpickle(path: Path) -> dict[str, Any]:
     data = user_files.read_bytes(path, limit=user_files.LIST_LIMIT, what="CIFAR batch", error=SuiteDataError)
     try:
-        obj = _ArraysOnly(io.BytesIO(data), encoding="latin1").load()
+        obj = load_plain(data)
     except Exception as err:  # a damaged or hostile file: one line
         raise SuiteDataError(f"{path}: not a CIFAR python batch ({str(err).splitlines()[0][:120]})") from None
     if not isinstance(obj, dict):
