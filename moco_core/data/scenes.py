@@ -27,9 +27,6 @@ renamed into place; its ``DONE`` file (written last) holds the version and param
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from moco_core.data import shapes
-from moco_core.data.data import DatasetError
+from moco_core.data.generated import write_once
 
 EMBEDDED_VERSION = 2  # bump whenever the files written here change (1: shapes images converted, one object each)
 JPEG_QUALITY = 95
@@ -198,36 +195,4 @@ def ensure(name: str, write: Callable[[Path, dict[str, int], int, int], None], r
         root = shapes.data_home() / f"scenes-v{EMBEDDED_VERSION}-seed{seed}-{size}px-{sizes}"
     root = Path(root)
     stamp = json.dumps({"version": version, "seed": seed, "size": size, **counts}, sort_keys=True) + "\n"
-    target = root / name
-    if _read(target / "DONE") == stamp:
-        return root
-    try:
-        return _write_into(root, name, write, counts, size, seed, stamp)
-    except OSError as err:
-        raise DatasetError(f"cannot write the embedded {name} dataset in {root}: {err.strerror or err} (set "
-                           f"MOCO_DATA_HOME to a writable folder)") from None
-
-
-def _write_into(root: Path, name: str, write: Callable[[Path, dict[str, int], int, int], None],
-                counts: dict[str, int], size: int, seed: int, stamp: str) -> Path:
-    target = root / name
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
-    try:
-        write(tmp, counts, size, seed)
-        (tmp / name / "DONE").write_text(stamp, encoding="utf-8")
-        if _read(target / "DONE") == stamp:  # another process finished first
-            return root
-        if target.exists():  # stale version or other parameters
-            shutil.rmtree(target)
-        os.replace(tmp / name, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
+    return write_once(root, name, stamp, lambda tmp: write(tmp, counts, size, seed))
