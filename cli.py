@@ -16,6 +16,7 @@ from moco_core.config import did_you_mean
 from moco_core.errors import UserError, print_error
 from moco_core.terminal import guard_process_output, guarded_output
 from moco_demo import cli as demo_cli
+from probes import cli as probes_cli
 from reports import cli as reports_cli
 from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli
@@ -114,6 +115,7 @@ eval_app.command("keypoints")(transfer_cli.keypoints_cli)
 eval_app.command("densepose")(transfer_cli.densepose_cli)
 eval_app.command("semseg")(transfer_cli.semseg_cli)
 eval_app.command("linseg")(dense_cli.linseg_cli)
+eval_app.command("retrieval")(probes_cli.retrieval_cli)
 app.add_typer(eval_app, name="eval")
 
 app.command("report")(reports_cli.report_cli)

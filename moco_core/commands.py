@@ -98,6 +98,8 @@ _TABLE = (
     Command("eval linseg", ("LinsegConfig",), ("linseg_",),
             {name: kind for name, kind in _COMMON.items() if name != "workers"} | {"seed": _COUNT}, ("--seed", "{}"),
             {}),  # reads its images in its own process: no --workers
+    Command("eval retrieval", ("RetrievalConfig",), ("retrieval_",),
+            {**_COMMON, "datasets": _PATH, "image_size": _COUNT, "seed": _COUNT}, ("--seed", "{}"), {}),
 )
 COMMANDS: dict[str, Command] = {row.name: row for row in _TABLE}  # the table, by name
 OPTIONS = {row.name: row.options for row in _TABLE if row.options is not None}  # the commands suggested, read here

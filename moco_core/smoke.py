@@ -70,6 +70,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "LinsegConfig": {"input.size": 64, "input.batch_size": 8, "solver.max_iter": 20},
     "TransferSuiteConfig": {"data.resize": 32, "data.crop_size": 32, "data.workers": 0, "features.batch_size": 8,
                             "solver.max_iter": 50},
+    "RetrievalConfig": {"image_size": 32, "data.workers": 0},
 }
 # A folder of one's own images, each split, at most (evenly spaced): 8 steps an epoch at the smoke batch of 8, however
 # large the folder (CIFAR-10's 50,000 were an epoch of 6,250 steps, a line each)

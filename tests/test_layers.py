@@ -12,10 +12,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("moco_core", "classification", "transfer", "dense", "sweeps", "moco_demo", "reports", "cluster")
+PACKAGES = ("moco_core", "classification", "transfer", "dense", "probes", "sweeps", "moco_demo", "reports", "cluster")
 ALLOWED = {  # package -> the packages of ours it may import
     "moco_core": set(), "classification": {"moco_core"}, "transfer": {"moco_core"}, "dense": {"moco_core"},
-    "reports": {"moco_core"},
+    "probes": {"moco_core"}, "reports": {"moco_core"},
     "sweeps": {"moco_core", "classification"}, "cluster": {"moco_core"},
     "moco_demo": {"moco_core", "classification", "transfer", "reports"},
 }

@@ -1,0 +1,69 @@
+"""``moco eval retrieval``: options in, a plain function call out."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from moco_core import smoke
+from moco_core.cli import evaluation_rerun, preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.commands import invocation
+from moco_core.errors import UserError, print_error
+from moco_core.model.weights.formats import WEIGHTS_FORMATS
+from moco_core.model.weights.readers import files_read
+
+
+def retrieval_cli(
+    pretrained: Annotated[str, typer.Argument(
+        metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last "
+        f"checkpoint), or 'random' (with --arch).")],
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('retrieval')}). Without it: DINO's 224-px images, "
+                                               "one scale, Medium and Hard.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. scales=[1,0.707,0.5] or queries=[cropped].")] = None,
+    data: Annotated[str | None, typer.Option(help="ROOT holding roxford5k/ and rparis6k/ in revisitop's layout "
+                                             "(jpg/*.jpg and gnd_<name>.pkl), or 'embedded'.")] = None,
+    datasets: Annotated[str | None, typer.Option(
+        help="Only these datasets, comma-separated (data.datasets), e.g. roxford5k.")] = None,
+    image_size: Annotated[int | None, typer.Option(
+        help="The longer side images are shrunk to (image_size; DINO's --imsize).")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where result.json goes (default: runs/<preset>/<weights>).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Image-decoding worker processes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
+    weights_format: Annotated[str | None, typer.Option(
+        help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
+        f"{', '.join(WEIGHTS_FORMATS)}.")] = None,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
+) -> None:
+    """Instance retrieval on revisited Oxford and Paris (revisitop): one global feature an image, cosine ranking,
+    mAP on the Medium and Hard protocols, queries cropped to their box and whole. No training."""
+    from probes.retrieval.config import load_retrieval_config
+
+    names = tuple(n.strip() for n in datasets.split(",") if n.strip()) if datasets is not None else None
+    flags = {"arch": arch, "image_size": image_size, "data": {"path": data, "datasets": names, "workers": workers},
+             "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}}
+    try:
+        cfg = load_retrieval_config(config, set_ or [], flags=flags)
+        cfg = with_output_dir(cfg, config, "retrieval", pretrained, cfg.arch, "--arch")
+    except UserError as err:
+        print_error(err)
+        raise typer.Exit(2) from None
+    asked = invocation("eval retrieval", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "datasets": datasets, "image_size": image_size, "arch": arch, "device": device,
+        "workers": workers, "seed": seed, "weights_format": weights_format})
+    print_or_launch(cfg, print_config, 1, run_retrieval, cfg, pretrained, asked)
+
+
+def run_retrieval(cfg: Any, pretrained: str, asked: dict[str, Any] | None = None) -> None:
+    """One ``moco eval retrieval``: prints ``result: PATH``; a user error is one line, exit code 2."""
+    from probes.retrieval.run import retrieval_eval
+
+    report_result(lambda: retrieval_eval(cfg, pretrained, extra={"invocation": asked} if asked else None),
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))
