@@ -17,6 +17,13 @@ from typing import Any
 import numpy as np
 
 
+def _bytes(*args: Any) -> bytes:
+    """``bytes(text, encoding)`` or ``bytes()``; a length (``bytes(10**12)``) is refused."""
+    if any(isinstance(arg, int) for arg in args):
+        raise pickle.UnpicklingError("refused: bytes of a given length")
+    return bytes(*args)
+
+
 def _numpy_globals() -> dict[tuple[str, str], Any]:
     """The only globals a pickle of numpy arrays needs, under the module names numpy 1 and 2 write."""
     try:
@@ -31,6 +38,9 @@ def _numpy_globals() -> dict[tuple[str, str], Any]:
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): _codecs.encode,  # protocol-2 pickles (CIFAR, old detectron2 files) store bytes so
         ("collections", "OrderedDict"): collections.OrderedDict,
+        # Python 3 writes empty bytes (an empty array's data) at protocol 2 as bytes(): built here without the
+        # bytes(n) form, which would allocate n bytes a file could name
+        ("__builtin__", "bytes"): _bytes, ("builtins", "bytes"): _bytes,
     }
     for package in ("numpy.core", "numpy._core"):
         allowed[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
