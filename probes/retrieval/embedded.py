@@ -27,10 +27,10 @@ DATASETS = ("rscenes1", "rscenes2")  # two generated sets, as the protocol has O
 SIZE = 64  # image side, pixels
 LANDMARK = 40  # a landmark's side before the warp, pixels
 # per landmark: database views by label, and queries
-VIEWS = {"easy": 4, "hard": 3, "junk": 1}
+VIEWS = {"easy": 3, "hard": 2, "junk": 1}
 QUERIES = 2
-LANDMARKS = 5
-DISTRACTORS = 10
+LANDMARKS = 4
+DISTRACTORS = 6
 
 
 def _landmark(rng: np.random.Generator) -> Image.Image:
