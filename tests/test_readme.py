@@ -46,6 +46,7 @@ from tests.layouts import (
     simclr_subset_file,
     torchvision_weights,
 )
+from tests.probes.layouts import revisitop_layout
 from tests.suite_layouts import transfer_suite_layout
 from tests.transfer.segmentation.layouts import (
     cityscapes_layout,
@@ -119,6 +120,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
         "PETS": str(pets_layout(base / "pets")), "TRANSFER": str(transfer_suite_layout(base / "transfer")),
         "MYSEG": str(custom_segmentation_layout(base / "myseg")),
+        "REVISITOP": str(revisitop_layout(base / "revisitop")),
         **other_methods(base / "weights"),
     }
     env["ROBUSTNESS"] = str(robustness_layout(base / "robustness", Path(env["IMAGENET"])))
@@ -193,7 +195,7 @@ def _option(command: str, name: str) -> str | None:
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval transfer",
           "moco eval voc",
           "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
-          "moco eval semseg",
+          "moco eval semseg", "moco eval retrieval",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -228,6 +230,14 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         records = [json.loads(p.read_text()) for p in sorted((work / "runs/snapshots/linear_snapshots").glob(
             "*/result.json"))]
         assert [r["snapshot"]["epoch"] for r in records] == [1], records
+    elif command.startswith("moco eval retrieval"):  # each dataset asked for, both query variants, Medium and Hard
+        record = _record(output, work)
+        names = (_option(command, "--datasets") or ("rscenes1,rscenes2" if "embedded" in command else
+                                                     "roxford5k,rparis6k")).split(",")
+        assert {key.rsplit("/", 1)[0] for key in record["metrics"]} == {
+            f"{name}/{variant}/{protocol}" for name in names for variant in ("cropped", "full")
+            for protocol in ("medium", "hard")}, record["metrics"]
+        _check_weights(command, record["backbone"])
     elif command.startswith("moco eval finetune"):  # every epoch of the shortened schedule, on the data's layout
         record = _record(output, work)
         assert record["task"] == "finetune" and 0 <= record["metrics"]["top1"] <= 100
