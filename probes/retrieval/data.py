@@ -82,7 +82,7 @@ def read_set(root: Path, name: str) -> RetrievalSet:
                                             error=RetrievalDataError), _box(entry, gnd_path, i),
                           _truth(entry, gnd_path, i, len(imlist)))
                     for i, (n, entry) in enumerate(zip(qimlist, entries, strict=True)))
-    _all_there(images_dir, (*images, *(q.path for q in queries)))
+    _all_there(images_dir, (*images, *(q.path for q in queries)), gnd_path)
     user_files.all_within(folder, (*images, *(q.path for q in queries)), error=RetrievalDataError)
     return RetrievalSet(name, folder, gnd_path, images, queries)
 
@@ -152,7 +152,7 @@ def _truth(entry: Any, path: Path, i: int, images: int) -> Truth:
     return Truth(**found)
 
 
-def _all_there(folder: Path, paths: Sequence[Path]) -> None:
+def _all_there(folder: Path, paths: Sequence[Path], gnd_path: Path) -> None:
     """Every image the ground truth names is a file in ``folder``: one listing, not a stat an image."""
     try:
         present = set(os.listdir(folder))
@@ -161,5 +161,5 @@ def _all_there(folder: Path, paths: Sequence[Path]) -> None:
     missing = [p for p in paths if p.name not in present or p.parent != folder]
     missing = [p for p in missing if not p.is_file()]
     if missing:
-        raise RetrievalDataError(f"{missing[0]}: missing, with {len(set(missing)) - 1} more images the ground truth "
-                                 f"names (revisitop's layout: {folder}/<name>.jpg)")
+        raise RetrievalDataError(f"{missing[0]}: missing ({len(set(missing))} of the {len(set(paths))} images "
+                                 f"{gnd_path.name} names are; revisitop's layout: {folder}/<name>.jpg)")

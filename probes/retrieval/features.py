@@ -10,6 +10,7 @@ its sides rounded to whole patches. A ViT of a fixed grid (MoCo v3's, a random V
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,16 +29,13 @@ from probes.retrieval.data import RetrievalDataError
 Box = tuple[float, float, float, float]
 
 
+@dataclass(frozen=True)
 class Shape:
     """How a backbone takes images: ``fixed`` (a fixed-grid ViT's square side, else None) and ``multiple`` (the
     patch size a resampling ViT's sides are rounded to; 1 for a ResNet)."""
 
-    def __init__(self, backbone: nn.Module) -> None:
-        vit = is_vit(backbone)
-        patch = backbone.patch_embed.patch_size[0] if vit else 1
-        dynamic = bool(getattr(backbone, "dynamic_img_size", False))
-        self.fixed: int | None = int(backbone.patch_embed.img_size[0]) if vit and not dynamic else None
-        self.multiple = int(patch)
+    fixed: int | None
+    multiple: int
 
     def fit(self, height: int, width: int) -> tuple[int, int]:
         """The size an image of ``height`` x ``width`` is fed at."""
@@ -45,6 +43,13 @@ class Shape:
             return self.fixed, self.fixed
         m = self.multiple
         return max(m, round(height / m) * m), max(m, round(width / m) * m)
+
+
+def shape_of(backbone: nn.Module) -> Shape:
+    if not is_vit(backbone):
+        return Shape(None, 1)
+    dynamic = bool(getattr(backbone, "dynamic_img_size", False))  # timm's: the position embedding is resampled
+    return Shape(None if dynamic else int(backbone.patch_embed.img_size[0]), int(backbone.patch_embed.patch_size[0]))
 
 
 class _Images(Dataset):
@@ -92,7 +97,7 @@ def global_features(backbone: nn.Module, items: Sequence[tuple[Path, Box | None]
                     scales: Sequence[float], normalisation: Normalisation, device: torch.device, workers: int,
                     progress: Progress | None = None, done: int = 0) -> torch.Tensor:
     """(N, D) L2-normalised features of ``items``, in order (float32, on ``device``)."""
-    shape = Shape(backbone)
+    shape = shape_of(backbone)
     taps = FeatureTaps(backbone, (default_tap(backbone),)).eval()
     loader = DataLoader(_Images(items, image_size=image_size, shape=shape, normalisation=normalisation),
                         batch_size=None, num_workers=workers)

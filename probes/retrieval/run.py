@@ -21,7 +21,7 @@ from moco_core.run.runtime import resolve_device
 from probes.retrieval import embedded
 from probes.retrieval.config import RetrievalConfig
 from probes.retrieval.data import RetrievalSet, read_set
-from probes.retrieval.features import Shape, global_features
+from probes.retrieval.features import global_features, shape_of
 from probes.retrieval.metric import evaluate
 
 
@@ -49,9 +49,10 @@ def retrieval_eval(cfg: RetrievalConfig, pretrained: str, *, extra: dict[str, An
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, 1, arch=cfg.arch, crop_size=cfg.image_size if weights is None else None)
     model = model.to(device).eval()
-    if Shape(model).fixed is not None and tuple(cfg.scales) != (1.0,):
+    fixed = shape_of(model).fixed
+    if fixed is not None and tuple(cfg.scales) != (1.0,):
         raise ConfigError(f"scales: this ViT ({info.arch}) has a fixed grid of position embeddings and reads only "
-                          f"its {Shape(model).fixed}-px square; use scales [1.0]")
+                          f"its {fixed}-px square; use scales [1.0]")
     normalisation = backbone.input_normalisation(weights)
     total = sum(len(s.images) + len(s.queries) * len(cfg.queries) for s in sets)
     progress = Progress(total, label="features", enabled=show_progress) if show_progress else None

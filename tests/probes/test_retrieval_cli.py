@@ -87,3 +87,20 @@ def test_a_cropped_query_is_the_feature_of_its_box(tmp_path: Path) -> None:
     whole = global_features(model, [(tmp_path / "query.png", None)], **kwargs)
     assert torch.allclose(cropped, alone, atol=1e-6) and not torch.allclose(cropped, whole, atol=1e-3)
     assert torch.allclose(cropped.norm(dim=1), torch.ones(1))
+
+
+@pytest.mark.parametrize("scales", ["[1.0]", "[1,0.5]"])
+def test_a_fixed_grid_vit_reads_its_square_at_one_scale(tmp_path: Path, scales: str) -> None:
+    """A random ViT (MoCo v3's fixed position grid) takes its own square; several scales would feed it the same
+    square again, so they are refused in one line before any feature is computed."""
+    data = revisitop_layout(tmp_path / "revisitop")
+    code, output = _run(["random", "--arch", "vit_nano_p4", "--data", str(data), "--datasets", "rparis6k",
+                         "--image-size", "32", "--workers", "0", "--set", f"scales={scales}", "--output-dir",
+                         str(tmp_path / "out")])
+    if scales == "[1.0]":
+        assert code == 0, output
+        record = json.loads((tmp_path / "out" / "result.json").read_text())
+        assert record["config"]["feature"] == "cls" and {k.split("/")[0] for k in record["metrics"]} == {"rparis6k"}
+    else:
+        assert code == 2 and output.startswith("error: scales: this ViT (vit_nano_p4) has a fixed grid")
+        assert output.count("\n") == 1 and not (tmp_path / "out" / "result.json").exists()

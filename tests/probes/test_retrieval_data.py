@@ -81,7 +81,7 @@ def _entry(**changes: Any) -> dict[str, Any]:
     (pickle.dumps(_entry(bbx=[0, 0, float("nan"), 9])), "'bbx' must be 4 finite numbers"),
     (pickle.dumps(_gnd(imlist=["../../etc/passwd", *SETS["roxford5k"]["images"][1:]])), "leaves"),
     (pickle.dumps(_gnd(imlist=["all_souls_999999", *SETS["roxford5k"]["images"][1:]])),
-     "all_souls_999999.jpg: missing, with 0 more images the ground truth names"),
+     "all_souls_999999.jpg: missing (1 of the 15 images gnd_roxford5k.pkl names are"),
 ], ids=lambda v: v[:40] if isinstance(v, str) else None)
 def test_a_broken_ground_truth_is_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
     root = revisitop_layout(tmp_path)
