@@ -104,3 +104,16 @@ def test_a_fixed_grid_vit_reads_its_square_at_one_scale(tmp_path: Path, scales: 
     else:
         assert code == 2 and output.startswith("error: scales: this ViT (vit_nano_p4) has a fixed grid")
         assert output.count("\n") == 1 and not (tmp_path / "out" / "result.json").exists()
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_an_undecodable_image_is_one_line_naming_it(tmp_path: Path, workers: str) -> None:
+    """Every image is needed (a ranking without one would score another protocol): none is substituted; the line
+    names the file, from the loader's worker process too."""
+    data = revisitop_layout(tmp_path / "revisitop")
+    broken = data / "roxford5k" / "jpg" / "keble_000000.jpg"
+    broken.write_bytes(b"not a jpeg")
+    code, output = _run(["random", "--arch", "resnet18", "--data", str(data), "--datasets", "roxford5k",
+                         "--image-size", "32", "--workers", workers, "--output-dir", str(tmp_path / "out")])
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert code == 2 and errors == [f"error: {broken}: cannot identify image"], output
