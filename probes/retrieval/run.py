@@ -57,13 +57,14 @@ def retrieval_eval(cfg: RetrievalConfig, pretrained: str, *, extra: dict[str, An
     total = sum(len(s.images) + len(s.queries) * len(cfg.queries) for s in sets)
     progress = Progress(total, label="features", enabled=show_progress) if show_progress else None
     metrics: dict[str, float] = {}
+
+    def features(items: list[tuple[Path, Any]], done: int) -> torch.Tensor:
+        return global_features(model, items, image_size=cfg.image_size, scales=cfg.scales,
+                               normalisation=normalisation, device=device, workers=cfg.data.workers,
+                               progress=progress, done=done)
+
     done = 0
     for found in sets:
-        def features(items: list[tuple[Path, Any]], done: int) -> torch.Tensor:
-            return global_features(model, items, image_size=cfg.image_size, scales=cfg.scales,
-                                   normalisation=normalisation, device=device, workers=cfg.data.workers,
-                                   progress=progress, done=done)
-
         bank = features([(path, None) for path in found.images], done)  # (N, D)
         done += len(found.images)
         for mode in cfg.queries:

@@ -29,20 +29,21 @@ def test_the_release_layout_is_read_by_its_names(tmp_path: Path, name: str, arra
 
 
 class _CreatesAFile:
-    """Unpickled by pickle.load, this would create the file its path names (os.mkdir, as a payload would)."""
+    """Unpickled by pickle.load, this would create the file its path names: open(path, "w") or os.mkdir(path)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, call: Any) -> None:
+        self.path, self.call = path, call
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (os.mkdir, (str(self.path),))
+        return (self.call, (str(self.path), "w") if self.call is open else (str(self.path),))
 
 
+@pytest.mark.parametrize(("call", "named"), [(open, "io.open"), (os.mkdir, "posix.mkdir")])
 @pytest.mark.parametrize("where", ["top", "inside a query"])
-def test_a_hostile_ground_truth_runs_nothing(tmp_path: Path, where: str) -> None:
+def test_a_hostile_ground_truth_runs_nothing(tmp_path: Path, where: str, call: Any, named: str) -> None:
     root = revisitop_layout(tmp_path / "data")
     marker = tmp_path / "payload-ran"
-    payload = _CreatesAFile(marker)
+    payload = _CreatesAFile(marker, call)
     gnd = [dict(g) for g in GND]
     if where == "inside a query":
         gnd[1]["junk"] = payload
@@ -52,7 +53,7 @@ def test_a_hostile_ground_truth_runs_nothing(tmp_path: Path, where: str) -> None
     with pytest.raises(RetrievalDataError) as info:
         read_set(root, "roxford5k")
     message = str(info.value)
-    assert message.startswith(f"{path}: refused: loading it would call posix.mkdir") and "\n" not in message
+    assert message.startswith(f"{path}: refused: loading it would call {named}") and "\n" not in message
     assert not marker.exists()
 
 
