@@ -10,6 +10,7 @@ from typing import Any
 from moco_core.config import cpu_workers, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 from probes.retrieval.data import DATASETS, NAME
+from probes.retrieval.embedded import DATASETS as EMBEDDED
 from probes.retrieval.metric import PROTOCOLS
 
 QUERY_MODES = ("cropped", "full")  # revisitop's query cropped to its bbx; DINOv2's whole query image
@@ -67,6 +68,9 @@ def load_retrieval_config(config: str | None, overrides: list[str],
                                           "revisitop's layout) or --data embedded"),
         (bool(d.datasets) and all(NAME.fullmatch(n) for n in d.datasets), "data.datasets",
          f"expected folder names such as roxford5k,rparis6k, got {list(d.datasets)}"),
+        (d.path != "embedded" or set(d.datasets) <= set(EMBEDDED), "data.datasets",
+         f"the embedded data holds {', '.join(EMBEDDED)} (the preset retrieval_embedded names them), not "
+         f"{', '.join(d.datasets)}"),
         (d.workers >= 0, "data.workers", f"must be >= 0, got {d.workers}"),
         *run_checks(cfg.run.device, cfg.run.seed),
         *format_checks(cfg.run.weights_format),

@@ -27,13 +27,7 @@ from probes.retrieval.metric import evaluate
 
 def datasets(cfg: RetrievalConfig) -> list[RetrievalSet]:
     """Every dataset asked for, read and checked before any model runs; the embedded ones generated first."""
-    if cfg.data.path == "embedded":
-        if not set(cfg.data.datasets) <= set(embedded.DATASETS):
-            raise ConfigError(f"data.datasets: the embedded data holds {', '.join(embedded.DATASETS)} (the preset "
-                              f"retrieval_embedded names them), not {', '.join(cfg.data.datasets)}")
-        root = embedded.ensure_retrieval()
-    else:
-        root = Path(str(cfg.data.path))
+    root = embedded.ensure_retrieval() if cfg.data.path == "embedded" else Path(str(cfg.data.path))
     return [read_set(root, name) for name in cfg.data.datasets]
 
 

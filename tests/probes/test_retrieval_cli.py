@@ -117,3 +117,18 @@ def test_an_undecodable_image_is_one_line_naming_it(tmp_path: Path, workers: str
                          "--image-size", "32", "--workers", workers, "--output-dir", str(tmp_path / "out")])
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert code == 2 and errors == [f"error: {broken}: cannot identify image"], output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--data", "embedded"], "data.datasets: the embedded data holds rscenes1, rscenes2"),
+    (["-c", "retrieval_embedded", "--set", "scales=[]"], "scales: need 1 or more scales"),
+    (["-c", "retrieval_embedded", "--set", "queries=[crop]"], "queries: expected some of cropped, full"),
+    (["-c", "retrieval_embedded", "--set", "protocols=[medium,extreme]"], "protocols: expected some of easy"),
+    (["-c", "retrieval_embedded", "--image-size", "8"], "image_size: must be 16 to 4096 pixels, got 8"),
+    (["-c", "retrieval_embedded", "--datasets", "../x"], "data.datasets: expected folder names"),
+    (["--data", "/nonexistent"], "/nonexistent/roxford5k: no such folder; revisitop's layout is"),
+])
+def test_bad_settings_are_one_line_before_any_work(tmp_path: Path, args: list[str], message: str) -> None:
+    code, output = _run(["random", "--arch", "resnet18", *args, "--output-dir", str(tmp_path / "out")])
+    assert code == 2 and output.startswith(f"error: {message}") and output.count("\n") == 1, output
+    assert not (tmp_path / "out" / "result.json").exists()
