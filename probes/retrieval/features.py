@@ -84,11 +84,12 @@ class _Images(Dataset):
 
 
 def _clipped(box: Box, scale: float, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """``box`` (in the file's pixels; ``scale``: decoded / file, below 1 where a huge JPEG was decoded smaller) as
-    whole pixels inside the image, at least one pixel wide and high."""
+    """``box`` (in the file's pixels; ``scale``: decoded / file, below 1 where a huge JPEG was decoded smaller)
+    rounded to whole pixels as PIL's ``Image.crop(bbx)`` rounds it (DINO's and cirtorch's query crop), kept inside
+    the image and at least one pixel wide and high."""
     width, height = size
-    x1 = min(max(int(box[0] * scale), 0), width - 1)
-    y1 = min(max(int(box[1] * scale), 0), height - 1)
+    x1 = min(max(round(box[0] * scale), 0), width - 1)
+    y1 = min(max(round(box[1] * scale), 0), height - 1)
     return x1, y1, max(min(round(box[2] * scale), width), x1 + 1), max(min(round(box[3] * scale), height), y1 + 1)
 
 

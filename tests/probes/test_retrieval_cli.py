@@ -74,15 +74,17 @@ def test_a_hostile_ground_truth_is_one_line_through_the_cli(tmp_path: Path) -> N
 
 
 def test_a_cropped_query_is_the_feature_of_its_box(tmp_path: Path) -> None:
-    """The crop is taken in the file's pixels before the resize: the same feature as the box saved alone."""
+    """The crop is taken in the file's pixels before the resize, rounded as PIL's crop(bbx) rounds it (DINO's query
+    crop): the same feature as the box saved alone."""
     pixels = np.random.default_rng(0).integers(0, 256, size=(40, 48, 3), dtype=np.uint8)
+    box = (5.5, 8.5, 40.5, 30.4)
     Image.fromarray(pixels).save(tmp_path / "query.png")
-    Image.fromarray(pixels[8:30, 5:41]).save(tmp_path / "box.png")
+    Image.fromarray(pixels).crop(box).save(tmp_path / "box.png")
     model, _ = load_backbone(None, 1, arch="resnet18")
     model.eval()
     kwargs = {"image_size": 224, "scales": (1.0,), "normalisation": IMAGENET, "device": torch.device("cpu"),
               "workers": 0}
-    cropped = global_features(model, [(tmp_path / "query.png", (5.2, 8.0, 41.0, 30.0))], **kwargs)
+    cropped = global_features(model, [(tmp_path / "query.png", box)], **kwargs)
     alone = global_features(model, [(tmp_path / "box.png", None)], **kwargs)
     whole = global_features(model, [(tmp_path / "query.png", None)], **kwargs)
     assert torch.allclose(cropped, alone, atol=1e-6) and not torch.allclose(cropped, whole, atol=1e-3)
