@@ -2,7 +2,7 @@
 features (DINOv2's ``eval/utils.py`` ``extract_features`` idea, arXiv 2304.07193).
 
 :func:`extract_features` serves the kNN monitor and ``moco eval knn`` (:mod:`moco_core.run.knn`), the cached
-linear mode, few-shot and the transfer suite (whose keyed disk cache is ``classification/frozen/features.py``):
+linear mode, few-shot and the transfer suite (whose keyed disk cache is ``moco_core/frozen/features.py``):
 each dataset through the backbone once, in eval mode, without gradients, read at every tap asked for in that one
 pass (:class:`moco_core.model.taps.FeatureTaps`; the classifier, ``fc`` or ``head``, is never run). Features that
 are not finite are one error (:func:`require_finite`), never a score at chance.
