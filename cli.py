@@ -116,6 +116,7 @@ eval_app.command("densepose")(transfer_cli.densepose_cli)
 eval_app.command("semseg")(transfer_cli.semseg_cli)
 eval_app.command("linseg")(dense_cli.linseg_cli)
 eval_app.command("retrieval")(probes_cli.retrieval_cli)
+eval_app.command("davis")(probes_cli.davis_cli)
 app.add_typer(eval_app, name="eval")
 
 app.command("report")(reports_cli.report_cli)

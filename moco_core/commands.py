@@ -40,6 +40,7 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,4})?")
 _LABELS = re.compile(r"\d{1,3}(\.\d{1,6})?%")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,7}")
 _SHOTS = re.compile(r"\d{1,6}(,\d{1,6}){0,31}")  # k a class, e.g. 1,5,10
+_TAP = re.compile(r"patch\d{0,2}|layer[1-4]")  # moco_core.model.taps' dense taps
 _PRESET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 _COMMON = {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "workers": _COUNT, "arch": "arch",
@@ -100,6 +101,9 @@ _TABLE = (
             {}),  # reads its images in its own process: no --workers
     Command("eval retrieval", ("RetrievalConfig",), ("retrieval_",),
             {**_COMMON, "datasets": _PATH, "image_size": _COUNT, "seed": _COUNT}, ("--seed", "{}"), {}),
+    Command("eval davis", ("DavisConfig",), ("davis_",),
+            {"data": _PATH, "output_dir": _PATH, "device": _DEVICE, "arch": "arch", "weights_format": "weights_format",
+             "tap": _TAP, "seed": _COUNT}, ("--seed", "{}"), {}),
 )
 COMMANDS: dict[str, Command] = {row.name: row for row in _TABLE}  # the table, by name
 OPTIONS = {row.name: row.options for row in _TABLE if row.options is not None}  # the commands suggested, read here

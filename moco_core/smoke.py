@@ -68,6 +68,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "TransferConfig": _DETECTION,
     "SemsegConfig": {"solver.batch_size": 2, "input.crop_size": 48, "data.workers": 0, "run.log_every": 1},
     "LinsegConfig": {"input.size": 64, "input.batch_size": 8, "solver.max_iter": 20},
+    "DavisConfig": {"data.short_side": 64, "run.batch_size": 4},
     "TransferSuiteConfig": {"data.resize": 32, "data.crop_size": 32, "data.workers": 0, "features.batch_size": 8,
                             "solver.max_iter": 50},
     "RetrievalConfig": {"image_size": 32, "data.workers": 0},

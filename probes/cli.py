@@ -1,7 +1,8 @@
-"""``moco eval retrieval``: options in, a plain function call out."""
+"""``moco eval retrieval`` and ``moco eval davis``: options in, plain function calls out."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -66,4 +67,61 @@ def run_retrieval(cfg: Any, pretrained: str, asked: dict[str, Any] | None = None
     from probes.retrieval.run import retrieval_eval
 
     report_result(lambda: retrieval_eval(cfg, pretrained, extra={"invocation": asked} if asked else None),
+                  rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))
+
+
+Pretrained = Annotated[str, typer.Argument(
+    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
+    f"or 'random' (with --arch).")]
+WeightsFormat = Annotated[str | None, typer.Option(
+    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
+    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation.")]
+
+
+def davis_cli(
+    pretrained: Pretrained,
+    config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
+                                               f"({preset_list('davis')}). Without it: DINO's protocol (480-px "
+                                               "frames, 7 previous frames, top-5, radius 12, T 0.1).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override a config value, e.g. propagation.topk=10.")] = None,
+    data: Annotated[str | None, typer.Option(help="The folder holding DAVIS/ (DAVIS-2017 trainval as released: "
+                                             "JPEGImages/480p, Annotations/480p, ImageSets/2017), or 'embedded'.")]
+    = None,
+    tap: Annotated[str | None, typer.Option(
+        help="The patch features read: patch or patch4 (a ViT), layer1..layer4 (a ResNet; strides 4..32). "
+        "Default: patch, layer4.")] = None,
+    output_dir: Annotated[str | None, typer.Option(
+        help="Where result.json and the predicted masks go (default: runs/<preset>/<weights>).")] = None,
+    arch: Annotated[str | None, typer.Option(
+        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
+    print_config: Annotated[bool, typer.Option("--print-config",
+                                               help="Print the resolved config as YAML and exit.")] = False,
+    weights_format: WeightsFormat = None,
+) -> None:
+    """Video object segmentation by label propagation (DINO's DAVIS-2017 protocol): J&F of frozen patch features,
+    no training."""
+    from probes.davis.config import load_davis_config
+
+    flags = {"arch": arch, "tap": tap, "data": {"path": data},
+             "run": {"output_dir": output_dir, "device": device, "seed": seed, "weights_format": weights_format}}
+    try:
+        cfg = load_davis_config(config, set_ or [], flags=flags)
+        cfg = with_output_dir(cfg, config, "davis", pretrained, cfg.arch, "--arch")
+    except UserError as err:
+        print_error(err)
+        raise typer.Exit(2) from None
+    asked = invocation("eval davis", preset=config, overrides=set_ or [], smoke=smoke.enabled(), options={
+        "data": data, "tap": tap, "arch": arch, "device": device, "seed": seed, "weights_format": weights_format})
+    print_or_launch(cfg, print_config, 1, run_davis, cfg, pretrained, asked)
+
+
+def run_davis(cfg: Any, pretrained: str, asked: dict[str, Any] | None = None) -> None:
+    """One ``moco eval davis``: prints ``result: PATH``; a user error is one line, exit code 2."""
+    from probes.davis.run import davis_eval
+
+    report_result(lambda: davis_eval(pretrained, cfg, Path(str(cfg.run.output_dir)),
+                                     extra={"invocation": asked} if asked else None)[0],
                   rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))
