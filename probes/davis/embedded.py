@@ -25,7 +25,7 @@ from moco_core.data.generated import write_once
 VERSION = 1  # bump whenever the files written here change
 DEFAULT_VIDEOS = 3
 DEFAULT_FRAMES = 10
-DEFAULT_SIZE = (192, 288)  # (height, width): 2:3, about DAVIS's 480 x 854
+DEFAULT_SIZE = (192, 320)  # (height, width): 3:5, about DAVIS's 480 x 854, the width a multiple of 64
 JPEG_QUALITY = 95
 _STREAM = 60  # keeps these generators apart from the other embedded datasets'
 _KINDS = ("ellipse", "box", "triangle")

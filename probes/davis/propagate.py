@@ -53,18 +53,19 @@ def one_hot(labels: torch.Tensor, classes: int) -> torch.Tensor:
 
 def propagate_step(target: torch.Tensor, sources: torch.Tensor, source_labels: torch.Tensor, *, topk: int,
                    temperature: float, window: torch.Tensor | None) -> torch.Tensor:
-    """Soft labels (C, P) of a target frame: ``target`` (D, P) and ``sources`` (S, D, P) L2-normalised patch
-    features, ``source_labels`` (S, C, P), ``window`` (P, P) bool (None: every source patch is a candidate).
+    """Soft labels (C, Q) of a target frame: ``target`` (D, Q) and ``sources`` (S, D, P) L2-normalised patch
+    features, ``source_labels`` (S, C, P), ``window`` (Q, P) bool (None: every source patch is a candidate).
 
     Each target patch keeps its ``topk`` most similar candidate patches over all S source frames and averages
     their labels weighted by softmax(similarity / temperature) over those k: the official exp-then-normalise."""
     context, classes, patches = source_labels.shape
     keys = sources.permute(0, 2, 1).reshape(context * patches, -1)  # (S*P, D)
     labels = source_labels.permute(1, 0, 2).reshape(classes, context * patches)  # (C, S*P)
-    out = torch.empty(classes, patches, device=target.device, dtype=labels.dtype)
+    targets = target.shape[1]
+    out = torch.empty(classes, targets, device=target.device, dtype=labels.dtype)
     k = min(topk, context * patches)
-    for start in range(0, patches, TARGET_CHUNK):
-        stop = min(start + TARGET_CHUNK, patches)
+    for start in range(0, targets, TARGET_CHUNK):
+        stop = min(start + TARGET_CHUNK, targets)
         similarity = target[:, start:stop].T @ keys.T  # (chunk, S*P) cosine
         if window is not None:  # a patch outside the window is never chosen: weight exp(-inf) = 0
             allowed = window[start:stop].repeat(1, context)  # (chunk, S*P)
