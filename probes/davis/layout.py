@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from moco_core.data.data import DatasetError
 from moco_core.data.image_files import decode_rgb, open_header, reason
@@ -82,13 +83,39 @@ def _video(name: str, frames_root: Path, masks_root: Path, listing: Path) -> Vid
     return Video(name, tuple(frames), tuple(masks))
 
 
+def check_sizes(video: Video) -> tuple[int, int]:
+    """(H, W) of ``video``, from the headers of its files (nothing decoded): every annotation a palette PNG and every
+    file of the first annotation's size, checked before any frame is computed on."""
+    size = None
+    for path in (*video.masks, *video.frames):
+        try:
+            with open_header(path) as image:
+                if path.suffix == ".png":
+                    _palette_png(image, path)
+                found = (image.height, image.width)
+        except DatasetError:
+            raise
+        except Exception as err:  # a foreign or damaged file fails in many ways
+            raise DatasetError(f"{path}: cannot be read ({reason(err)})") from None
+        size = size or found
+        if found != size:
+            raise DatasetError(f"{path}: {found[1]} x {found[0]} pixels, the video's first annotation {size[1]} x "
+                               f"{size[0]} ({video.masks[0].name})")
+    assert size is not None
+    return size
+
+
+def _palette_png(image: Image.Image, path: Path) -> None:
+    if image.format != "PNG" or image.mode != "P":
+        raise DatasetError(f"{path}: a {image.format} image of mode {image.mode}, not a palette PNG of object ids "
+                           f"(DAVIS's annotations are 8-bit palette PNGs: 0 background, 1..n the objects)")
+
+
 def read_mask(path: Path) -> tuple[torch.Tensor, list[int]]:
     """((H, W) uint8 object ids, the palette) of a DAVIS annotation: an 8-bit palette PNG, else DatasetError."""
     try:
         with open_header(path) as image:
-            if image.format != "PNG" or image.mode != "P":
-                raise DatasetError(f"{path}: a {image.format} image of mode {image.mode}, not a palette PNG of object "
-                                   f"ids (DAVIS's annotations are 8-bit palette PNGs: 0 background, 1..n the objects)")
+            _palette_png(image, path)
             ids = np.asarray(image, dtype=np.uint8)
             palette = image.getpalette() or []
     except DatasetError:

@@ -26,7 +26,7 @@ from moco_core.run.rundir import require_writable
 from moco_core.run.runtime import resolve_device
 from probes.davis import embedded, metrics
 from probes.davis.config import DavisConfig
-from probes.davis.layout import Video, davis_root, read_annotations, read_frame, read_videos
+from probes.davis.layout import Video, check_sizes, davis_root, read_annotations, read_frame, read_videos
 from probes.davis.propagate import frame_size, one_hot, propagate, to_prediction
 
 
@@ -40,6 +40,8 @@ def davis_eval(pretrained: str, cfg: DavisConfig, output_dir: Path,
     weights = backbone.read(pretrained, cfg.run.weights_format)
     root = embedded.ensure_davis() if cfg.data.path == "embedded" else Path(str(cfg.data.path))
     videos = read_videos(root, cfg.data.split)
+    for video in videos:  # headers only: a broken file stops the run now, not after the videos before it
+        check_sizes(video)
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, 1, arch=cfg.arch)  # the head is never run
     tap = cfg.tap or default_dense_tap(model)
