@@ -173,6 +173,8 @@ def setting_title(s: Setting) -> str:
         where = "held-out train images" if s.protocol == "fewshot" else "VAL, the reported set: optimistic"
         head = (f"Few-shot classification (k labelled images a class; linear: L2 logistic regression, its strength "
                 f"chosen on {where}; weighted kNN)")
+    elif s.task == "davis":
+        head = f"Video object segmentation by label propagation (DINO's protocol; {s.model or 'features not recorded'})"
     else:
         what = ", ".join(p for p in (s.model, _schedule(s), s.engine) if p)
         head = f"{DETECTION_HEADS.get(s.task, 'Semantic segmentation')} ({what})"

@@ -57,6 +57,7 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "densepose": ("dp_gps_AP", "dp_gps_AP50", "dp_gps_AP75", "dp_gpsm_AP", "bbox_AP"),  # DensePose's evaluator
     "semseg": ("mIoU", "pixel_acc"),
     "linseg": ("mIoU", "pixel_acc"),  # moco eval linseg (dense/linseg.py): frozen patch features, no fine-tuning
+    "davis": ("J&F_mean", "J_mean", "F_mean"),  # moco eval davis: DAVIS-2017 J&F, J and F means
     # moco eval linear --shots: "<k>shot_linear_top1", "<k>shot_knn_top1" for each k it ran (FEWSHOT_METRIC)
     "fewshot": (),
 }
@@ -354,8 +355,11 @@ def _percent(value: float, what: str) -> float:
 
 def _detection_setting(data: dict[str, Any], task: str,
                        config: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(engine, model, schedule) of a detection, keypoint or semantic segmentation record; all None for
-    classification."""
+    """(engine, model, schedule) of a detection, keypoint or semantic segmentation record (a DAVIS record's model:
+    the features read); all None for classification."""
+    if task == "davis":  # moco eval davis: a table a feature map read, named by its tap and stride
+        tap, stride = config.get("tap"), config.get("stride")
+        return None, f"{tap}, stride {stride}" if isinstance(tap, str) and isinstance(stride, int) else None, None
     if task not in (*DETECTION_TASKS, "semseg"):
         return None, None, None
     engine = _required(data, "engine", str)
