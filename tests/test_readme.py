@@ -46,6 +46,7 @@ from tests.layouts import (
     simclr_subset_file,
     torchvision_weights,
 )
+from tests.probes.davis_layouts import davis_layout
 from tests.probes.layouts import revisitop_layout
 from tests.suite_layouts import transfer_suite_layout
 from tests.transfer.segmentation.layouts import (
@@ -119,7 +120,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "SUBSET": str(simclr_subset_file(base / "1percent.txt", [f"{w}_{i}.JPEG" for i, w in enumerate(WNIDS)])),
         "CIFAR10": str(cifar_folder_layout(base / "cifar10")), "FLOWERS": str(flowers_layout(base / "flowers")),
         "PETS": str(pets_layout(base / "pets")), "TRANSFER": str(transfer_suite_layout(base / "transfer")),
-        "MYSEG": str(custom_segmentation_layout(base / "myseg")),
+        "MYSEG": str(custom_segmentation_layout(base / "myseg")), "DAVIS": str(davis_layout(base / "davis")),
         "REVISITOP": str(revisitop_layout(base / "revisitop")),
         **other_methods(base / "weights"),
     }
@@ -195,7 +196,7 @@ def _option(command: str, name: str) -> str | None:
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval transfer",
           "moco eval voc",
           "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
-          "moco eval semseg", "moco eval retrieval",
+          "moco eval semseg", "moco eval retrieval", "moco eval davis",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "MOCO_SMOKE=1 moco demo")
 
@@ -277,6 +278,12 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         elif "--grid" in command or "lincls_grid" in command:
             _check_grid(command, record)
         _check_data(command, record["dataset"], env)
+        _check_weights(command, record["backbone"])
+    elif command.startswith("moco eval davis"):  # J&F of every object, on MOCO_SMOKE's small frames
+        record = _record(output, work)
+        assert record["task"] == "davis" and set(record["metrics"]) == {"J&F_mean", "J_mean", "F_mean"}
+        tap = _option(command, "--tap") or ("patch" if "$DINO_FULL" in command else "layer4")
+        assert record["config"]["short_side"] == 64 and record["config"]["tap"] == tap
         _check_weights(command, record["backbone"])
     elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, densepose, semseg
         record = _record(output, work)
