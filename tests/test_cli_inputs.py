@@ -76,7 +76,7 @@ FLAGS = {"--quiet", "--print-config", "--cached-features", "--force", "--progres
 ARGUMENTS = {  # positional arguments per command
     "pretrain": 0, "sweep": 2, "eval linear": 1, "eval finetune": 1, "eval knn": 1, "eval voc": 1, "eval coco": 1,
     "eval lvis": 1, "eval cityscapes": 1, "convert": 2, "report": 1, "demo": 0, "eval snapshots": 1, "launch": 0,
-    "eval transfer": 1, "eval retrieval": 1,
+    "eval transfer": 1, "eval retrieval": 1, "eval davis": 1, "eval linseg": 1,
 }
 
 
@@ -87,8 +87,10 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     import classification.frozen.shots
     import classification.linear
     import classification.linear_transfer.run
+    import dense.linseg
     import moco_core.run.train
     import moco_demo.run
+    import probes.davis.run
     import probes.retrieval.run
     import sweeps.sweep
     import transfer.detection.run
@@ -109,6 +111,8 @@ def _stub_long_jobs(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     monkeypatch.setattr(sweeps.sweep, "run_sweep", stub("sweep"))
     monkeypatch.setattr(moco_demo.run, "run_demo", stub("demo"))
     monkeypatch.setattr(probes.retrieval.run, "retrieval_eval", stub("retrieval"))
+    monkeypatch.setattr(probes.davis.run, "davis_eval", stub("davis"))
+    monkeypatch.setattr(dense.linseg, "linseg", stub("linseg"))
 
 
 COMMANDS = sorted({c for c, _ in _options(typer.main.get_command(app))} | set(ARGUMENTS))

@@ -127,7 +127,7 @@ def test_a_hostile_command_runs_nothing_but_moco(tmp_path: Path) -> None:
     ("eval transfer", "transfer_embedded"), ("eval voc", "voc_embedded"), ("eval coco", "coco_embedded"),
     ("eval keypoints", "keypoints_embedded"), ("eval lvis", "lvis_embedded"),
     ("eval cityscapes", "cityscapes_embedded"), ("eval densepose", "densepose_embedded"),
-    ("eval semseg", "semseg_embedded")])
+    ("eval semseg", "semseg_embedded"), ("eval davis", "davis_embedded")])
 def test_every_evaluation_keeps_the_method_it_was_told(command: str, preset: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Through each CLI: --weights-format goes into the invocation its record and resume hint are built from, so
@@ -136,6 +136,7 @@ def test_every_evaluation_keeps_the_method_it_was_told(command: str, preset: str
 
     import classification.cli
     import moco_core.cli
+    import probes.cli
     from cli import app
 
     told: list[dict[str, Any]] = []
@@ -145,6 +146,7 @@ def test_every_evaluation_keeps_the_method_it_was_told(command: str, preset: str
 
     monkeypatch.setattr(classification.cli, "print_or_launch", launched)
     monkeypatch.setattr(moco_core.cli, "print_or_launch", launched)
+    monkeypatch.setattr(probes.cli, "print_or_launch", launched)
     weights = tmp_path / "w.pth"
     weights.write_bytes(b"")
     result = CliRunner().invoke(app, [*command.split(), str(weights), "-c", preset, "--weights-format", "dino",
