@@ -16,11 +16,13 @@ from torch import nn
 
 from moco_core.config import ConfigError
 from moco_core.data.data import DatasetError
+from moco_core.errors import UserError
 from moco_core.model import backbone
 from moco_core.model.backbone import load_backbone
 from moco_core.model.taps import DenseTaps, default_dense_tap
 from moco_core.model.vit import is_vit
 from moco_core.model.weights.formats import Normalisation
+from moco_core.model.weights.resnet_names import CIFAR_SUFFIX
 from moco_core.run.records import write_record
 from moco_core.run.rundir import require_writable
 from moco_core.run.runtime import resolve_device
@@ -44,6 +46,10 @@ def davis_eval(pretrained: str, cfg: DavisConfig, output_dir: Path,
         check_sizes(video)
     torch.manual_seed(cfg.run.seed)
     model, info = load_backbone(weights, 1, arch=cfg.arch)  # the head is never run
+    if info.arch.endswith(CIFAR_SUFFIX):  # DenseTaps' strides are the ImageNet stem's
+        raise UserError(f"{info.source}: a CIFAR-stem ResNet ({info.arch}: 3x3 conv1 of stride 1, no max-pool), whose "
+                        f"stage strides the patch grid is not read at; moco eval davis takes ImageNet-stem ResNets "
+                        f"and ViTs")
     tap = cfg.tap or default_dense_tap(model)
     reader = FrameFeatures(model.eval().to(device), tap, backbone.input_normalisation(weights), device,
                            cfg.data.short_side, cfg.run.batch_size)
@@ -117,8 +123,8 @@ def _any_grid(model: nn.Module) -> None:
 
 def _segment(video: Video, reader: FrameFeatures, cfg: DavisConfig
              ) -> tuple[torch.Tensor, torch.Tensor, int, list[int]]:
-    """(predicted (T, H, W) ids, annotated (T, H, W) ids, objects, palette) of one video; the first frame's
-    prediction is its annotation."""
+    """(predicted (T, H, W) uint8 ids, annotated (T, H, W) uint8 ids, objects, palette) of one video; the first
+    frame's prediction is its annotation."""
     annotated, objects, colours = read_annotations(video)
     size = (annotated.shape[1], annotated.shape[2])
     features = reader(list(video.frames), size)
@@ -128,18 +134,18 @@ def _segment(video: Video, reader: FrameFeatures, cfg: DavisConfig
                               mode="nearest-exact")[0, 0].long().to(first.device)  # DINO: PIL NEAREST
     labels = one_hot(first_ids, objects + 1)
     p = cfg.propagation
-    predicted = [annotated[0].long()]
+    predicted = [annotated[0]]  # ids < 256 as uint8: a DAVIS video of 100 frames at 480p is 41 MB, not 330
     for soft in propagate(itertools.chain([first], features), labels, context=p.context, topk=p.topk,
                           temperature=p.temperature, radius=p.radius):
-        predicted.append(to_prediction(soft, reader.stride, size).cpu())
-    return torch.stack(predicted), annotated.long(), objects, colours
+        predicted.append(to_prediction(soft, reader.stride, size).to(torch.uint8).cpu())
+    return torch.stack(predicted), annotated, objects, colours
 
 
 def _save_masks(folder: Path, video: Video, predicted: torch.Tensor, colours: list[int]) -> None:
     """The predictions as palette PNGs named as the frames (davis2017-evaluation reads a results folder of them)."""
     folder.mkdir(parents=True, exist_ok=True)
     for frame, ids in zip(video.frames, predicted, strict=True):
-        image = Image.fromarray(ids.clamp(0, 255).to(torch.uint8).numpy()).convert("P")
+        image = Image.fromarray(ids.numpy()).convert("P")
         image.putpalette(colours or embedded.palette())
         image.save(folder / f"{frame.stem}.png")
 

@@ -87,3 +87,13 @@ def test_a_frame_of_another_size_than_its_annotation_is_one_line(tmp_path: Path,
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert "00002.jpg: 20 x 12 pixels, the video's first annotation 40 x 24" in lines[0]
+
+
+def test_a_cifar_stem_resnet_is_one_line(tmp_path: Path) -> None:
+    """Its stages' strides are not those the patch grid is read at (DenseTaps': the ImageNet stem's)."""
+    root = davis_layout(tmp_path / "data")
+    result = CliRunner().invoke(app, ["eval", "davis", "random", "--arch", "resnet18_cifar", "--data", str(root),
+                                      "--output-dir", str(tmp_path / "out"), "--set", "data.short_side=32"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "a CIFAR-stem ResNet (resnet18_cifar" in lines[0], lines
