@@ -50,11 +50,24 @@ def disk(radius: int) -> torch.Tensor:
     return offsets[:, None] ** 2 + offsets[None, :] ** 2 <= radius**2
 
 
-def _dilated(boundary: torch.Tensor, radius: int) -> torch.Tensor:
-    """``boundary`` (H, W) bool grown by :func:`disk` (radius): a pixel is set when any set pixel is within it."""
-    kernel = disk(radius).to(torch.float32)[None, None]
-    grown = F.conv2d(boundary.to(torch.float32)[None, None], kernel, padding=radius)
-    return grown[0, 0] > 0.5
+def dilated(boundary: torch.Tensor, radius: int) -> torch.Tensor:
+    """``boundary`` (H, W) bool grown by :func:`disk` (radius): a pixel is set when a set pixel lies within it.
+
+    The disk is the union of its rows (row dy reaches ``|dx| <= w(dy)``), so the dilation is, for each dy, a
+    running OR of width ``2 w(dy) + 1`` along the rows (from one cumulative sum), moved dy rows: a few passes over
+    the image, not a (2r+1)^2 convolution (7 s a 480p frame on one CPU thread)."""
+    height, width = boundary.shape
+    counts = F.pad(boundary.to(torch.int32).cumsum(1), (1, 0))  # (H, W+1): counts[:, x] = set pixels left of x
+    reach = disk(radius).sum(1) // 2  # (2r+1,): w(dy) for dy = -r .. r
+    grown = torch.zeros_like(boundary)
+    rows: dict[int, torch.Tensor] = {}
+    for dy in range(-radius, radius + 1):
+        w = int(reach[dy + radius])
+        if w not in rows:  # any set pixel in columns x-w .. x+w: counts[x+w+1] > counts[x-w], both clamped
+            ends = torch.cat([counts[:, :1].expand(-1, w), counts, counts[:, -1:].expand(-1, w)], 1)
+            rows[w] = ends[:, 2 * w + 1:2 * w + 1 + width] > ends[:, :width]
+        grown[max(0, -dy):height - max(0, dy)] |= rows[w][max(0, dy):height - max(0, -dy)]
+    return grown
 
 
 def tolerance(height: int, width: int, fraction: float = BOUNDARY_TOLERANCE) -> int:
@@ -69,8 +82,8 @@ def boundary_f(annotated: torch.Tensor, predicted: torch.Tensor, fraction: float
     n_found, n_truth = int(found.sum()), int(truth.sum())
     if n_found == 0 or n_truth == 0:
         return 1.0 if n_found == n_truth else 0.0
-    precision = int((found & _dilated(truth, radius)).sum()) / n_found
-    recall = int((truth & _dilated(found, radius)).sum()) / n_truth
+    precision = int((found & dilated(truth, radius)).sum()) / n_found
+    recall = int((truth & dilated(found, radius)).sum()) / n_truth
     return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
 
 

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes.davis.metrics import boundary_f, boundary_map, disk, region_similarity, summary, tolerance, video_scores
+from probes.davis.metrics import (
+    boundary_f,
+    boundary_map,
+    dilated,
+    disk,
+    region_similarity,
+    summary,
+    tolerance,
+    video_scores,
+)
 
 
 def square(height: int, width: int, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
@@ -87,3 +96,17 @@ def test_a_video_scores_its_middle_frames_and_reads_void_as_background() -> None
     assert scores[1] == pytest.approx((0.0, 5 / 8))
     # J-Mean (0.5 + 0) / 2, F-Mean (0.5 + 5/8) / 2, in percent; J&F their mean
     assert summary(scores) == pytest.approx({"J&F_mean": (25 + 56.25) / 2, "J_mean": 25.0, "F_mean": 56.25})
+
+
+@pytest.mark.parametrize("radius", [1, 3, 8])
+def test_the_dilation_is_the_disks(radius: int) -> None:
+    """Against the definition: a pixel is set when some set pixel lies at an offset of the disk (past the edge:
+    nothing)."""
+    g = torch.Generator().manual_seed(radius)
+    boundary = torch.rand(23, 31, generator=g) > 0.97
+    expected = torch.zeros_like(boundary)
+    for y, x in boundary.nonzero().tolist():
+        for dy, dx in (disk(radius).nonzero() - radius).tolist():
+            if 0 <= y + dy < 23 and 0 <= x + dx < 31:
+                expected[y + dy, x + dx] = True
+    assert torch.equal(dilated(boundary, radius), expected)
