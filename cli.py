@@ -22,7 +22,7 @@ from sweeps import cli as sweeps_cli
 from transfer import cli as transfer_cli
 
 # In the order of a study: pretrain, evaluate, tabulate; then the wrappers that repeat, sweep or submit those.
-WORKFLOW = ["pretrain", "eval", "report", "trials", "sweep", "demo", "launch", "convert"]
+WORKFLOW = ["pretrain", "eval", "report", "trials", "sweep", "bench", "demo", "launch", "convert"]
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -123,6 +123,7 @@ app.command("report")(reports_cli.report_cli)
 app.command("trials", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     cluster_cli.trials_cli)
 app.command("sweep")(sweeps_cli.sweep_cli)
+app.command("bench")(cluster_cli.bench_cli)
 app.command("demo")(demo_cli.demo_cli)
 app.command("launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
     cluster_cli.launch_cli)

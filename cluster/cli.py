@@ -1,4 +1,5 @@
-"""``moco launch [options] -- COMMAND``: submit a pretraining or an evaluation as a job (submitit)."""
+"""``moco launch [options] -- COMMAND``: submit a pretraining or an evaluation as a job (submitit); ``moco trials``;
+``moco bench MATRIX.yaml``: many checkpoints under many evaluations."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
            account: str | None, constraint: str | None, signal_delay: int, max_timeouts: int,
            folder: str | None) -> tuple[Any, dict[str, Any]]:
     """Check the command, submit it, and add the submission to the run directory's ``launch.json``."""
-    from cluster.job import Command, Job, LaunchError, read_record, run_moco, write_record
+    from cluster.job import Command, Job, LaunchError, executor, read_record, run_moco, write_record
 
     if cluster not in CLUSTERS:
         raise LaunchError(f"--cluster: expected one of {', '.join(CLUSTERS)}, got {cluster!r}")
@@ -129,7 +130,7 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
     tasks = tasks_per_node or max(gpus_per_node, 1)
     jobs = Path(os.path.expanduser(folder)).absolute() if folder else command.run_dir / "jobs"
     try:
-        job = _executor(cluster, jobs, nodes=nodes, tasks=tasks, gpus_per_node=gpus_per_node, time_min=time_min,
+        job = executor(cluster, jobs, nodes=nodes, tasks=tasks, gpus_per_node=gpus_per_node, time_min=time_min,
                         signal_delay=signal_delay, max_timeouts=max_timeouts, job_name=f"moco-{command.name}",
                         slurm={"partition": partition, "account": account, "constraint": constraint,
                                "mem": f"{mem_gb}GB" if mem_gb else None, "cpus_per_task": cpus_per_task},
@@ -146,22 +147,6 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
     record.setdefault("submissions", []).append(entry)
     write_record(command.run_dir, record)
     return job, {**entry, "run_dir": str(command.run_dir)}
-
-
-def _executor(cluster: str, folder: Path, *, nodes: int, tasks: int, gpus_per_node: int, time_min: int,
-              signal_delay: int, max_timeouts: int, job_name: str, slurm: dict[str, Any]) -> Any:
-    import submitit
-
-    if cluster == "local":
-        executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_timeouts)
-        executor.update_parameters(tasks_per_node=tasks, gpus_per_node=gpus_per_node, timeout_min=time_min,
-                                   signal_delay_s=signal_delay)
-        return executor
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_timeouts)
-    executor.update_parameters(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus_per_node or None,
-                               time=time_min, signal_delay_s=signal_delay, job_name=job_name.replace(" ", "-"),
-                               **{k: v for k, v in slurm.items() if v is not None})
-    return executor
 
 
 def wait_for(job: Any, cluster: str) -> int:
@@ -215,3 +200,32 @@ def _cause(job: Any, err: Exception) -> str:
     said = [line.removeprefix("error: ") for line in log.splitlines() if line.startswith("error: ")]
     raised = [line.strip() for line in str(err).splitlines() if line[:1].isalpha() and "Error" in line.split(":")[0]]
     return (said or raised or [type(err).__name__])[-1]
+
+
+def bench_cli(
+    matrix: Annotated[str, typer.Argument(help="The matrix: a YAML file naming checkpoints and evaluations, or one "
+                                          "of configs/matrices/ (embedded).", show_default=False)],
+    output_dir: Annotated[str | None, typer.Option(help="Where the cells' run directories go, "
+                                                   "OUTPUT_DIR/<checkpoint>/<evaluation> (default: the matrix's "
+                                                   "output_dir).")] = None,
+    devices: Annotated[str, typer.Option(help="Where cells run here: cpu, or cuda:0,cuda:1 (auto: every GPU, else "
+                                         "cpu); one cell a device at a time, or --jobs.")] = "auto",
+    jobs: Annotated[int, typer.Option(help="Cells at a time on each device (CPU processes, or small fits sharing "
+                                      "a GPU).")] = 1,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the cells that stopped with a checkpoint "
+                                         "(without it they wait; finished cells are always skipped).")] = False,
+) -> None:
+    """Evaluate every checkpoint of MATRIX with every evaluation, each cell in its own run directory.
+
+    Example: moco bench embedded --devices cpu --jobs 2 (configs/matrices/embedded.yaml)
+    """
+    from cluster.bench import devices_of, run_local
+    from cluster.matrix import cells_of, read_matrix
+
+    try:
+        read = read_matrix(matrix)
+        code = run_local(cells_of(read, output_dir), devices=devices_of(devices), jobs=jobs, resume=resume)
+    except UserError as err:
+        print_error(err)
+        raise typer.Exit(err.exit_code) from None
+    raise typer.Exit(code)

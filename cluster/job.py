@@ -169,3 +169,21 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> None:
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def executor(cluster: str, folder: Path, *, nodes: int, tasks: int, gpus_per_node: int, time_min: int,
+             signal_delay: int, max_timeouts: int, job_name: str, slurm: dict[str, Any]) -> Any:
+    """submitit's executor of ``cluster`` (slurm or local), its jobs' scripts and logs in ``folder``; ``slurm``:
+    SLURM's own parameters where set (partition, account, array_parallelism...)."""
+    import submitit
+
+    if cluster == "local":
+        made = submitit.LocalExecutor(folder=folder, max_num_timeout=max_timeouts)
+        made.update_parameters(tasks_per_node=tasks, gpus_per_node=gpus_per_node, timeout_min=time_min,
+                               signal_delay_s=signal_delay)
+        return made
+    made = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_timeouts)
+    made.update_parameters(nodes=nodes, ntasks_per_node=tasks, gpus_per_node=gpus_per_node or None,
+                           time=time_min, signal_delay_s=signal_delay, job_name=job_name.replace(" ", "-"),
+                           **{k: v for k, v in slurm.items() if v is not None})
+    return made
