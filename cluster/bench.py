@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.job import LaunchError
-from cluster.matrix import Cell
+from cluster.job import Job, LaunchError, at_least, executor
+from cluster.matrix import Cell, Slurm
 from moco_core.errors import UserError, one_line
 from moco_core.run.rundir import last_checkpoint, write_text_atomic
 from moco_core.user_files import read_json
@@ -62,15 +62,31 @@ def resumable(cell: Cell) -> bool:
     return last_checkpoint(cell.run_dir, cell.evaluation.command) is not None
 
 
+def under_way(cell: Cell, *, resume: bool) -> bool:
+    """The cell's state says queued or running: a process of this machine that is still alive, or a SLURM task
+    (believed, but for --resume: a job that SLURM ended without a word, e.g. cancelled, left its state behind)."""
+    state = read_state(cell)
+    if state.get("state") not in ("queued", "running"):
+        return False
+    pid = state.get("pid")
+    if isinstance(pid, int) and state.get("host") == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError, OverflowError):
+            return False
+        return True
+    return not resume
+
+
 def plan(cells: Sequence[Cell], *, resume: bool) -> tuple[list[Cell], list[Cell], list[Cell]]:
-    """(to run, done before, waiting for --resume: an unfinished cell with a checkpoint to continue)."""
-    done = [cell for cell in cells if finished(cell)]
+    """(to run, done before or under way, waiting for --resume: an unfinished cell with a checkpoint)."""
+    done = [cell for cell in cells if finished(cell) or under_way(cell, resume=resume)]
     waiting = [cell for cell in cells if cell not in done and resumable(cell) and not resume]
     return [cell for cell in cells if cell not in done and cell not in waiting], done, waiting
 
 
 def say_plan(cells: Sequence[Cell], todo: list[Cell], done: list[Cell], waiting: list[Cell], where: str) -> None:
-    print(f"moco bench: {len(cells)} cells: {len(done)} done before, {len(todo)} to run {where}"
+    print(f"moco bench: {len(cells)} cells: {len(done)} done or under way, {len(todo)} to run {where}"
           + (f", {len(waiting)} with a checkpoint to continue (add --resume: {', '.join(c.name for c in waiting)})"
              if waiting else ""), flush=True)
 
@@ -89,8 +105,7 @@ def run_local(cells: Sequence[Cell], *, devices: list[str], jobs: int, resume: b
               program: Sequence[str] = MOCO) -> int:
     """Run the cells that are left, ``jobs`` at a time on each of ``devices``, each as its own ``moco`` process;
     0 when every one succeeded, else 1 once all have been tried, with each failed cell named."""
-    if jobs < 1:
-        raise BenchError(f"--jobs: must be >= 1, got {jobs}")
+    at_least((("--jobs", jobs, 1),))
     for device in devices:
         try:
             cells[0].line(device)
@@ -119,7 +134,7 @@ def run_local(cells: Sequence[Cell], *, devices: list[str], jobs: int, resume: b
         print(f"error: {len(failed)} of {len(todo)} cells failed (named above); run the same command with --resume "
               f"to run what is missing", file=sys.stderr)
         return 1
-    print(f"moco bench: {len(todo)} cells run, {len(done)} done before", flush=True)
+    print(f"moco bench: {len(todo)} cells run, {len(done)} done or under way before", flush=True)
     return 0
 
 
@@ -148,3 +163,65 @@ def last_line(path: Path) -> str:
     except OSError as err:
         return f"(no log: {err.strerror})"
     return one_line(lines[-1])[:300] if lines else "(empty log)"
+
+
+class CellJob(Job):
+    """A cell as one task of the matrix's job array: its command as ``moco launch`` runs one (requeued when
+    pre-empted, resumed from the cell's run directory), its state kept for ``--status``."""
+
+    def __init__(self, cell: Cell) -> None:
+        super().__init__(cell.command())
+        self.cell = cell
+
+    def __call__(self) -> int:
+        import submitit
+
+        known = read_state(self.cell)
+        fields = {"job_id": submitit.JobEnvironment().job_id, "log": known.get("log"), "host": socket.gethostname()}
+        write_state(self.cell, state="running", **fields)
+        try:
+            code = super().__call__()
+        except Exception:
+            write_state(self.cell, state="failed", **fields)
+            raise
+        write_state(self.cell, state="failed" if code else "done", exit_status=code, **fields)
+        return code
+
+    def checkpoint(self) -> Any:
+        """The requeued task: the same cell again, which resumes from what its run directory holds."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(CellJob(self.cell))
+
+
+def submit_slurm(cells: Sequence[Cell], *, slurm: Slurm, folder: Path, resume: bool) -> list[Any]:
+    """One job array for the cells that are left (submitit's ``executor.batch()``: one ``sbatch``), at most
+    ``slurm.array_parallelism`` running at once, each with ``slurm.gpus_per_task`` GPUs; the submitted jobs."""
+    at_least((("--time", slurm.time, 1), ("--gpus-per-task", slurm.gpus_per_task, 0),
+              ("--array-parallelism", slurm.array_parallelism, 1), ("--cpus-per-task", slurm.cpus_per_task, 1),
+              ("--mem-gb", slurm.mem_gb, 1), ("--signal-delay", slurm.signal_delay, 0),
+              ("--max-timeouts", slurm.max_timeouts, 0)), where=" (or slurm: in the matrix)")
+    todo, done, waiting = plan(cells, resume=resume)
+    say_plan(cells, todo, done, waiting, "as one SLURM job array")
+    if not todo:
+        return []
+    try:
+        import submitit  # noqa: F401 - only whether it is there
+    except ImportError:
+        raise BenchError("moco bench --slurm needs submitit: pip install 'moco[slurm]' (or pip install "
+                         "submitit)") from None
+    made = executor("slurm", folder, nodes=1, tasks=1, gpus_per_node=slurm.gpus_per_task, time_min=slurm.time,
+                    signal_delay=slurm.signal_delay, max_timeouts=slurm.max_timeouts, job_name="moco-bench",
+                    slurm={"partition": slurm.partition, "account": slurm.account, "constraint": slurm.constraint,
+                           "mem": f"{slurm.mem_gb}GB" if slurm.mem_gb else None, "cpus_per_task": slurm.cpus_per_task,
+                           "array_parallelism": slurm.array_parallelism})
+    try:
+        with made.batch():
+            jobs = [made.submit(CellJob(cell)) for cell in todo]
+    except Exception as err:  # no sbatch, or the scheduler refused: what it said, on one line
+        raise BenchError(f"submitting to slurm failed: {err}") from None
+    for cell, job in zip(todo, jobs, strict=True):
+        write_state(cell, state="queued", job_id=str(job.job_id), log=str(job.paths.stdout))
+    print(f"submitted job array {str(jobs[0].job_id).split('_')[0]} ({len(jobs)} cells, at most "
+          f"{slurm.array_parallelism} at once); logs: {folder}; moco bench MATRIX --status shows them", flush=True)
+    return jobs

@@ -102,16 +102,13 @@ def submit(argv: list[str], *, cluster: str, nodes: int, gpus_per_node: int, tas
            account: str | None, constraint: str | None, signal_delay: int, max_timeouts: int,
            folder: str | None) -> tuple[Any, dict[str, Any]]:
     """Check the command, submit it, and add the submission to the run directory's ``launch.json``."""
-    from cluster.job import Command, Job, LaunchError, executor, read_record, run_moco, write_record
+    from cluster.job import Command, Job, LaunchError, at_least, executor, read_record, run_moco, write_record
 
     if cluster not in CLUSTERS:
         raise LaunchError(f"--cluster: expected one of {', '.join(CLUSTERS)}, got {cluster!r}")
-    for name, value, least in (("--nodes", nodes, 1), ("--gpus-per-node", gpus_per_node, 0), ("--time", time_min, 1),
-                               ("--tasks-per-node", tasks_per_node, 1), ("--signal-delay", signal_delay, 0),
-                               ("--max-timeouts", max_timeouts, 0), ("--cpus-per-task", cpus_per_task, 1),
-                               ("--mem-gb", mem_gb, 1)):
-        if value is not None and value < least:
-            raise LaunchError(f"{name}: must be >= {least}, got {value}")
+    at_least((("--nodes", nodes, 1), ("--gpus-per-node", gpus_per_node, 0), ("--time", time_min, 1),
+              ("--tasks-per-node", tasks_per_node, 1), ("--signal-delay", signal_delay, 0),
+              ("--max-timeouts", max_timeouts, 0), ("--cpus-per-task", cpus_per_task, 1), ("--mem-gb", mem_gb, 1)))
     if cluster == "local" and nodes > 1:
         raise LaunchError("--nodes: the local cluster is this one machine")
     try:
@@ -214,18 +211,41 @@ def bench_cli(
                                       "a GPU).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the cells that stopped with a checkpoint "
                                          "(without it they wait; finished cells are always skipped).")] = False,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Submit the cells left as one SLURM job array (submitit); "
+                                        "each task requeues itself when pre-empted and resumes.")] = False,
+    partition: Annotated[str | None, typer.Option(help="SLURM partition (else the matrix's slurm.partition).")]
+    = None,
+    account: Annotated[str | None, typer.Option(help="SLURM account.")] = None,
+    constraint: Annotated[str | None, typer.Option(help="SLURM constraint (e.g. a GPU type).")] = None,
+    time_min: Annotated[int | None, typer.Option("--time", help="Minutes a start of a cell (default 240).")] = None,
+    gpus_per_task: Annotated[int | None, typer.Option(help="GPUs of each cell (default 1).")] = None,
+    cpus_per_task: Annotated[int | None, typer.Option(help="CPU cores of each cell.")] = None,
+    mem_gb: Annotated[int | None, typer.Option(help="Memory of each cell, GiB.")] = None,
+    array_parallelism: Annotated[int | None, typer.Option(help="Cells running at once (default 32).")] = None,
+    folder: Annotated[str | None, typer.Option(help="Job scripts and logs (default: OUTPUT_DIR/jobs).")] = None,
 ) -> None:
-    """Evaluate every checkpoint of MATRIX with every evaluation, each cell in its own run directory.
+    """Evaluate every checkpoint of MATRIX with every evaluation, each cell in its own run directory, here or on
+    SLURM (--slurm).
 
     Example: moco bench embedded --devices cpu --jobs 2 (configs/matrices/embedded.yaml)
     """
-    from cluster.bench import devices_of, run_local
+    import dataclasses
+
+    from cluster.bench import devices_of, run_local, submit_slurm
     from cluster.matrix import cells_of, read_matrix
 
     try:
         read = read_matrix(matrix)
-        code = run_local(cells_of(read, output_dir), devices=devices_of(devices), jobs=jobs, resume=resume)
+        cells = cells_of(read, output_dir)
+        if not slurm:
+            raise typer.Exit(run_local(cells, devices=devices_of(devices), jobs=jobs, resume=resume))
+        given = {"partition": partition, "account": account, "constraint": constraint, "time": time_min,
+                 "gpus_per_task": gpus_per_task, "cpus_per_task": cpus_per_task, "mem_gb": mem_gb,
+                 "array_parallelism": array_parallelism}
+        options = dataclasses.replace(read.slurm, **{k: v for k, v in given.items() if v is not None})
+        root = cells[0].run_dir.parent.parent
+        submit_slurm(cells, slurm=options, resume=resume,
+                     folder=Path(os.path.expanduser(folder)).absolute() if folder else root.absolute() / "jobs")
     except UserError as err:
         print_error(err)
         raise typer.Exit(err.exit_code) from None
-    raise typer.Exit(code)

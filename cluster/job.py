@@ -156,6 +156,13 @@ def run_moco(argv: list[str]) -> int:
     return 0
 
 
+def at_least(values: tuple[tuple[str, int | None, int], ...], where: str = "") -> None:
+    """Each (option, value, least) given: a :class:`LaunchError` for the first value under its least."""
+    for name, value, least in values:
+        if value is not None and value < least:
+            raise LaunchError(f"{name}{where}: must be >= {least}, got {value}")
+
+
 def read_record(run_dir: Path) -> dict[str, Any]:
     try:
         record = read_json(run_dir / RECORD, what="job record")
