@@ -155,14 +155,52 @@ def _run_cell(cell: Cell, device: str, program: Sequence[str]) -> int:
 
 
 def last_line(path: Path) -> str:
-    """The last non-empty line of a log (its error, when the command failed), escaped and bounded."""
+    """The last ``error:`` line of a log's tail (the command's own one-line error), else its last non-empty line
+    (a traceback's last line, a job's last word), escaped and bounded."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
             lines = [line for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
     except OSError as err:
         return f"(no log: {err.strerror})"
-    return one_line(lines[-1])[:300] if lines else "(empty log)"
+    said = [line for line in lines if line.startswith("error: ")]
+    return one_line((said or lines or ["(empty log)"])[-1])[:300]
+
+
+def cell_status(cell: Cell) -> tuple[str, str | None]:
+    """What the matrix's table shows of a cell (done, running + its job id or process, queued + its job id,
+    failed, stopped, checkpoint, or - for not started) and, for a failed or stopped cell, its log."""
+    state = read_state(cell)
+    said = state.get("state")
+    if cell.command().finished() or said == "done":
+        return "done", None
+    where = f"job {state['job_id']}" if state.get("job_id") else f"pid {state.get('pid')}"
+    if said in ("queued", "running"):
+        if under_way(cell, resume=False):
+            return f"{said} {where}", None
+        return "stopped", str(state.get("log"))  # its process ended without a word (killed)
+    if said == "failed":
+        return "failed", str(state.get("log"))
+    return ("checkpoint (--resume)" if resumable(cell) else "-"), None
+
+
+def status(cells: Sequence[Cell]) -> str:
+    """The matrix as a table (checkpoints as rows, evaluations as columns), then each failed cell with the last
+    line of its log; read from the cells' run directories, so it can be printed while they run."""
+    rows = list(dict.fromkeys(cell.checkpoint.label for cell in cells))
+    columns = list(dict.fromkeys(cell.evaluation.label for cell in cells))
+    shown = {cell.name: cell_status(cell) for cell in cells}
+    table = [["", *columns], *([row, *(shown[f"{row}/{column}"][0] for column in columns)] for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+             for line in table]
+    counts = [f"{sum(s.split()[0] == word for s, _ in shown.values())} {word}"
+              for word in ("done", "running", "queued", "failed", "stopped")]
+    lines.append(f"{len(cells)} cells: {', '.join(counts)}")
+    for name, (said, log) in shown.items():
+        if log is not None:
+            lines.append(f"{said}: {name}: {log}: {last_line(Path(log))}")
+    return "\n".join(lines)
 
 
 class CellJob(Job):
@@ -221,7 +259,7 @@ def submit_slurm(cells: Sequence[Cell], *, slurm: Slurm, folder: Path, resume: b
     except Exception as err:  # no sbatch, or the scheduler refused: what it said, on one line
         raise BenchError(f"submitting to slurm failed: {err}") from None
     for cell, job in zip(todo, jobs, strict=True):
-        write_state(cell, state="queued", job_id=str(job.job_id), log=str(job.paths.stdout))
+        write_state(cell, state="queued", job_id=str(job.job_id), log=str(job.paths.stderr))  # where errors go
     print(f"submitted job array {str(jobs[0].job_id).split('_')[0]} ({len(jobs)} cells, at most "
           f"{slurm.array_parallelism} at once); logs: {folder}; moco bench MATRIX --status shows them", flush=True)
     return jobs

@@ -223,6 +223,9 @@ def bench_cli(
     mem_gb: Annotated[int | None, typer.Option(help="Memory of each cell, GiB.")] = None,
     array_parallelism: Annotated[int | None, typer.Option(help="Cells running at once (default 32).")] = None,
     folder: Annotated[str | None, typer.Option(help="Job scripts and logs (default: OUTPUT_DIR/jobs).")] = None,
+    show_status: Annotated[bool, typer.Option("--status", help="Print the matrix's cells (done, running with its "
+                                              "job, queued, failed with its log's last line) and run nothing.")]
+    = False,
 ) -> None:
     """Evaluate every checkpoint of MATRIX with every evaluation, each cell in its own run directory, here or on
     SLURM (--slurm).
@@ -231,12 +234,15 @@ def bench_cli(
     """
     import dataclasses
 
-    from cluster.bench import devices_of, run_local, submit_slurm
+    from cluster.bench import devices_of, run_local, status, submit_slurm
     from cluster.matrix import cells_of, read_matrix
 
     try:
         read = read_matrix(matrix)
         cells = cells_of(read, output_dir)
+        if show_status:
+            print(status(cells))
+            return
         if not slurm:
             raise typer.Exit(run_local(cells, devices=devices_of(devices), jobs=jobs, resume=resume))
         given = {"partition": partition, "account": account, "constraint": constraint, "time": time_min,

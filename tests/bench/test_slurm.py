@@ -62,6 +62,8 @@ def test_n_cells_are_one_array_with_the_parallelism_and_resources_asked(sbatch: 
     again = CliRunner().invoke(app, ["bench", "m.yaml", "--slurm"])  # queued cells are not submitted twice
     assert again.exit_code == 0 and "4 done or under way, 0 to run" in again.output, again.output
     assert (sbatch / "calls").read_text() == "call\n"
+    shown = CliRunner().invoke(app, ["bench", "m.yaml", "--status"]).output.splitlines()
+    assert "queued job 4242_3" in shown[2] and shown[3] == "4 cells: 0 done, 0 running, 4 queued, 0 failed, 0 stopped"
 
 
 def test_a_requeued_cell_resumes_its_own_run_directory(sbatch: Path) -> None:
