@@ -198,6 +198,7 @@ CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune",
           "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
           "moco eval semseg", "moco eval retrieval", "moco eval davis",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
+          "moco bench",
           "MOCO_SMOKE=1 moco demo")
 
 
@@ -218,6 +219,8 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
             script = Path(submitted["script"]).read_text()
             assert submitted["job_id"] == "4242" and "#SBATCH --partition=learn" in script
             assert f"#SBATCH --gpus-per-node={_option(command, '--gpus-per-node')}" in script
+    elif command.startswith("moco bench"):
+        _check_bench(command, work, env, output)
     elif "--print-config" in command:
         assert "temperature: 0.2" in output and "mlp: true" in output and "epochs: 2" in output  # 200 -> 2
     elif command.startswith(("moco pretrain", "torchrun")):
@@ -327,6 +330,25 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert (work / "runs/demo/report/report.md").is_file()
     else:
         raise AssertionError(f"no check for {command}")
+
+
+def _check_bench(command: str, work: Path, env: dict[str, str], output: str) -> None:
+    """The matrix README shows is the one shipped; run here, every cell's record; on SLURM, one array of them all."""
+    shipped = (ROOT / "configs" / "matrices" / "embedded.yaml").read_text().split("\n", 2)[2]  # less its comment
+    assert f"```yaml\n{shipped}```" in (ROOT / "README.md").read_text()
+    cells = [f"{c}/{e}" for c in ("moco_seed0", "random") for e in ("knn", "linear")]
+    if "--slurm" in command:
+        root = Path(_option(command, "--output-dir").replace("$CHECKPOINTS", env["CHECKPOINTS"]))
+        states = [json.loads((root / cell / "bench.json").read_text()) for cell in cells]
+        assert [s["job_id"] for s in states] == [f"4242_{i}" for i in range(4)] and "4242 (4 cells" in output
+        (script,) = (root / "jobs").glob("*_submission.sh")
+        text = script.read_text()  # submitit caps the parallelism (16) at the array's size
+        assert "#SBATCH --array=0-3%4" in text and "#SBATCH --partition=learn" in text
+    elif "--status" in command:
+        assert "4 cells: 4 done," in output, output
+    else:
+        records = [json.loads((work / "runs/bench_embedded" / cell / "result.json").read_text()) for cell in cells]
+        assert all(r["smoke"] is True for r in records) and [r["task"] for r in records[:2]] == ["knn", "linear"]
 
 
 def _check_grid(command: str, record: dict) -> None:
