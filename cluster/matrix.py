@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster.job import Command
-from moco_core.commands import OPTIONS, InvalidInvocation, command_line, invocation
+from moco_core.commands import COMMANDS, OPTIONS, InvalidInvocation, command_line, invocation
 from moco_core.config import CONFIG_LIMIT, PRESETS, ConfigError, did_you_mean, from_dict, load_yaml, preset_path
 from moco_core.errors import show
 from moco_core.user_files import read_text, regular_file
 
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a folder name on every filesystem, and a column's
 MATRICES = PRESETS / "matrices"  # the matrices shipped: moco bench NAME
+FEATURES = "features"  # OUTPUT_DIR/features: the frozen features every cell of the matrix shares
 RANDOM = "random"  # the weights of random init, as every evaluation command names them
 # options a matrix sets itself, per cell: where it writes, what it evaluates, where it runs
 OWNED = {"output_dir": "each cell's run directory is OUTPUT_DIR/<checkpoint>/<evaluation>",
@@ -101,9 +102,19 @@ class Cell:
         evaluation, checkpoint = self.evaluation, self.checkpoint
         options = {**(evaluation.options or {}), **({"device": device} if device else {}),
                    **({"weights_format": checkpoint.weights_format} if checkpoint.weights_format else {})}
-        recorded = invocation(evaluation.command, preset=evaluation.preset, overrides=evaluation.set,
+        recorded = invocation(evaluation.command, preset=evaluation.preset, overrides=self.overrides(),
                               options=options, smoke=False)
         return command_line(recorded, weights=checkpoint.path, arch=checkpoint.arch, output_dir=str(self.run_dir))
+
+    def overrides(self) -> tuple[str, ...]:
+        """The evaluation's ``--set`` overrides, and where its command caches frozen features (the table's
+        ``feature_cache``): one folder for the whole matrix, ``OUTPUT_DIR/features``, unless the evaluation names
+        its own. A second evaluation of the same features (the same weights, dataset, view and tap: the cache's
+        key) reads them instead of extracting them again."""
+        key = COMMANDS[self.evaluation.command].feature_cache
+        if key is None or any(text.partition("=")[0].strip() == key for text in self.evaluation.set):
+            return self.evaluation.set
+        return (*self.evaluation.set, f"{key}={(self.run_dir.parent.parent / FEATURES).absolute()}")
 
     def command(self, device: str | None = None) -> Command:
         """The cell as ``moco launch`` runs a command: what resumes it and what says it is done."""

@@ -69,6 +69,10 @@ class Command:
     checkpoints: dict[str, str]
     done: str | None = "result.json"  # the file that says the run is finished; None: a new start finds out itself
     precheck: bool = False  # moco launch runs it with --print-config first: what it would refuse, before queueing
+    # The --set key of the folder its frozen features are cached in, keyed by what made them (weights' digest,
+    # dataset, view, tap): moco bench points all its cells at one, so a second evaluation of the same features
+    # reads them. None: it keeps no feature cache a caller can name.
+    feature_cache: str | None = None
 
 
 _DETECTION_ROW = {"configs": ("TransferConfig",), "options": _DETECTION, "seed": ("--seed", "{}"),
@@ -88,7 +92,8 @@ _TABLE = (
     Command("eval snapshots", ("LinearConfig",), ("lincls_",), None, None, {}, done=None),
     Command("eval transfer", ("TransferSuiteConfig",), ("transfer_",),
             {**_COMMON, "datasets": _PATH, "solver": re.compile(r"torch|sklearn"), "shots": _SHOTS, "tries": _COUNT,
-             "seed": _COUNT}, ("--seed", "{}"), {"datasets": "*/result.json"}, done=None),
+             "seed": _COUNT}, ("--seed", "{}"), {"datasets": "*/result.json"}, done=None,
+            feature_cache="features.cache_dir"),
     Command("eval voc", presets=("voc_",), precheck=True,
             **{**_DETECTION_ROW, "options": {**_DETECTION, "classes": _PATH}}),
     *(Command(f"eval {task}", presets=(f"{task}_",), precheck=task != "densepose", **_DETECTION_ROW)
