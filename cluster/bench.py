@@ -19,6 +19,7 @@ import queue
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 from cluster.job import Job, LaunchError, at_least, executor
 from cluster.matrix import Cell, Slurm
 from moco_core.errors import UserError, one_line
+from moco_core.run.preemption import Stopped, Stopper
 from moco_core.run.rundir import last_checkpoint, write_text_atomic
 from moco_core.user_files import read_json
 
@@ -104,7 +106,10 @@ def devices_of(devices: str) -> list[str]:
 def run_local(cells: Sequence[Cell], *, devices: list[str], jobs: int, resume: bool,
               program: Sequence[str] = MOCO) -> int:
     """Run the cells that are left, ``jobs`` at a time on each of ``devices``, each as its own ``moco`` process;
-    0 when every one succeeded, else 1 once all have been tried, with each failed cell named."""
+    0 when every one succeeded, else 1 once all have been tried, with each failed cell named.
+
+    SIGTERM or SIGINT stops the whole: no further cell starts, the running ones get SIGTERM (an evaluation
+    checkpoints and stops), and :class:`moco_core.run.preemption.Stopped` is raised once they have ended."""
     at_least((("--jobs", jobs, 1),))
     for device in devices:
         try:
@@ -112,21 +117,15 @@ def run_local(cells: Sequence[Cell], *, devices: list[str], jobs: int, resume: b
         except ValueError as err:  # the suite's own check of a device (InvalidInvocation)
             raise BenchError(f"--devices: {err}") from None
     todo, done, waiting = plan(cells, resume=resume)
-    slots: queue.Queue[str] = queue.Queue()
-    for device in devices:
-        for _ in range(jobs):
-            slots.put(device)
     say_plan(cells, todo, done, waiting, f"on {', '.join(devices)} ({jobs} a device)")
-
-    def run(cell: Cell) -> int:
-        device = slots.get()
+    runner = _Runner([device for device in devices for _ in range(jobs)], program)
+    with Stopper() as stopper, ThreadPoolExecutor(max_workers=max(1, min(len(todo), jobs * len(devices)))) as pool:
+        stopper.doing = "moco bench (stopped cells continue with --resume)"
         try:
-            return _run_cell(cell, device, program)
-        finally:
-            slots.put(device)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), slots.qsize()))) as pool:
-        codes = list(pool.map(run, todo))
+            codes = list(pool.map(runner.run, todo))
+        except Stopped:
+            runner.stop()
+            raise
     failed = [cell for cell, code in zip(todo, codes, strict=True) if code]
     for cell in failed:
         print(f"failed: {cell.name}: {cell.run_dir / LOG}: {last_line(cell.run_dir / LOG)}", file=sys.stderr)
@@ -138,20 +137,53 @@ def run_local(cells: Sequence[Cell], *, devices: list[str], jobs: int, resume: b
     return 0
 
 
-def _run_cell(cell: Cell, device: str, program: Sequence[str]) -> int:
-    """One cell on ``device``, its output in its log; its exit status."""
-    command = cell.command(device)
-    argv = [*program, *command.argv()]
-    cell.run_dir.mkdir(parents=True, exist_ok=True)
-    log = cell.run_dir / LOG
-    print(f"{cell.name}: {cell.line(device)}{' --resume' if '--resume' in argv else ''} (log: {log})", flush=True)
-    with open(log, "a", encoding="utf-8") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+class _Runner:
+    """The device slots of a local run and the cells' processes running in them (threads take a slot each)."""
+
+    def __init__(self, slots: list[str], program: Sequence[str]) -> None:
+        self.slots: queue.Queue[str] = queue.Queue()
+        for device in slots:
+            self.slots.put(device)
+        self.program = program
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def run(self, cell: Cell) -> int:
+        device = self.slots.get()
+        try:
+            return self._run(cell, device)
+        finally:
+            self.slots.put(device)
+
+    def stop(self) -> None:
+        """No cell starts from now on; the running ones are told to stop (they end before the pool does)."""
+        with self.lock:
+            self.stopping = True
+            for process in self.running:
+                process.terminate()
+
+    def _run(self, cell: Cell, device: str) -> int:
+        """One cell on ``device``, its output in its log; its exit status."""
+        command = cell.command(device)
+        argv = [*self.program, *command.argv()]
+        log = cell.run_dir / LOG
+        with self.lock:
+            if self.stopping:
+                return 0  # never started: the stop's line says what continues it
+            print(f"{cell.name}: {cell.line(device)}{' --resume' if '--resume' in argv else ''} (log: {log})",
+                  flush=True)
+            cell.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as out:  # the process keeps its own copy
+                process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.running.add(process)
         write_state(cell, state="running", pid=process.pid, host=socket.gethostname(), device=device, log=str(log))
         code = process.wait()
-    write_state(cell, state="failed" if code else "done", exit_status=code, device=device, log=str(log))
-    print(f"{cell.name}: {'failed (exit status ' + str(code) + ')' if code else 'done'}", flush=True)
-    return code
+        with self.lock:
+            self.running.discard(process)
+        write_state(cell, state="failed" if code else "done", exit_status=code, device=device, log=str(log))
+        print(f"{cell.name}: {'failed (exit status ' + str(code) + ')' if code else 'done'}", flush=True)
+        return code
 
 
 def last_line(path: Path) -> str:

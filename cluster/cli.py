@@ -200,6 +200,7 @@ def _cause(job: Any, err: Exception) -> str:
 
 
 def bench_cli(
+    ctx: typer.Context,
     matrix: Annotated[str, typer.Argument(help="The matrix: a YAML file naming checkpoints and evaluations, or one "
                                           "of configs/matrices/ (embedded).", show_default=False)],
     output_dir: Annotated[str | None, typer.Option(help="Where the cells' run directories go, "
@@ -236,6 +237,7 @@ def bench_cli(
 
     from cluster.bench import devices_of, run_local, status, submit_slurm
     from cluster.matrix import cells_of, read_matrix
+    from moco_core.run.preemption import Stopped, report_stop
 
     try:
         read = read_matrix(matrix)
@@ -255,3 +257,5 @@ def bench_cli(
     except UserError as err:
         print_error(err)
         raise typer.Exit(err.exit_code) from None
+    except Stopped as stop:
+        raise typer.Exit(report_stop(stop, ctx)) from None

@@ -5,7 +5,10 @@ skipped and checkpointed ones continued only with --resume; and one real matrix 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from typer.testing import CliRunner
 from cli import app
 from cluster.bench import LOG, run_local
 from cluster.matrix import cells_of, read_matrix
+from moco_core.run.preemption import Stopped
 
 MATRIX = """\
 output_dir: out
@@ -101,6 +105,32 @@ def test_bad_devices_and_counts_are_one_line(bench: tuple[list, list[str], Path]
                           (["--jobs", "0"], "error: --jobs: must be >= 1, got 0\n")):
         done = CliRunner().invoke(app, ["bench", "m.yaml", *args])
         assert (done.exit_code, done.output) == (2, message)
+
+
+# A stand-in moco that runs until told to stop, and says so in its log as an evaluation does
+SLOW = """\
+import signal, sys, time
+def stop(signum, frame):
+    print("stopped by SIGTERM during the evaluation; continue with: ...", flush=True)
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stop_signal_stops_the_running_cells_and_starts_no_other(bench: tuple[list, list[str], Path]) -> None:
+    cells, _, tmp_path = bench
+    (tmp_path / "fake" / "slow.py").write_text(SLOW)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    with pytest.raises(Stopped, match="stopped by SIGTERM during moco bench"):
+        run_local(cells, devices=["cpu"], jobs=2, resume=False,
+                  program=[sys.executable, str(tmp_path / "fake" / "slow.py")])
+    timer.join()
+    states = [json.loads((c.run_dir / "bench.json").read_text()) if c.run_dir.exists() else None for c in cells]
+    assert [s and (s["state"], s["exit_status"]) for s in states] == [("failed", 128 + signal.SIGTERM)] * 2 + [None] * 2
+    assert (cells[0].run_dir / LOG).read_text().splitlines()[-1].startswith("stopped by SIGTERM")
 
 
 @pytest.mark.slow
