@@ -14,6 +14,7 @@ requeues itself when pre-empted and resumes from the cell's run directory, as ``
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import socket
@@ -33,6 +34,7 @@ from moco_core.run.rundir import last_checkpoint, write_text_atomic
 from moco_core.user_files import read_json
 
 STATE = "bench.json"  # in a cell's run directory: its state, for --status
+RESULT = "result.json"  # in a cell's run directory: its command's record
 LOG = "bench.log"  # in a cell's run directory, run here: the command's output
 MOCO = (sys.executable, "-m", "cli")  # the moco command of this environment, whatever PATH holds
 TAIL_BYTES = 4096  # of a log, for its last line
@@ -205,7 +207,7 @@ def cell_status(cell: Cell) -> tuple[str, str | None]:
     state = read_state(cell)
     said = state.get("state")
     if cell.command().finished() or said == "done":
-        return "done", None
+        return f"done{headline(cell)}", None
     where = f"job {state['job_id']}" if state.get("job_id") else f"pid {state.get('pid')}"
     if said in ("queued", "running"):
         if under_way(cell, resume=False):
@@ -214,6 +216,21 @@ def cell_status(cell: Cell) -> tuple[str, str | None]:
     if said == "failed":
         return "failed", str(state.get("log"))
     return ("checkpoint (--resume)" if resumable(cell) else "-"), None
+
+
+def headline(cell: Cell) -> str:
+    """`` <metric> <value>``: the first metric of the cell's record (top1, AP, mIoU...), or nothing where its
+    record holds none (a transfer suite's record lists its datasets' records)."""
+    try:
+        record = read_json(cell.run_dir / RESULT, what="result")
+    except UserError:
+        return ""
+    metrics = record.get("metrics") if isinstance(record, dict) else None
+    if not isinstance(metrics, dict) or not metrics:
+        return ""
+    name, value = next(iter(metrics.items()))
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return f" {one_line(name)[:20]} {value:.1f}" if ok else ""
 
 
 def status(cells: Sequence[Cell]) -> str:

@@ -236,7 +236,7 @@ def bench_cli(
     import dataclasses
 
     from cluster.bench import devices_of, run_local, status, submit_slurm
-    from cluster.matrix import cells_of, read_matrix
+    from cluster.matrix import JOBS, cells_of, read_matrix
     from moco_core.run.preemption import Stopped, report_stop
 
     try:
@@ -253,7 +253,7 @@ def bench_cli(
         options = dataclasses.replace(read.slurm, **{k: v for k, v in given.items() if v is not None})
         root = cells[0].run_dir.parent.parent
         submit_slurm(cells, slurm=options, resume=resume,
-                     folder=Path(os.path.expanduser(folder)).absolute() if folder else root.absolute() / "jobs")
+                     folder=Path(os.path.expanduser(folder)).absolute() if folder else root.absolute() / JOBS)
     except UserError as err:
         print_error(err)
         raise typer.Exit(err.exit_code) from None

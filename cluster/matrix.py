@@ -31,6 +31,7 @@ from moco_core.user_files import read_text, regular_file
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a folder name on every filesystem, and a column's
 MATRICES = PRESETS / "matrices"  # the matrices shipped: moco bench NAME
 FEATURES = "features"  # OUTPUT_DIR/features: the frozen features every cell of the matrix shares
+JOBS = "jobs"  # OUTPUT_DIR/jobs: the SLURM array's scripts and logs (moco bench --slurm)
 RANDOM = "random"  # the weights of random init, as every evaluation command names them
 # options a matrix sets itself, per cell: where it writes, what it evaluates, where it runs
 OWNED = {"output_dir": "each cell's run directory is OUTPUT_DIR/<checkpoint>/<evaluation>",
@@ -195,6 +196,9 @@ def _label(value: str, where: str) -> None:
 def _checkpoint(item: Any, where: str) -> Checkpoint:
     checkpoint = from_dict(Checkpoint, item, where)
     _label(checkpoint.label, where)
+    if checkpoint.label in (FEATURES, JOBS):
+        raise ConfigError(f"{where}label: {checkpoint.label!r} is a folder of the matrix's own (OUTPUT_DIR/"
+                          f"{checkpoint.label}); name the checkpoint otherwise")
     if not checkpoint.path:
         raise ConfigError(f"{where}path: missing: the weights' file or run directory, or {RANDOM} with an arch")
     if checkpoint.path == RANDOM:

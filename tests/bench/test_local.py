@@ -135,7 +135,8 @@ def test_a_stop_signal_stops_the_running_cells_and_starts_no_other(bench: tuple[
 
 @pytest.mark.slow
 def test_a_real_matrix_on_the_embedded_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two kNN cells of random weights as real moco processes, two at a time, under MOCO_SMOKE."""
+    """Two kNN cells of random weights as real moco processes, two at a time, under MOCO_SMOKE; then its status
+    and moco report on its directory."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MOCO_SMOKE", "1")
     (tmp_path / "m.yaml").write_text("output_dir: out\ncheckpoints:\n  - {label: r18, path: random, arch: resnet18}\n"
@@ -148,3 +149,10 @@ def test_a_real_matrix_on_the_embedded_data(tmp_path: Path, monkeypatch: pytest.
         assert record["smoke"] is True and record["config"]["k"] == k, record
     again = CliRunner().invoke(app, ["bench", "m.yaml", "--devices", "cpu"])
     assert again.exit_code == 0 and "2 done or under way, 0 to run" in again.output
+    shown = CliRunner().invoke(app, ["bench", "m.yaml", "--status"]).output.splitlines()
+    assert shown[1].split()[:3] == ["r18", "done", "top1"] and shown[2] == "2 cells: 2 done, 0 running, 0 queued, " \
+        "0 failed, 0 stopped", shown
+    # moco report on the matrix's directory: the cells' records, nothing of the bench's own files skipped
+    report = CliRunner().invoke(app, ["report", "out", "--out", "report"])
+    assert report.exit_code == 0 and "skipped: none" in report.output, report.output
+    assert "2 records read from out; none skipped." in (tmp_path / "report" / "report.md").read_text()

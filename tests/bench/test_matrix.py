@@ -83,6 +83,7 @@ def test_a_command_added_to_the_table_is_one_a_matrix_can_name(tmp_path: Path,
     (("optim.epochs=2", "optim.epochs"), "m.yaml: evaluations[1].overrides: override 'optim.epochs' is not key=value"),
     (("label: lin,", "label: knn,"), "m.yaml: evaluations: label 'knn' names two entries"),
     (("label: lin,", "label: ../up,"), "m.yaml: evaluations[1].label: expected letters, digits"),
+    (("label: random,", "label: jobs,"), "m.yaml: checkpoints[1].label: 'jobs' is a folder of the matrix's own"),
     ((GOOD[GOOD.index("evaluations:"):], "evaluations: []\n"), "m.yaml: evaluations: expected a list of at least "
                                                                "one entry, got []"),
     (("set: [optim.epochs=2, \"optim.lr=0.5\"]", "set: optim.epochs=2"), "m.yaml: evaluations[1].set: expected a "

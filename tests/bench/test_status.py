@@ -38,6 +38,7 @@ def test_the_table_says_what_each_cell_is_doing(tmp_path: Path, monkeypatch: pyt
     log = tmp_path / "failed.log"
     log.write_text("features step 8/8\nerror: data: no such folder\nwarning: closing\n")
     write_state(cells["mine/knn"], state="done")
+    (cells["mine/knn"].run_dir / "result.json").write_text('{"metrics": {"top1": 71.25, "top5": 90.0}}')
     write_state(cells["mine/linear"], state="running", pid=os.getpid(), host=here, log="x")
     write_state(cells["mine/transfer"], state="queued", job_id="4242_2", log="x")
     write_state(cells["baseline_long/knn"], state="failed", exit_status=2, log=str(log))
@@ -49,7 +50,7 @@ def test_the_table_says_what_each_cell_is_doing(tmp_path: Path, monkeypatch: pyt
     lines = done.output.splitlines()
     assert [re.split(r"\s{2,}", line.strip()) for line in lines[:3]] == [
         ["knn", "linear", "transfer"],
-        ["mine", "done", f"running pid {os.getpid()}", "queued job 4242_2"],
+        ["mine", "done top1 71.2", f"running pid {os.getpid()}", "queued job 4242_2"],
         ["baseline_long", "failed", "stopped", "checkpoint (--resume)"]]
     assert len({line.index(word) for line, word in zip(lines[:3], ("linear", "running", "stopped"), strict=True)}) == 1
     assert lines[3:] == [
