@@ -45,13 +45,14 @@ def sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_n_cells_are_one_array_with_the_parallelism_and_resources_asked(sbatch: Path) -> None:
-    done = CliRunner().invoke(app, ["bench", "m.yaml", "--slurm", "--array-parallelism", "3", "--cpus-per-task", "6"])
+    done = CliRunner().invoke(app, ["bench", "m.yaml", "--slurm", "--array-parallelism", "3", "--cpus-per-task", "6",
+                                    "--gpus-per-task", "4"])  # over the matrix's 2
     assert done.exit_code == 0, done.output
     assert "submitted job array 4242 (4 cells, at most 3 at once)" in done.output
     assert (sbatch / "calls").read_text() == "call\n"  # one submission
     script = (sbatch / "submitted.sh").read_text()
     for line in ("#SBATCH --array=0-3%3", "#SBATCH --partition=learn", "#SBATCH --time=60", "#SBATCH --nodes=1",
-                 "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=6",
+                 "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=6",
                  "#SBATCH --job-name=moco-bench", "#SBATCH --signal=USR2@120"):
         assert line in script, line
     states = {p.parent.relative_to(sbatch / "out").as_posix(): json.loads(p.read_text())
