@@ -68,6 +68,8 @@ def regular_file(path: str | os.PathLike[str], *, what: str = "file", error: typ
         raise error(f"{what} not found: {path}") from None
     except OSError as err:
         raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except ValueError:  # os.stat's "embedded null byte": no file's name holds one
+        raise error(f"{what} {str(path)!r} is not a file name (it holds a NUL character)") from None
     if not stat.S_ISREG(mode):
         kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)

@@ -110,5 +110,8 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     done = CliRunner().invoke(app, ["bench", "nothing"])
     assert done.exit_code == 2 and done.output.startswith("error: nothing: neither a YAML file (.yaml, .yml) nor a "
                                                           "matrix of configs/matrices/ (shipped: embedded)")
+    for args in (["bench", "\x00.yaml"], ["eval", "cityscapes", "x", "--config", "\x00/"]):  # hypothesis found the 2nd
+        done = CliRunner().invoke(app, args)
+        assert done.exit_code == 2 and "is not a file name (it holds a NUL character)" in done.output, done.output
     done = CliRunner().invoke(app, ["bench", "gone.yaml"])
     assert done.exit_code == 2 and done.output == "error: matrix file not found: gone.yaml\n", done.output
