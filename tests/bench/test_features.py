@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from classification.suite.config import TransferSuiteConfig
+from classification.linear_transfer.config import TransferSuiteConfig
 from cli import app
 from cluster.matrix import cells_of, read_matrix
 from moco_core.commands import COMMANDS
