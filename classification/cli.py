@@ -10,23 +10,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from moco_core import smoke
-from moco_core.cli import evaluation_rerun, preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.cli import (
+    Arch,
+    Device,
+    Pretrained,
+    PrintConfig,
+    WeightsFormat,
+    evaluation_rerun,
+    preset_list,
+    print_or_launch,
+    report_result,
+    with_output_dir,
+)
 from moco_core.commands import invocation
 from moco_core.config import ConfigError
 from moco_core.errors import UserError, print_error
-from moco_core.model.weights.formats import WEIGHTS_FORMATS
-from moco_core.model.weights.readers import files_read
 
 if TYPE_CHECKING:
     from classification.knn import KnnConfig
 
-Pretrained = Annotated[str, typer.Argument(
-    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
-    f"or 'random' (with --arch).")]
-WeightsFormat = Annotated[str | None, typer.Option(
-    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
-    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation; a file that says what "
-    f"it is needs none.")]
 
 
 Seed = Annotated[int | None, typer.Option(
@@ -72,9 +74,8 @@ def linear_cli(
     subset: SubsetFile = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where config, metrics and result.json go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Seed = None,
     cached_features: Annotated[bool, typer.Option(
@@ -97,8 +98,7 @@ def linear_cli(
                                          "its last epoch, or extend a finished one (--set optim.epochs=N).")] = False,
     nproc: Annotated[int, typer.Option(help="Processes to launch on this machine (torch.distributed).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
     weights_format: WeightsFormat = None,
 ) -> None:
     """Linear classification on frozen features (v1/v2's protocol: lr 30, 100 epochs; MoCo v3's for v3 weights and
@@ -207,9 +207,8 @@ def finetune_cli(
                                              "'embedded'.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where config, metrics, checkpoint and result.json go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Seed = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the fine-tuning in its output directory from "
@@ -218,8 +217,7 @@ def finetune_cli(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     labels: Labels = None,
     subset: SubsetFile = None,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
     weights_format: WeightsFormat = None,
 ) -> None:
     """Fine-tuning: the whole backbone and a new fc trained end to end, BN trained (SyncBN with several
@@ -263,7 +261,7 @@ def snapshots_cli(
     data: Annotated[str | None, typer.Option(help="Root with train/ and val/ class folders, or 'embedded'.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="One evaluation directory per snapshot goes here (default: RUN_DIR/linear_snapshots).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Also wait for the snapshots the run is still to write, "
                                          "evaluating each as it appears.")] = False,
@@ -330,14 +328,12 @@ def knn_cli(
     crop_size: Annotated[int | None, typer.Option(help="Center-crop size (data.crop_size).")] = None,
     resize: Annotated[int | None, typer.Option(help="Resize before the crop (data.resize).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Images per forward pass.")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (as eval linear's run.seed).")]
     = None,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
     weights_format: WeightsFormat = None,
 ) -> None:
     """Weighted kNN accuracy (InstDisc) of frozen features: a quality signal in minutes, no training."""
@@ -391,17 +387,15 @@ def transfer_cli(
     tries: Annotated[int | None, typer.Option(help="Few-shot draws for each k (fewshot.tries).")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where the splits, features and one record a dataset go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Data-loading worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
     weights_format: WeightsFormat = None,
     resume: Annotated[bool, typer.Option("--resume", help="Carry on with the datasets a stopped suite has not done "
                                          "(those with a record are kept).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
 ) -> None:
     """Linear transfer to 12 datasets (Kornblith et al.; SimCLR's Table 8): frozen features, L2 logistic regression
     by L-BFGS with its strength swept over 45 values on val, refit on train + val, each dataset's metric once."""

@@ -11,18 +11,20 @@ from typing import Annotated, Any
 import typer
 
 from moco_core import smoke
-from moco_core.cli import evaluation_rerun, preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.cli import (
+    Arch,
+    Device,
+    Pretrained,
+    PrintConfig,
+    WeightsFormat,
+    evaluation_rerun,
+    preset_list,
+    print_or_launch,
+    report_result,
+    with_output_dir,
+)
 from moco_core.commands import invocation
 from moco_core.errors import UserError, print_error
-from moco_core.model.weights.formats import WEIGHTS_FORMATS
-from moco_core.model.weights.readers import files_read
-
-Pretrained = Annotated[str, typer.Argument(
-    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
-    f"or 'random' (with --arch).")]
-WeightsFormat = Annotated[str | None, typer.Option(
-    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
-    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation.")]
 
 
 def linseg_cli(
@@ -36,14 +38,12 @@ def linseg_cli(
                                              "'embedded'.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where the features, config and result.json go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     seed: Annotated[int | None, typer.Option(
         help="The held-out train images, the patches drawn and the weights of 'random' (run.seed).")] = None,
     weights_format: WeightsFormat = None,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
 ) -> None:
     """Linear semantic segmentation on frozen patch features, fast mode: features cached once, a logistic
     regression a patch with its L2 strength chosen on held-out train images, val mIoU at full resolution."""

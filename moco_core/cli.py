@@ -23,7 +23,23 @@ from moco_core.config import (
     replace,
 )
 from moco_core.errors import UserError, print_error, show
+from moco_core.model.weights.formats import WEIGHTS_FORMATS
+from moco_core.model.weights.readers import files_read
 from moco_core.run.naming import evaluation_dir, pretrain_dir
+
+# The arguments every evaluation's command line shares, worded once (classification, the dense probes, the
+# training-free probes): WEIGHTS and --weights-format.
+Pretrained = Annotated[str, typer.Argument(
+    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
+    f"or 'random' (with --arch).")]
+WeightsFormat = Annotated[str | None, typer.Option(
+    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
+    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation; a file that says what "
+    f"it is needs none.")]
+Arch = Annotated[str | None, typer.Option(
+    help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")]
+Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")]
 
 
 def resolve_pretrain_config(

@@ -8,17 +8,24 @@ from typing import Annotated, Any
 import typer
 
 from moco_core import smoke
-from moco_core.cli import evaluation_rerun, preset_list, print_or_launch, report_result, with_output_dir
+from moco_core.cli import (
+    Arch,
+    Device,
+    Pretrained,
+    PrintConfig,
+    WeightsFormat,
+    evaluation_rerun,
+    preset_list,
+    print_or_launch,
+    report_result,
+    with_output_dir,
+)
 from moco_core.commands import invocation
 from moco_core.errors import UserError, print_error
-from moco_core.model.weights.formats import WEIGHTS_FORMATS
-from moco_core.model.weights.readers import files_read
 
 
 def retrieval_cli(
-    pretrained: Annotated[str, typer.Argument(
-        metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last "
-        f"checkpoint), or 'random' (with --arch).")],
+    pretrained: Pretrained,
     config: Annotated[str | None, typer.Option("--config", "-c", help="YAML file or preset "
                                                f"({preset_list('retrieval')}). Without it: DINO's 224-px images, "
                                                "one scale, Medium and Hard.")] = None,
@@ -32,16 +39,12 @@ def retrieval_cli(
         help="The longer side images are shrunk to (image_size; DINO's --imsize).")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where result.json goes (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     workers: Annotated[int | None, typer.Option(help="Image-decoding worker processes.")] = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
-    weights_format: Annotated[str | None, typer.Option(
-        help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
-        f"{', '.join(WEIGHTS_FORMATS)}.")] = None,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    weights_format: WeightsFormat = None,
+    print_config: PrintConfig = False,
 ) -> None:
     """Instance retrieval on revisited Oxford and Paris (revisitop): one global feature an image, cosine ranking,
     mAP on the Medium and Hard protocols, queries cropped to their box and whole. No training."""
@@ -70,12 +73,6 @@ def run_retrieval(cfg: Any, pretrained: str, asked: dict[str, Any] | None = None
                   rerun=evaluation_rerun(asked, pretrained, str(cfg.run.output_dir)))
 
 
-Pretrained = Annotated[str, typer.Argument(
-    metavar="WEIGHTS", help=f"A checkpoint ({files_read()}), a pretraining's run directory (its last checkpoint), "
-    f"or 'random' (with --arch).")]
-WeightsFormat = Annotated[str | None, typer.Option(
-    help=f"The method that trained WEIGHTS, where the file does not say (run.weights_format): "
-    f"{', '.join(WEIGHTS_FORMATS)}. It sets the encoder read and the input normalisation.")]
 
 
 def davis_cli(
@@ -93,12 +90,10 @@ def davis_cli(
         "Default: patch, layer4.")] = None,
     output_dir: Annotated[str | None, typer.Option(
         help="Where result.json and the predicted masks go (default: runs/<preset>/<weights>).")] = None,
-    arch: Annotated[str | None, typer.Option(
-        help="The arch of 'random': a ResNet, or a ViT such as vit_small (a file names its own).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    arch: Arch = None,
+    device: Device = None,
     seed: Annotated[int | None, typer.Option(help="Draws the weights of 'random' (run.seed).")] = None,
-    print_config: Annotated[bool, typer.Option("--print-config",
-                                               help="Print the resolved config as YAML and exit.")] = False,
+    print_config: PrintConfig = False,
     weights_format: WeightsFormat = None,
 ) -> None:
     """Video object segmentation by label propagation (DINO's DAVIS-2017 protocol): J&F of frozen patch features,
