@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from moco_core.config import AugmentConfig, PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.data.tensor_augment import TensorTwoCrops
+from moco_core.pretrain_config import AugmentConfig, PretrainConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: the reference lives in tests/
 from tests.moco_core.data.per_image_augment import per_image_two_crops  # noqa: E402

@@ -34,11 +34,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.data.augment import TwoCrops, build_pretrain_transform
 from moco_core.data.data import ImageDataset, scan_images
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_apart, hand_over
 from moco_core.data.jpeg import decode_jpegs
+from moco_core.pretrain_config import PretrainConfig
 
 
 def parse_args() -> argparse.Namespace:

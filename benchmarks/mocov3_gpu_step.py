@@ -37,9 +37,10 @@ from typing import Any
 import torch
 from reference_v3 import ReferenceMoCoV3, reference_step, unfused_attention  # beside this script
 
-from moco_core.config import ARCHS, VIT_ARCHS, PretrainConfig, load_config, replace
+from moco_core.config import ARCHS, VIT_ARCHS, load_config, replace
 from moco_core.model.methods import build_method
 from moco_core.model.optimizers import LARS
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.engine import train_step
 from moco_core.run.runtime import resolve_device
 from moco_core.run.train import StepSchedule, build_optimizer, learning_rate, speed_up

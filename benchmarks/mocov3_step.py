@@ -29,10 +29,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from moco_core.config import VIT_ARCHS, PretrainConfig, load_config
+from moco_core.config import VIT_ARCHS, load_config
 from moco_core.data.data import scan_images
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.model.methods import build_method
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.engine import train_step
 from moco_core.run.runtime import resolve_data
 from moco_core.run.train import StepSchedule, build_optimizer

@@ -44,12 +44,13 @@ import torch.nn.functional as F
 from reference import ReferenceMoCo, reference_step  # benchmarks/reference.py, beside this script
 from torch.utils.data import DataLoader
 
-from moco_core.config import ARCHS, ConfigError, ModelConfig, PretrainConfig, RunConfig, load_config
+from moco_core.config import ARCHS, ConfigError, load_config
 from moco_core.data.augment import TwoCrops, build_pretrain_transform
 from moco_core.data.data import ImageDataset, scan_images
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
 from moco_core.model.methods import MocoMethod, build_moco
 from moco_core.model.moco import MoCo, contrastive_logits
+from moco_core.pretrain_config import ModelConfig, PretrainConfig, RunConfig
 from moco_core.run.engine import top1, train_one_epoch
 from moco_core.run.progress import MetricsWriter, Progress
 from moco_core.run.runtime import resolve_data, resolve_device

@@ -32,11 +32,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from moco_core.config import PretrainConfig, load_config  # noqa: E402
+from moco_core.config import load_config  # noqa: E402
 from moco_core.data.augment import build_pretrain_transform  # noqa: E402
 from moco_core.data.data import load_rgb  # noqa: E402
 from moco_core.data.shapes import ensure_shapes  # noqa: E402
 from moco_core.model.methods import build_moco  # noqa: E402
+from moco_core.pretrain_config import PretrainConfig  # noqa: E402
 
 
 def run(queue_init: str, images: list[Image.Image], args: argparse.Namespace) -> None:

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ from classification.linear import protocol_preset
 from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits, train_transform
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
-from moco_core.config import SCHEDULES, ConfigError, load_config, require, run_checks, step_schedule, to_dict
+from moco_core.config import ConfigError, Schedule, load_config, require, run_checks, step_schedule, to_dict
 from moco_core.data.augment import build_eval_transform
 from moco_core.data.data import DecodeFailures, ImageDataset
 from moco_core.data.inat import inat_splits, is_inat_layout
@@ -92,10 +92,10 @@ class FinetuneConfig:
     data: LinearDataConfig = field(default_factory=LinearDataConfig)  # eval linear's: the same data options
     run: FinetuneRunConfig = field(default_factory=FinetuneRunConfig)
 
+    # lr x0.1 at the same fractions of a shortened or lengthened run; the warm-up keeps its fraction too
+    SCHEDULES: ClassVar[tuple[Schedule, ...]] = (("optim.epochs", ("optim.milestones",), step_schedule, None),
+                                                 ("optim.epochs", ("optim.warmup_epochs",), None, None))
 
-# lr x0.1 at the same fractions of a shortened or lengthened run; the warm-up keeps its fraction too
-SCHEDULES["FinetuneConfig"] = [("optim.epochs", ("optim.milestones",), step_schedule, None),
-                               ("optim.epochs", ("optim.warmup_epochs",), None, None)]
 
 
 def validate_finetune(cfg: FinetuneConfig) -> FinetuneConfig:

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ from classification.engine import (
 from classification.splits import SMALL_PRESETS, LinearDataConfig, Splits, dataset_record, load_splits, subset_checks
 from moco_core import checkpoint, distributed
 from moco_core.commands import checkpoint_name
-from moco_core.config import SCHEDULES, ConfigError, load_config, replace, require, run_checks, step_schedule, to_dict
+from moco_core.config import ConfigError, Schedule, load_config, replace, require, run_checks, step_schedule, to_dict
 from moco_core.data.data import DecodeFailures
 from moco_core.errors import NonFiniteLossError
 from moco_core.model import backbone
@@ -90,9 +90,9 @@ class LinearConfig:
     data: LinearDataConfig = field(default_factory=LinearDataConfig)
     run: LinearRunConfig = field(default_factory=LinearRunConfig)
 
+    # lr x0.1 at 60% and 80% of the run, whatever its length (a cosine schedule has no milestones to move)
+    SCHEDULES: ClassVar[tuple[Schedule, ...]] = (("optim.epochs", ("optim.milestones",), step_schedule, None),)
 
-# lr x0.1 at 60% and 80% of the run, whatever its length (a cosine schedule has no milestones to move)
-SCHEDULES["LinearConfig"] = [("optim.epochs", ("optim.milestones",), step_schedule, None)]
 
 
 def validate_linear(cfg: LinearConfig) -> LinearConfig:

@@ -13,18 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from moco_core.config import (
-    ConfigError,
-    PretrainConfig,
-    config_yaml,
-    data_sources,
-    load_config,
-    presets_for,
-    replace,
-)
+from moco_core.config import ConfigError, config_yaml, data_sources, load_config, presets_for, replace
 from moco_core.errors import UserError, print_error, show
 from moco_core.model.weights.formats import WEIGHTS_FORMATS
 from moco_core.model.weights.readers import files_read
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.naming import evaluation_dir, pretrain_dir
 
 # The arguments every evaluation's command line shares, worded once (classification, the dense probes, the

@@ -136,7 +136,8 @@ def run_demo(output_dir: Path, *, device: str = "auto", engine: str = "auto", ta
 def _protocol(demo: Demo, root: Path, device: str, engine: str, tasks: tuple[str, ...], show_progress: bool | str,
               overrides: dict[str, list[str]], label: str) -> None:
     """One trial's steps into ``root``: the two pretrainings, then every task on every backbone."""
-    from moco_core.config import PretrainConfig, load_config, replace, to_dict, validated
+    from moco_core.config import load_config, replace, to_dict, validated
+    from moco_core.pretrain_config import PretrainConfig
     from moco_core.run.train import pretrain
     from moco_demo import steps
 

@@ -40,7 +40,8 @@ def sweep_cli(
     Rerunning skips finished points; SIGTERM or SIGINT stops the sweep as a whole (exit status 128 + the signal's
     number) with the command that continues.
     """
-    from moco_core.config import PretrainConfig, load_config, seed_problem
+    from moco_core.config import load_config, seed_problem
+    from moco_core.pretrain_config import PretrainConfig
     from moco_core.run.preemption import Stopped, report_stop
     from sweeps.sweep import linear_preset, parse_values, run_sweep, summary
 

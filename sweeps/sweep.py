@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from moco_core import checkpoint
-from moco_core.config import VIT_ARCHS, ConfigError, PretrainConfig, replace, validated
+from moco_core.config import VIT_ARCHS, ConfigError, replace, validated
 from moco_core.errors import NonFiniteLossError
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.preemption import Stopper
 from moco_core.user_files import LIST_LIMIT, parse_json_lines, read_bytes, read_json
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from moco_core.config import PretrainConfig, load_config, replace
+from moco_core.config import load_config, replace
 from moco_core.data.shapes import generate_shapes
+from moco_core.pretrain_config import PretrainConfig
 
 # Serial: two threads. Under pytest-xdist (README: two workers on two cores) each worker takes one, and so does
 # every process its tests start (OMP_NUM_THREADS is inherited): a run compared with one made in a subprocess then

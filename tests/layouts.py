@@ -32,8 +32,8 @@ import torchvision
 from PIL import Image
 
 from moco_core import checkpoint
-from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
+from moco_core.pretrain_config import ModelConfig
 from tests.matfiles import mat_file
 from transfer.detection.cityscapes import ensure_cityscapes
 from transfer.detection.embedded_keypoints import ensure_keypoints

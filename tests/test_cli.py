@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core import checkpoint, config
-from moco_core.config import PretrainConfig
+from moco_core.pretrain_config import PretrainConfig
 
 runner = CliRunner()
 TINY = ["--set", "model.queue_size=40", "--set", "model.bn_groups=4", "--set", "optim.batch_size=16",

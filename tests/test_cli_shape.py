@@ -16,7 +16,8 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import WORKFLOW, app
-from moco_core.config import PRESETS, PretrainConfig, load_config, presets_for
+from moco_core.config import PRESETS, load_config, presets_for
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.naming import evaluation_dir, weights_tag
 
 runner = CliRunner()

@@ -123,7 +123,8 @@ def test_worker_defaults_follow_the_cpus(monkeypatch: pytest.MonkeyPatch) -> Non
     from classification.knn import KnnConfig
     from classification.linear import LinearConfig
     from classification.linear_transfer.config import TransferSuiteConfig
-    from moco_core.config import PretrainConfig, load_config
+    from moco_core.config import load_config
+    from moco_core.pretrain_config import PretrainConfig
     from transfer.detection.config import TransferConfig
     from transfer.segmentation.config import SemsegConfig
 

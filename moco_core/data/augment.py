@@ -12,7 +12,7 @@ import torch
 from PIL import Image, ImageFilter, ImageOps
 from torchvision import transforms as T
 
-from moco_core.config import AugmentConfig
+from moco_core.pretrain_config import AugmentConfig
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)

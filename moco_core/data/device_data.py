@@ -49,12 +49,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from moco_core.config import AugmentConfig
 from moco_core.data import image_files  # MAX_DECODE_SIDE read at each call, as the PIL pipeline reads it
 from moco_core.data.data import DatasetError, report_undecodable
 from moco_core.data.image_files import decode_rgb, load_rgb, open_header, reason
 from moco_core.data.jpeg import decode_jpegs
 from moco_core.data.tensor_augment import TensorTwoCrops, apply_params, image_sizes, sample_params
+from moco_core.pretrain_config import AugmentConfig
 
 # What a worker made of a file (see prepare): a JPEG's component count (1 or 3: bytes for the device's decoder),
 # 0 (the file's image, decoded by PIL), or why the file is refused.

@@ -59,8 +59,8 @@ import torch
 import torch.nn.functional as nnf
 import torchvision.ops  # noqa: F401  (registers torch.ops.torchvision.roi_align)
 
-from moco_core.config import AugmentConfig
 from moco_core.data.augment import view_probs
+from moco_core.pretrain_config import AugmentConfig
 
 CROP_RATIO: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default aspect-ratio range
 CROP_TRIES = 10  # torchvision's RandomResizedCrop tries this many random boxes before the central fallback

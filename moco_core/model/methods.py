@@ -16,12 +16,13 @@ import torchvision
 from torch import nn
 
 from moco_core import checkpoint
-from moco_core.config import VIT_ARCHS, MocoV3Config, ModelConfig, PretrainConfig
+from moco_core.config import VIT_ARCHS
 from moco_core.model.batchnorm import split_batchnorm
 from moco_core.model.encoders import build_encoder
 from moco_core.model.mechanisms import EndToEnd, MemoryBank
 from moco_core.model.moco import MoCo
 from moco_core.model.mocov3 import MoCoV3, momentum_at
+from moco_core.pretrain_config import MocoV3Config, ModelConfig, PretrainConfig
 
 
 def build_moco(cfg: ModelConfig, *, world_size: int) -> MoCo:

@@ -17,15 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from moco_core import checkpoint, distributed, smoke
-from moco_core.config import (
-    VIT_ARCHS,
-    ConfigError,
-    OptimConfig,
-    PretrainConfig,
-    RunConfig,
-    replace,
-    to_dict,
-)
+from moco_core.config import VIT_ARCHS, ConfigError, replace, to_dict
 from moco_core.data.augment import build_pretrain_transform, build_supervised_transform, build_two_crops
 from moco_core.data.data import DecodeFailures, ImageDataset, scan_images, warn_revisited, warn_skipped
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded
@@ -34,6 +26,7 @@ from moco_core.model.batchnorm import sync_batchnorm_for
 from moco_core.model.methods import METHODS, Method, build_method, split_bn_groups
 from moco_core.model.optimizers import make_optimizer, resolve_optimizer
 from moco_core.optimizer_state import load_optimizer_state
+from moco_core.pretrain_config import OptimConfig, PretrainConfig, RunConfig
 from moco_core.run.engine import EpochState, train_one_epoch
 from moco_core.run.knn import KnnMonitor
 from moco_core.run.naming import pretrain_dir

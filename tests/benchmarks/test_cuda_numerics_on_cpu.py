@@ -13,7 +13,7 @@ from torch import nn
 
 import moco_core.data.device_data
 import moco_core.run.train
-from moco_core.config import AugmentConfig, RunConfig
+from moco_core.pretrain_config import AugmentConfig, RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

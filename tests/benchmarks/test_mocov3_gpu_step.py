@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.model.methods import build_method
 from moco_core.model.optimizers import LARS
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.engine import train_step
 from moco_core.run.train import build_optimizer
 

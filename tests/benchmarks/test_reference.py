@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moco_core.config import ModelConfig
 from moco_core.model.methods import build_moco
+from moco_core.pretrain_config import ModelConfig
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

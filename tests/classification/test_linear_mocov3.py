@@ -24,8 +24,9 @@ from classification.linear import (
     protocol_note,
 )
 from moco_core import checkpoint
-from moco_core.config import ConfigError, PretrainConfig, load_config, replace
+from moco_core.config import ConfigError, load_config, replace
 from moco_core.model.backbone import load_backbone
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.train import pretrain
 
 

@@ -18,7 +18,8 @@ import torch
 
 from cluster.job import Command, LaunchError
 from moco_core import checkpoint
-from moco_core.config import PretrainConfig, replace
+from moco_core.config import replace
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.train import pretrain
 
 pytest.importorskip("submitit")

@@ -10,8 +10,8 @@ import torch
 import torchvision
 
 from moco_core import checkpoint
-from moco_core.config import ModelConfig
 from moco_core.model.methods import MocoMethod, build_moco
+from moco_core.pretrain_config import ModelConfig
 from moco_core.run.train import checkpoint_dict
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from moco_core.config import ConfigError, PretrainConfig, load_config, parse_override, preset_path
+from moco_core.config import ConfigError, load_config, parse_override, preset_path
+from moco_core.pretrain_config import PretrainConfig
 
 
 def test_defaults_are_the_papers() -> None:

@@ -8,7 +8,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moco_core.config import ConfigError, PretrainConfig, load_config
+from moco_core.config import ConfigError, load_config
+from moco_core.pretrain_config import PretrainConfig
 
 
 def _keys(cls: type, prefix: str = "") -> list[str]:

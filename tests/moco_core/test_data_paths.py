@@ -12,7 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
+from moco_core.pretrain_config import PretrainConfig
 
 
 def printed(args: list[str]) -> tuple[str, dict]:

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from moco_core import checkpoint, distributed
-from moco_core.config import PretrainConfig, replace
+from moco_core.config import replace
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.train import pretrain
 
 ROOT = Path(__file__).resolve().parents[2]

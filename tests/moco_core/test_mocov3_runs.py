@@ -14,10 +14,11 @@ import torchvision
 from torch import nn
 
 from moco_core import checkpoint
-from moco_core.config import PretrainConfig, load_config, replace
+from moco_core.config import load_config, replace
 from moco_core.model.backbone import load_backbone, read_backbone_state
 from moco_core.model.methods import build_method
 from moco_core.model.optimizers import LARS
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.preemption import StopSignal
 from moco_core.run.train import build_optimizer, pretrain, restore
 

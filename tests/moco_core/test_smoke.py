@@ -10,7 +10,8 @@ import pytest
 
 from classification.linear import LinearConfig
 from moco_core import smoke
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
+from moco_core.pretrain_config import PretrainConfig
 from transfer.detection.config import TransferConfig
 
 

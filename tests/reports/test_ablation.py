@@ -88,7 +88,8 @@ def test_one_curve_shares_its_recipe_less_the_swept_field() -> None:
 @pytest.mark.parametrize(("param", "method"), [("K", "moco"), ("K", "memory-bank"), ("K", "end2end"), ("m", "moco")])
 def test_the_swept_field_is_the_one_a_sweep_changes(param: str, method: str, tmp_path: Path) -> None:
     """reports restates which config field a sweep varies (it imports no sweeps); sweeps.point_config agrees."""
-    from moco_core.config import PretrainConfig, replace, to_dict
+    from moco_core.config import replace, to_dict
+    from moco_core.pretrain_config import PretrainConfig
     from reports.pretraining import swept_field
     from sweeps.sweep import RECORD_NAMES, point_config
 

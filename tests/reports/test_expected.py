@@ -83,9 +83,10 @@ def test_the_shipped_rows_are_the_presets_as_moco_demo_runs_them() -> None:
     """The recipes in expected.csv are those of the embedded presets today (pretraining and evaluation, as moco demo
     resolves them): a change to a preset must come with a new measurement (benchmarks/expected_ranges.py)."""
     from classification.linear import load_linear_config
-    from moco_core.config import PretrainConfig, load_config, replace, to_dict
+    from moco_core.config import load_config, replace, to_dict
     from moco_core.data.shapes import shapes_version
     from moco_core.model.weights.formats import IMAGENET
+    from moco_core.pretrain_config import PretrainConfig
     from moco_demo.run import RANDOM_ARCH
     from reports.pretraining import recipe_digest
     from reports.records import eval_recipe

@@ -172,7 +172,8 @@ def test_moco_variant_is_v1_or_v2_only_for_their_whole_recipe(config: dict, vari
 
 
 def test_the_presets_are_the_variants_they_are_named_after() -> None:
-    from moco_core.config import PretrainConfig, load_config, to_dict
+    from moco_core.config import load_config, to_dict
+    from moco_core.pretrain_config import PretrainConfig
 
     found = {preset: moco_variant(to_dict(load_config(PretrainConfig, preset, check=False))) for preset in
              ("moco_v1_200ep", "moco_v2_200ep", "moco_v2_800ep", "embedded")}

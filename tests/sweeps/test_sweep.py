@@ -206,7 +206,8 @@ V3_TINY = ["optim.batch_size=16", "optim.epochs=1", "optim.warmup_epochs=0", "v3
 
 
 def v3_config(preset: str, data: Path):
-    from moco_core.config import PretrainConfig, load_config
+    from moco_core.config import load_config
+    from moco_core.pretrain_config import PretrainConfig
 
     return load_config(PretrainConfig, preset, [*V3_TINY, f"data.path={data}"])
 

@@ -11,8 +11,9 @@ import torchvision
 from typer.testing import CliRunner
 
 from cli import app
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.model.methods import build_method
+from moco_core.pretrain_config import PretrainConfig
 
 
 def v3_checkpoint(tmp_path: Path, arch: str) -> tuple[Path, dict[str, torch.Tensor]]:

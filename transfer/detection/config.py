@@ -13,18 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from moco_core.config import (
-    ARCHS,
-    SCHEDULES,
-    ConfigError,
-    cpu_workers,
-    extra_problem,
-    load_config,
-    require,
-    run_checks,
-)
+from moco_core.config import ARCHS, ConfigError, Schedule, cpu_workers, extra_problem, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 from transfer.config import SolverConfig, TransferRunConfig, input_checks, solver_checks
 
@@ -135,11 +126,11 @@ class TransferConfig:
     data: TransferDataConfig = field(default_factory=TransferDataConfig)
     run: TransferRunConfig = field(default_factory=TransferRunConfig)
 
+    # The lr steps keep their fraction of solver.iterations when only it is changed; the schedule label then says
+    # so ("embedded, 60 it"), so that the run is not reported or matched as the preset's schedule. The warm-up is a
+    # number of iterations whatever the length (detectron2's 2x configs keep the 1x's 1000).
+    SCHEDULES: ClassVar[tuple[Schedule, ...]] = (("solver.iterations", ("solver.steps",), None, "schedule"),)
 
-# The lr steps keep their fraction of solver.iterations when only it is changed; the schedule label then says so
-# ("embedded, 60 it"), so that the run is not reported or matched as the preset's schedule. The warm-up is a number
-# of iterations whatever the length (detectron2's 2x configs keep the 1x's 1000).
-SCHEDULES["TransferConfig"] = [("solver.iterations", ("solver.steps",), None, "schedule")]
 
 
 def transfer_run_dir(cfg: TransferConfig) -> Path:

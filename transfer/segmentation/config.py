@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from moco_core.config import ARCHS, SCHEDULES, ConfigError, cpu_workers, load_config, require, run_checks
+from moco_core.config import ARCHS, ConfigError, Schedule, cpu_workers, load_config, require, run_checks
 from moco_core.model.weights.formats import format_checks
 from transfer.config import SolverConfig, TransferRunConfig, input_checks, solver_checks
 
@@ -80,9 +80,9 @@ class SemsegConfig:
     data: SemsegDataConfig = field(default_factory=SemsegDataConfig)
     run: TransferRunConfig = field(default_factory=TransferRunConfig)
 
+    # As the detection presets: the lr steps keep their fraction of solver.iterations when only it is changed.
+    SCHEDULES: ClassVar[tuple[Schedule, ...]] = (("solver.iterations", ("solver.steps",), None, "schedule"),)
 
-# As the detection presets: the lr steps keep their fraction of solver.iterations when only it is changed.
-SCHEDULES["SemsegConfig"] = [("solver.iterations", ("solver.steps",), None, "schedule")]
 
 
 def semseg_run_dir(cfg: SemsegConfig) -> Path:

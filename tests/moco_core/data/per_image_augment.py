@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import torch
 import torchvision.ops
 
-from moco_core.config import AugmentConfig
 from moco_core.data import tensor_augment as ta
+from moco_core.pretrain_config import AugmentConfig
 
 
 def crop_one(image: torch.Tensor, box: Sequence[int], size: int) -> torch.Tensor:

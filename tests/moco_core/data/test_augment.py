@@ -8,7 +8,6 @@ import torch
 from PIL import Image, ImageFilter
 from torchvision import transforms as T
 
-from moco_core.config import AugmentConfig
 from moco_core.data import augment
 from moco_core.data.augment import (
     RandomGaussianBlur,
@@ -16,6 +15,7 @@ from moco_core.data.augment import (
     build_eval_transform,
     build_pretrain_transform,
 )
+from moco_core.pretrain_config import AugmentConfig
 
 NO_RANDOMNESS = dict(
     crop_scale=(1.0, 1.0),

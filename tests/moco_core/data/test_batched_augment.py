@@ -23,8 +23,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from moco_core.config import AugmentConfig, PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.data import tensor_augment as ta
+from moco_core.pretrain_config import AugmentConfig, PretrainConfig
 from tests.moco_core.data.per_image_augment import per_image_two_crops, per_image_views
 
 ATOL = 2e-5

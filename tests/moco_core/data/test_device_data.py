@@ -12,8 +12,9 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from moco_core import checkpoint
-from moco_core.config import AugmentConfig, ConfigError, replace
+from moco_core.config import ConfigError, replace
 from moco_core.data.device_data import DeviceAugmentLoader, EncodedImages, collate_encoded, decode_batch
+from moco_core.pretrain_config import AugmentConfig
 from moco_core.run.train import pretrain
 
 

@@ -17,12 +17,12 @@ from PIL import Image, ImageOps
 from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms.v2 import functional as TF
 
-from moco_core.config import AugmentConfig
 from moco_core.data import jpeg
 from moco_core.data import tensor_augment as ga
 from moco_core.data.augment import build_pretrain_transform
 from moco_core.data.shapes import generate_shapes
 from moco_core.data.tensor_augment import AugmentParams, TensorTwoCrops, apply_params, sample_params
+from moco_core.pretrain_config import AugmentConfig
 
 V2 = AugmentConfig(
     crop_size=32,

@@ -10,9 +10,9 @@ import torch
 import torchvision
 
 from moco_core import checkpoint
-from moco_core.config import ModelConfig
 from moco_core.model.backbone import infer_arch, load_backbone, load_resnet
 from moco_core.model.methods import build_moco
+from moco_core.pretrain_config import ModelConfig
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from moco_core import checkpoint
-from moco_core.config import PretrainConfig, replace
+from moco_core.config import replace
 from moco_core.model.backbone import load_backbone
 from moco_core.model.mechanisms import EndToEnd, MemoryBank
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.train import pretrain
 
 

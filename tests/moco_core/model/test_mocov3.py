@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, load_config
+from moco_core.config import ConfigError, load_config
 from moco_core.model.methods import build_method
 from moco_core.model.mocov3 import build_mlp, momentum_at
+from moco_core.pretrain_config import OptimConfig, PretrainConfig
 from moco_core.run import engine
 from moco_core.run.train import StepSchedule, build_optimizer, learning_rate
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from moco_core.config import OptimConfig
 from moco_core.model.optimizers import LARS, resolve_optimizer
+from moco_core.pretrain_config import OptimConfig
 from moco_core.run.train import build_optimizer
 
 

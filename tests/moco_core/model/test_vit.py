@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from moco_core.config import PretrainConfig, load_config
+from moco_core.config import load_config
 from moco_core.model.methods import build_method
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run import engine
 from moco_core.run.train import build_optimizer
 

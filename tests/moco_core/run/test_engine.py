@@ -20,8 +20,8 @@ def test_top1_counts_rows_whose_label_logit_is_strictly_highest():
 
 def test_a_step_with_no_negatives_reports_none_not_a_perfect_score(shapes_root, tmp_path) -> None:
     """queue_init empty: the first step's logits hold only the positive (loss 0, top-1 100 by construction)."""
-    from moco_core.config import ModelConfig
     from moco_core.model.methods import MocoMethod
+    from moco_core.pretrain_config import ModelConfig
     from moco_core.run.engine import train_one_epoch
     from moco_core.run.progress import MetricsWriter, Progress
 
@@ -55,8 +55,8 @@ def test_each_log_line_gives_its_own_windows_data_wait(tmp_path, monkeypatch) ->
     slow window with the others (and a compiled run's first window with its compilation)."""
     import json
 
-    from moco_core.config import ModelConfig
     from moco_core.model.methods import MocoMethod
+    from moco_core.pretrain_config import ModelConfig
     from moco_core.run import engine
     from moco_core.run.progress import MetricsWriter, Progress
 

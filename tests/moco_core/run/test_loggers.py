@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from moco_core import checkpoint, config
-from moco_core.config import ConfigError, PretrainConfig, load_config
+from moco_core.config import ConfigError, load_config
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run import loggers
 from moco_core.run.train import pretrain
 from tests.conftest import tiny_config

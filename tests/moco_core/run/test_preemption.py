@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from moco_core import checkpoint
-from moco_core.config import PretrainConfig, replace
+from moco_core.config import replace
+from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.preemption import ResumableSampler, StopSignal
 from moco_core.run.train import pretrain
 

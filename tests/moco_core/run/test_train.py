@@ -12,9 +12,10 @@ import torch
 import yaml
 
 from moco_core import checkpoint
-from moco_core.config import ConfigError, OptimConfig, PretrainConfig, from_dict, replace
+from moco_core.config import ConfigError, from_dict, replace
 from moco_core.data.data import DatasetError
 from moco_core.errors import NonFiniteLossError
+from moco_core.pretrain_config import OptimConfig, PretrainConfig
 from moco_core.run.train import check_run, learning_rate, pretrain
 
 
@@ -188,8 +189,8 @@ def test_gpu_settings_follow_the_device_unless_set() -> None:
     """run.channels_last and run.compile: null means on under CUDA, off on CPU; an explicit value wins. The data
     pipeline "auto" is the tensor one under CUDA for the contrastive methods only. Decided without a GPU: the
     functions only read the device's type."""
-    from moco_core.config import ModelConfig, RunConfig
     from moco_core.model.methods import MocoMethod
+    from moco_core.pretrain_config import ModelConfig, RunConfig
     from moco_core.run.train import build_optimizer, data_pipeline, speed_up
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")

@@ -11,9 +11,10 @@ from torch import nn
 from torchvision.ops import FrozenBatchNorm2d
 
 from moco_core import checkpoint
-from moco_core.config import ModelConfig, replace
+from moco_core.config import replace
 from moco_core.model.methods import build_moco
 from moco_core.model.weights.formats import IMAGENET
+from moco_core.pretrain_config import ModelConfig
 from transfer.config import with_normalisation
 from transfer.detection.config import TransferConfig, model_name
 from transfer.detection.models import Res5Head, build_detector, load_resnet, resnet_tensors
