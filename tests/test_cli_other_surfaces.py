@@ -1,5 +1,6 @@
-"""Issue 46's classes on the surfaces issues 47 and 49 added, through the CLI in a real subprocess, each a table
-over the hostile values and their neighbours that fit:
+"""Issue 46's classes on the surfaces issues 47 and 49 added, through the CLI (in this process, or in a real
+subprocess where a FIFO or a device is read: tests/test_cli_user_files.py's ``moco``), each a table over the
+hostile values and their neighbours that fit:
 
 - other methods' weights files (moco_core/model/weights/): numbers a pickle or a safetensors file holds past 64 bits
   or a double (classes 1), a weights path that is no regular file (class 4);
@@ -25,19 +26,20 @@ import torch
 
 from tests import suite_layouts
 from tests import weights_layouts as layouts
-from tests.test_cli_user_files import clean, moco
+from tests.test_cli_user_files import clean, moco, moco_process
 
 SMALL = ["data.resize=32", "data.crop_size=32", "data.workers=0", "features.batch_size=16", "solver.max_iter=20",
          "solver.lambdas=3"]
 
 
-def suite(root: Path, out: Path, datasets: str, *extra: str) -> tuple[int, str]:
+def suite(root: Path, out: Path, datasets: str, *extra: str, process: bool = False) -> tuple[int, str]:
     """``moco eval transfer random`` on ``datasets`` under ``root``: (exit code, stdout + stderr); never a
     traceback. A dataset that fails is named in its own ``error: NAME: ...`` line, the run's last line says which
-    failed (exit 2)."""
-    result = moco("eval", "transfer", "random", "--arch", "resnet18", "--data", str(root), "--datasets", datasets,
-                  "--output-dir", str(out), "--device", "cpu", "--quiet", *[a for s in SMALL for a in ("--set", s)],
-                  *extra, timeout=600)
+    failed (exit 2). ``process``: in a process of its own, for a run with a FIFO in its way (a wait that a check
+    giving way would make endless ends at the timeout); else in this process."""
+    args = ["eval", "transfer", "random", "--arch", "resnet18", "--data", str(root), "--datasets", datasets,
+            "--output-dir", str(out), "--device", "cpu", "--quiet", *[a for s in SMALL for a in ("--set", s)], *extra]
+    result = moco_process(*args, timeout=600) if process else moco(*args)
     text = result.stdout + result.stderr
     assert "Traceback" not in text, text[-3000:]
     assert result.returncode in (0, 2), text[-3000:]
@@ -176,7 +178,7 @@ def test_a_weights_path_that_is_no_regular_file_is_one_line(kind: str, knn_args:
     if path is None:
         path = tmp_path / "weights.pth"
         os.mkfifo(path)
-    error = clean(moco("eval", "knn", str(path), *knn_args, "--output-dir", str(tmp_path / "out"), timeout=120))
+    error = clean(moco_process("eval", "knn", str(path), *knn_args, "--output-dir", str(tmp_path / "out"), timeout=120))
     said = {"fifo": "is a FIFO", "device": "is a device", "missing": "not found",
             "directory": "a directory without checkpoint_last.pth.tar"}  # a directory is read as a run's
     assert said[kind] in error, error
@@ -352,7 +354,7 @@ def test_a_damaged_feature_cache_is_recomputed_with_one_warning(batch: int, tmp_
         else:
             path.write_bytes(data)
     shutil.rmtree(out / "dtd")
-    code, text = suite(root, out, "dtd", "--resume")
+    code, text = suite(root, out, "dtd", "--resume", process=any(data is None for _, data in variants))
     assert code == 0, text[-3000:]
     warnings = [line for line in text.splitlines() if line.startswith("warning: feature cache")]
     assert len(warnings) == 3 and all(line.endswith("recomputing it") for line in warnings), text[-3000:]

@@ -1,8 +1,8 @@
-"""Issue 46, class 2: optimizer state that does not fit the model on --resume, through the CLI in a real
-subprocess, for pretraining (our checkpoints, the official v1/v2 and v3 layouts) and every evaluation that resumes
-(linear, fine-tuning, semantic segmentation, detection): one line naming the group or the parameter that does not
-fit, before any step (the checkpoint and metrics.jsonl untouched). The old code loaded such state and failed at the
-first step in a traceback, or in torch's own code.
+"""Issue 46, class 2: optimizer state that does not fit the model on --resume, through the CLI (in this process:
+tests/test_cli_user_files.py's ``moco``), for pretraining (our checkpoints, the official v1/v2 and v3 layouts) and
+every evaluation that resumes (linear, fine-tuning, semantic segmentation, detection): one line naming the group or
+the parameter that does not fit, before any step (the checkpoint and metrics.jsonl untouched). The old code loaded
+such state and failed at the first step in a traceback, or in torch's own code.
 
 Also: a ``semseg`` resume is bit-identical to an uninterrupted run on CPU (its checkpoint now holds the RNG state).
 """

@@ -1,5 +1,7 @@
 """Issue 46: the surfaces added in the last round put through the classes of hostile input the older ones pass,
-each as a table over the hostile values and their neighbours, through the CLI in a real subprocess.
+each as a table over the hostile values and their neighbours, through the CLI: in this process (:func:`moco`, the
+``moco`` app as a process runs it), or in a real subprocess (:func:`moco_process`) where a check giving way would
+wait for ever or fill the memory (a FIFO, /dev/zero) or where a resource limit is set.
 
 1. JSON numbers beyond 64-bit integers and finite floats, in records, metrics.jsonl, run.json and annotation files;
 2. optimizer state that does not fit the model on --resume (tests/test_cli_resume_state.py);
@@ -14,11 +16,13 @@ Every command ends in success or in one ``error:`` line with exit code 2, never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +37,31 @@ BEYOND = ["9" * 5000, "-" + "9" * 4301, "9" * 400, str(2**63), str(-(2**63) - 1)
 FITTING = [str(2**63 - 1), str(-(2**63)), "1.7976931348623157e308", "0.000001"]  # their neighbours, which fit
 
 
-def moco(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300,
-         **popen: Any) -> subprocess.CompletedProcess[str]:
-    """``python -m cli ARGS`` in a subprocess, as a user types ``moco ARGS``."""
+def moco(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``moco ARGS`` as a user types it, run in this process: typer's CliRunner through the ``moco`` app and its
+    one-line error handling, with ``env`` set and ``cwd`` the working directory while it runs. The exit code,
+    stdout and stderr are a process's, without its 3-5 s of torch import. An exception that leaves the command,
+    which a process prints as a traceback, comes back as exit 1 with the traceback on stderr, so :func:`clean`
+    refuses it as it refuses a process's."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    with contextlib.chdir(cwd or ROOT):
+        result = CliRunner().invoke(app, list(args), env=env)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["moco", *args], result.exit_code, result.stdout, stderr)
+
+
+def moco_process(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
+                 **popen: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m cli ARGS`` in a subprocess, for a command that needs a process of its own: one that would wait
+    for ever or fill the memory if a check gave way (a FIFO, /dev/zero: ``timeout`` ends it), or one run under a
+    resource limit (``preexec_fn``)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd or ROOT, env=environment, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=environment, text=True,
                           capture_output=True, timeout=timeout, **popen)
 
 
@@ -203,7 +227,7 @@ def test_a_subset_file_that_is_not_a_regular_file_is_one_line(kind: str, not_fil
                                                                shapes_root: Path, tmp_path: Path,
                                                                data_home: Path) -> None:
     """``--subset /dev/zero`` grew to gigabytes and a FIFO waited for ever: now one line, in seconds."""
-    line = clean(moco("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data",
+    line = clean(moco_process("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data",
                       str(shapes_root), "--subset", not_files[kind], "--output-dir", str(tmp_path / "out"),
                       "--quiet", env=smoke(data_home), timeout=120))
     assert line.startswith("error: data.subset: file ") and KINDS[kind] in line, line
@@ -223,11 +247,11 @@ def test_a_subset_file_that_is_a_regular_file_is_read(shapes_root: Path, tmp_pat
 def test_a_config_that_is_not_a_regular_file_is_one_line(kind: str, not_files: dict[str, str],
                                                           tmp_path: Path) -> None:
     """``-c /dev/zero``, and the same as a YAML's ``_base_`` (read before, without a limit)."""
-    line = clean(moco("pretrain", "--print-config", "-c", not_files[kind], timeout=60))
+    line = clean(moco_process("pretrain", "--print-config", "-c", not_files[kind], timeout=60))
     assert KINDS[kind] in line or "is a directory; give a YAML file" in line, line
     based = tmp_path / "based.yaml"
     based.write_text(f"_base_: {not_files[kind]}\n")
-    line = clean(moco("pretrain", "--print-config", "-c", str(based), timeout=60))
+    line = clean(moco_process("pretrain", "--print-config", "-c", str(based), timeout=60))
     assert line.startswith("error: config file ") and KINDS[kind] in line, line
 
 
@@ -239,14 +263,14 @@ def test_list_and_annotation_files_that_are_not_regular_files_are_one_line(kind:
     pets = pets_layout(tmp_path / "pets") / "oxford-iiit-pet"
     (pets / "annotations" / "test.txt").unlink()
     (pets / "annotations" / "test.txt").symlink_to(not_files[kind])
-    line = clean(moco("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data",
+    line = clean(moco_process("eval", "linear", "random", "--arch", "resnet18", "-c", "lincls_embedded", "--data",
                       str(pets.parent), "--output-dir", str(tmp_path / "p"), "--quiet", env=smoke(data_home),
                       timeout=120))
     assert "test.txt" in line and KINDS[kind] in line, line
     inat = inat_layout(tmp_path / "inat", train_per_class=1, val_per_class=1)
     (inat / "val2018.json").unlink()
     (inat / "val2018.json").symlink_to(not_files[kind])
-    line = clean(moco("eval", "finetune", "random", "--arch", "resnet18", "-c", "finetune_embedded", "--data",
+    line = clean(moco_process("eval", "finetune", "random", "--arch", "resnet18", "-c", "finetune_embedded", "--data",
                       str(inat), "--output-dir", str(tmp_path / "i"), "--quiet", env=smoke(data_home), timeout=120))
     assert "val2018.json" in line, line
 
@@ -480,7 +504,7 @@ def test_a_report_that_cannot_be_written_whole_leaves_the_previous_one_whole(
     def capped() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
-    line = clean(moco("report", str(runs), "-o", str(out), preexec_fn=capped))
+    line = clean(moco_process("report", str(runs), "-o", str(out), preexec_fn=capped))
     assert line.startswith(f"error: cannot write the report to {out}: File too large; nothing was changed"), line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
