@@ -47,6 +47,7 @@ stage() {
 }
 
 read -r -a step_args <<<"${STEP_ARGS:---arch resnet50 --image-size 224 --batch 256 --mlp --steps 30}"
+# $STEP_WARMUP: the untimed steps before the timed ones, of every step stage (default: 5 compiled, 3 eager)
 read -r -a real_args <<<"${REAL_ARGS:-}"
 STEP=(benchmarks/pretrain_step.py "${step_args[@]}" --json)
 
@@ -67,8 +68,8 @@ step_data=()
 for d in ${STEP_DATA:-synthetic tensor tensor1 pil}; do
   if [ "$d" = synthetic ]; then step_data+=(--data synthetic); else step_data+=(--data "$d:$DATA"); fi
 done
-stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup 5 --workers "$WORKERS" --profile "${PROFILE:-8}" \
-  "${step_data[@]}"
+stage step_compiled 240 "$PY" "${STEP[@]}" --compile --warmup "${STEP_WARMUP:-5}" --workers "$WORKERS" \
+  --profile "${PROFILE:-8}" "${step_data[@]}"
 stage data 90 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --hazard 5 --json \
   --rows "${DATA_ROWS:-nvjpeg,tensor_ahead,tensor_ahead1,tensor_inline,pil,loader,augment}"
 stage data_switch 40 "$PY" benchmarks/data_pipeline.py --data "$DATA" --workers "$WORKERS" --switch-interval 0.0005 \
@@ -109,9 +110,9 @@ read -r -a grid_args <<<"${GRID_ARGS:---device cuda --gpu}"
 stage head_grid 120 "$PY" benchmarks/head_grid.py "${grid_args[@]}"
 read -r -a logreg_args <<<"${LOGREG_ARGS:---device cuda --problems small,food101 --budget 30 --images 4096 --batch 256}"
 stage logreg 120 "$PY" benchmarks/logreg_sweep.py "${logreg_args[@]}" "${sk[@]}"
-stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup 3 --reference
-stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup 5 --shuffle-bn none
-stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup 3
+stage step_eager 60 "$PY" "${STEP[@]}" --no-compile --warmup "${STEP_WARMUP:-3}" --reference
+stage step_plain_compiled 200 "$PY" "${STEP[@]}" --compile --warmup "${STEP_WARMUP:-5}" --shuffle-bn none
+stage step_eager_nchw 40 "$PY" "${STEP[@]}" --no-compile --no-channels-last --warmup "${STEP_WARMUP:-3}"
 "$PY" benchmarks/gpu_table.py "$OUT" | tee "$OUT/table.md"
 # Few files come back from a device call: the logs travel as one archive beside report.json and table.md.
 (cd "$OUT" && tar czf logs.tgz --remove-files ./*.log ./*.jsonl $(ls ./*.json | grep -v report.json) 2>/dev/null)

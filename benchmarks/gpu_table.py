@@ -178,7 +178,7 @@ def main() -> None:
         ("step, split BN, channels_last + torch.compile (the CUDA default now)", "did not compile in 8 min",
          rate(synthetic.get("images_per_s"))),
         ("step, plain BN, channels_last + torch.compile", "4,130", rate(plain.get("images_per_s"))),
-        ("compile warm-up (5 steps), split BN / plain BN, s", "100 (plain)",
+        (f"compile warm-up ({compiled.get('warmup', 5)} steps), split BN / plain BN, s", "100 (plain)",
          f"{synthetic.get('warmup_s', float('nan')):.0f} / {plain.get('warmup_s', float('nan')):.0f}"),
         ("peak GPU memory, compiled split BN step, GiB", "13.2 (eager)",
          f"{synthetic.get('peak_memory_mb', float('nan')) / 1024:.1f}"),

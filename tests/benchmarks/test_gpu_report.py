@@ -31,7 +31,9 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
     env = {
         **os.environ, "OUT": str(out), "DATA": str(tmp_path / "jpegs"), "RUN": str(run), "N": "48",
         "BUDGET": "600", "PYTHON": sys.executable, "WORKERS": "0", "STAGES": " ".join(STAGES),
-        "STEP_ARGS": "--arch resnet18 --image-size 32 --batch 16 --queue-size 64 --steps 2 --device cpu",
+        # the step at batch 8 (2 images a BN group), one untimed step, one profiled: every step stage still runs
+        "STEP_ARGS": "--arch resnet18 --image-size 32 --batch 8 --bn-groups 4 --queue-size 64 --steps 2 --device cpu",
+        "STEP_WARMUP": "1",
         "REAL_ARGS": "--set model.arch=resnet18 --set optim.batch_size=16 --set model.bn_groups=2 "
                      "--set model.queue_size=32 --set augment.crop_size=32 --set run.log_every=1",
         "V3_ARGS": "--arch vit_nano_p4 --image-size 32 --batch 8 --mlp-dim 64 --steps 2 --warmup 1 --device cpu",
@@ -39,9 +41,9 @@ def test_gpu_report_runs_every_stage_on_cpu(tmp_path: Path) -> None:
         "DECODER_ARGS": "--device cpu --batch 8 --batches 2",
         # the trials as processes at once (benchmarks/demo_parallel.sh), as on the GPU
         "DEMO_PARALLEL": "2", "DEMO_ARGS": "--tasks linear --device cpu", "DEMO_ENV": "MOCO_SMOKE=1",
-        "DEMO": str(tmp_path / "demo"), "PROFILE": "2",
-        # the GPU's own path of each (head_grid --gpu: ResNet-50 and ViT-B/16 with 52 heads), at batch 2 on the CPU
-        "GRID_ARGS": "--device cpu --gpu --batch 2 --steps 1 --warmup 1 --classes 10",
+        "DEMO": str(tmp_path / "demo"), "PROFILE": "1",
+        # the GPU's own path of each (head_grid --gpu: ResNet-50 and ViT-B/16 with 52 heads), at batch 1 on the CPU
+        "GRID_ARGS": "--device cpu --gpu --batch 1 --steps 1 --warmup 0 --classes 10",
         "LOGREG_ARGS": "--device cpu --problems small --train 200 --test 100 --dim 16 --classes 4 --budget 5 "
                        "--images 2 --batch 2 --arch resnet18 --image-size 32",
         "TORCH_COMPILE_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "",
