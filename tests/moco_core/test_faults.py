@@ -18,8 +18,8 @@ import torch
 
 from moco_core import checkpoint, distributed
 from moco_core.config import replace
-from moco_core.pretrain_config import PretrainConfig
 from moco_core.run.train import pretrain
+from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # 32 images, batch 8: 4 steps an epoch, 3 epochs = 12 steps; a checkpoint after every step.
@@ -92,11 +92,13 @@ def wait_for_step(proc: subprocess.Popen[str], out: Path, step: int, timeout: fl
     raise AssertionError(f"step {step} not reached in {timeout} s")
 
 
-@pytest.fixture
-def reference(tiny_cfg: PretrainConfig, tmp_path: Path) -> dict[str, torch.Tensor]:
-    """The weights of the same run, never interrupted, in this process."""
-    cfg = replace(tiny_cfg, model={"bn_groups": 2}, optim={"batch_size": 8, "epochs": 3},
-                  run={"output_dir": str(tmp_path / "reference"), "checkpoint_steps": 1, "device": "cpu"})
+@pytest.fixture(scope="module")
+def reference(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The weights of the same run, never interrupted, in this process: one run for every test that compares with
+    it (they only read it)."""
+    out = tmp_path_factory.mktemp("reference")
+    cfg = replace(tiny_config(shapes_root, out), model={"bn_groups": 2}, optim={"batch_size": 8, "epochs": 3},
+                  run={"output_dir": str(out / "reference"), "checkpoint_steps": 1, "device": "cpu"})
     return checkpoint.load(pretrain(cfg, show_progress=False) / checkpoint.LAST)["state_dict"]
 
 
