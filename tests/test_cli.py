@@ -30,6 +30,16 @@ def moco(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
                           env=env, timeout=600)
 
 
+@pytest.fixture(scope="module")
+def tiny_run(shapes_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished ``moco pretrain -c embedded ... TINY`` run, for the tests that only read it (evaluate it, copy
+    it): the same command each of them ran for itself."""
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), *TINY)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
 def test_help_lists_every_command() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
@@ -205,11 +215,8 @@ def test_two_process_gloo_pretrain(shapes_root: Path, tmp_path: Path) -> None:
     assert "Warning" not in res.stderr, res.stderr  # PyTorch 2.14's broadcast_buffers notice, once a rank
 
 
-def test_eval_linear_and_knn_commands(shapes_root: Path, tmp_path: Path) -> None:
-    out = tmp_path / "pre"
-    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(out), *TINY)
-    assert res.returncode == 0, res.stderr
-    ckpt = str(out / checkpoint.LAST)
+def test_eval_linear_and_knn_commands(shapes_root: Path, tiny_run: Path, tmp_path: Path) -> None:
+    ckpt = str(tiny_run / checkpoint.LAST)
     res = moco("eval", "linear", ckpt, "-c", "lincls_embedded", "--data", str(shapes_root), "--output-dir",
                str(tmp_path / "lin"), *TINY_LINEAR)
     assert res.returncode == 0, res.stderr
@@ -291,15 +298,13 @@ def test_disk_full_during_a_checkpoint_stops_with_one_line(shapes_root: Path, tm
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 
-def test_resuming_a_copied_run_writes_into_the_copy(shapes_root: Path, tmp_path: Path) -> None:
+def test_resuming_a_copied_run_writes_into_the_copy(tiny_run: Path, tmp_path: Path) -> None:
     """Issue #16: ``--resume DIR`` wrote into the directory recorded in the checkpoint: resuming a copy extended
     and overwrote the original. Now the copy is extended, the original is untouched, and run.json says where the
     run came from; --output-dir still chooses another directory."""
     import shutil
 
-    original, copy = tmp_path / "a", tmp_path / "b"
-    res = moco("pretrain", "-c", "embedded", "--data", str(shapes_root), "--output-dir", str(original), *TINY)
-    assert res.returncode == 0, res.stderr
+    original, copy = tiny_run, tmp_path / "b"
     shutil.copytree(original, copy)
     snapshot = {p.name: p.read_bytes() for p in original.iterdir() if p.is_file()}
     res = moco("pretrain", "--resume", str(copy), "--set", "optim.epochs=2", "--quiet")
