@@ -9,6 +9,7 @@ import html
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -87,23 +88,34 @@ EVALUATIONS = {  # task -> the command that makes its MoCo row, on the smoke pre
 }
 
 
+def in_process(command: str, cwd: Path, env: dict[str, str]) -> None:
+    """``moco ...`` of the set-up (the rows a report is made of), in this process: what is tested is the commands
+    the report suggests, which :func:`run` pastes into bash."""
+    from tests.test_cli_user_files import clean, moco
+
+    done = moco(*shlex.split(command), cwd=cwd, env=env)
+    assert clean(done) == "" and done.returncode == 0, (command, done.stderr[-3000:])
+
+
 @pytest.mark.slow
-def test_each_suggested_command_runs_and_fills_its_table(tmp_path: Path) -> None:
+def test_each_suggested_command_runs_and_fills_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MOCO_SMOKE=1 rows of every task whose table suggests a random-init command; each suggestion, run as the
     report prints it (its MOCO_SMOKE=1 included: the environment has none), adds the row to the same table."""
     env = {**os.environ, "MOCO_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     env.pop("MOCO_SMOKE", None)
-    run("MOCO_SMOKE=1 moco pretrain -c embedded --output-dir runs/embedded", tmp_path, env)
+    monkeypatch.delenv("MOCO_SMOKE", raising=False)
+    smoke = {"MOCO_SMOKE": "1", "MOCO_DATA_HOME": env["MOCO_DATA_HOME"]}
+    in_process("pretrain -c embedded --output-dir runs/embedded", tmp_path, smoke)
     for task, command in EVALUATIONS.items():
-        run(f"MOCO_SMOKE=1 moco {command} --output-dir runs/{task}/embedded", tmp_path, env)
-    run("moco report runs --out report", tmp_path, env)
+        in_process(f"{command} --output-dir runs/{task}/embedded", tmp_path, smoke)
+    in_process("report runs --out report", tmp_path, {})
     before = suggestions((tmp_path / "report" / "report.html").read_text())
     assert len(before) == len(EVALUATIONS), sorted(before)
     for title, (command, *more) in before.items():
         assert not more and command.startswith("MOCO_SMOKE=1 moco eval "), (title, command)
         run(command, tmp_path, env)
-    run("moco report runs --out report", tmp_path, env)
+    in_process("report runs --out report", tmp_path, {})
     page = (tmp_path / "report" / "report.html").read_text()
     assert suggestions(page) == {}  # every table has its random-init row now...
     rows = {title: rows for title, rows in re.findall(r"<h[23]>(.*?)</h[23]>.*?<tbody>(.*?)</tbody>", page, re.S)}
