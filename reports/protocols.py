@@ -173,6 +173,9 @@ def setting_title(s: Setting) -> str:
         where = "held-out train images" if s.protocol == "fewshot" else "VAL, the reported set: optimistic"
         head = (f"Few-shot classification (k labelled images a class; linear: L2 logistic regression, its strength "
                 f"chosen on {where}; weighted kNN)")
+    elif s.task == "retrieval":
+        what = QUERY_TITLES.get(s.model or "", s.model or "query variant not recorded")
+        head = f"Instance retrieval by one global feature an image (revisitop's mAP; {what})"
     elif s.task == "davis":
         head = f"Video object segmentation by label propagation (DINO's protocol; {s.model or 'features not recorded'})"
     else:
@@ -181,6 +184,9 @@ def setting_title(s: Setting) -> str:
     return f"{head}: {s.dataset}" + (f", {MARK_TITLES[s.mark]}" if s.mark else "")
 
 
+# A retrieval table's query variant (reports.records.table_views names it as the setting's model)
+QUERY_TITLES = {"cropped queries": "queries cropped to their bbx, revisitop's protocol",
+                "full queries": "whole query images, as DINOv2 ran them"}
 MARK_TITLES = {"smoke": "smoke runs (MOCO_SMOKE=1: shortened; numbers mean nothing)",
                "unfinished": "unfinished pretrainings (stopped before their planned epochs)"}
 SMOKE_NOTE = ("Smoke runs (MOCO_SMOKE=1, or evaluations of weights a smoke run made) check a set-up in seconds: "
@@ -213,6 +219,11 @@ def setting_subtitle(s: Setting) -> str:
         text += (" For each k, several draws of k train images a class (seeds in the records), read by a linear "
                  "classifier and by kNN on the frozen backbone's center-crop features; each cell the mean over "
                  "the pretraining's trials of the mean over the draws.")
+    if s.task == "retrieval":
+        text += (" Images ranked by the cosine of their L2-normalised global features (the record's config names the "
+                 "feature and scales); mAP as revisitop's compute_map defines it (arXiv 1803.11285: Medium, easy and "
+                 "hard images positive; Hard, hard positive, easy ignored; junk ignored in both). Easy mAP, where it "
+                 "ran, and mP@k are in the CSV.")
     if s.protocol in (GRID_PROTOCOL, GRID_ON_VAL):
         text += (" Many linear heads (learning rates x features) trained together on one frozen pass a batch "
                  "(DINOv2's linear evaluation, arXiv 2304.07193); the row is the one head chosen, named in the note. ")

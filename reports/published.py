@@ -34,6 +34,11 @@ are shown beside each of our rows of that method (the method its record states o
 matches: ImageNet linear classification at its preset's length (each method's number is from its own linear
 protocol: the note says so), or ImageNet kNN with the published k (DINO's: 20); never in the table-wide rows.
 
+* Instance retrieval (DINOv2's Table 9, task ``revisitop_retrieval``): task ``retrieval``, the table's query
+  variant the row's ``schedule`` ("full queries": DINOv2 ranked whole query images), never the embedded data; each
+  row shows the columns of the datasets our rows ran (its metric names are ours: ``roxford5k/full/medium/map``), and
+  is not shown where none. Every backbone's row is shown, as the paper's table puts them side by side.
+
 The transfer suite's published rows (tasks ``transfer_linear`` and ``transfer_finetune``: Ericsson et al.'s Table 1,
 DINOv2's Table 8, SimCLR's Table B.5; the ``schedule`` is the protocol that measured them, the metric a dataset or
 "average", the source's own mean) are placed by :mod:`reports.linear_transfer.published`.
@@ -46,7 +51,9 @@ means. Their differences are to the published supervised row of the same task, b
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +73,7 @@ _ANY_SCHEDULE = "-"  # a published row without a schedule (Cityscapes instance):
 FINETUNE_TASKS = {"imagenet": "imagenet_finetune", "inat2018": "inat2018_finetune"}  # by data kind
 # Semantic segmentation: the published task by the word the evaluation dataset's name or path holds
 SEMSEG_TASKS = {"voc": "voc12_semantic", "cityscapes": "cityscapes_semantic"}
+RETRIEVAL_TASK = "revisitop_retrieval"  # metrics named as moco eval retrieval's, schedule its query variant
 _MOMENTUM = re.compile(r"\bm=([0-9.]+)")
 
 
@@ -148,13 +156,16 @@ def _named(setting: Setting, *words: str) -> bool:
     return any(w in text for w in words)
 
 
-def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
-    """The published rows to show in the main table of ``setting`` (whose rows have these archs): none beside a
-    protocol shortened or lengthened from the paper's. Other methods' rows are shown beside their own rows only
-    (:func:`beside`)."""
+def matching(setting: Setting, archs: set[str], rows: list[PublishedRow],
+             metrics: Collection[str] = ()) -> list[PublishedRow]:
+    """The published rows to show in the main table of ``setting`` (whose rows have these archs, and these
+    ``metrics``: a retrieval row is shown for the datasets they name only): none beside a protocol shortened or
+    lengthened from the paper's. Other methods' rows are shown beside their own rows only (:func:`beside`)."""
     rows = [r for r in rows if not r.method]
     if not runs_preset_length(setting):
         return []
+    if setting.task == "retrieval":
+        return _retrieval(setting, set(metrics), rows)
     if setting.task == "linear":
         if setting.protocol not in ("linear", V3_PROTOCOL) or not _named(setting, "imagenet", "ilsvrc"):
             return []
@@ -177,6 +188,17 @@ def matching(setting: Setting, archs: set[str], rows: list[PublishedRow]) -> lis
         tasks = {task for word, task in SEMSEG_TASKS.items() if _named(setting, word)}
         return [r for r in rows if r.task in tasks and r.backbone == setting.model and r.schedule == setting.schedule]
     return []
+
+
+def _retrieval(setting: Setting, metrics: set[str], rows: list[PublishedRow]) -> list[PublishedRow]:
+    """The published rows of the table's query variant (its model, the rows' ``schedule``), each with the values of
+    the table's columns only: their metric names hold the real datasets' names (roxford5k, rparis6k), which no
+    embedded set has."""
+    if setting.dataset_path == "embedded":
+        return []
+    shown = [dataclasses.replace(r, values={m: v for m, v in r.values.items() if m in metrics})
+             for r in rows if r.task == RETRIEVAL_TASK and r.schedule == setting.model]
+    return [r for r in shown if r.values]
 
 
 def matching_momentum(setting: Setting, archs: set[str], rows: list[PublishedRow],

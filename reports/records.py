@@ -19,6 +19,7 @@ holds ``model`` (e.g. "R50-C4", the VOC default) and ``schedule`` (COCO: "1x", "
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable
@@ -58,10 +59,17 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "semseg": ("mIoU", "pixel_acc"),
     "linseg": ("mIoU", "pixel_acc"),  # moco eval linseg (dense/linseg.py): frozen patch features, no fine-tuning
     "davis": ("J&F_mean", "J_mean", "F_mean"),  # moco eval davis: DAVIS-2017 J&F, J and F means
+    # moco eval retrieval: "<dataset>/<cropped|full>/<easy|medium|hard>/<map|mp@k>" for each it ran
+    # (RETRIEVAL_METRIC); a table per query variant (table_views)
+    "retrieval": (),
     # moco eval linear --shots: "<k>shot_linear_top1", "<k>shot_knn_top1" for each k it ran (FEWSHOT_METRIC)
     "fewshot": (),
 }
 FEWSHOT_METRIC = re.compile(r"(\d{1,6})shot_(linear|knn)_top1")
+# probes/retrieval/run.py's names: the dataset's folder name (probes/retrieval/data.py NAME), the query variant
+# (cropped to its bbx, revisitop's; or whole, DINOv2's), revisitop's protocol, the score (mAP, mP@k)
+RETRIEVAL_METRIC = re.compile(r"([a-z0-9][a-z0-9_]{0,63})/(cropped|full)/(easy|medium|hard)/(map|mp@\d{1,6})")
+QUERY_VARIANTS = ("cropped", "full")  # probes/retrieval/config.py QUERY_MODES, in its order
 TASK_ORDER = tuple(TASK_METRICS)
 # Metrics a record may carry beyond its task's, kept where they are finite numbers: the linear head grid's scores
 # on ImageNet's robustness sets (classification/robustness.py names them; tests/reports/test_grid.py checks it).
@@ -131,6 +139,8 @@ class Record:
     chosen: str | None = None  # a head grid's chosen head ("layer4 lr 1"; selection.chosen)
     # few-shot: each metric's standard deviation over its tries, and the tries (the record's ``fewshot`` list)
     spread: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # retrieval: the query variants it ran ("cropped", "full"), each a table of its own (table_views)
+    variants: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -242,7 +252,27 @@ def parse_record(data: Any, shown: str) -> Record:
         smoke=data.get("smoke") is True or pretrain.get("smoke") is True,
         invocation=invocation if isinstance(invocation, dict) else None,
         spread=fewshot_spread(data.get("fewshot")) if task == "fewshot" else {},
+        variants=query_variants(metrics, config) if task == "retrieval" else (),
     )
+
+
+def query_variants(metrics: dict[str, float], config: dict[str, Any]) -> tuple[str, ...]:
+    """The query variants of a retrieval record: those its metrics name; a failed record's, those its config asked
+    for (``queries``), else both (the command's default)."""
+    named = {m[2] for m in map(RETRIEVAL_METRIC.fullmatch, metrics) if m}
+    asked = config.get("queries") if isinstance(config.get("queries"), list) else []
+    return tuple(v for v in QUERY_VARIANTS if v in (named or set(asked) or QUERY_VARIANTS))
+
+
+def table_views(record: Record) -> list[Record]:
+    """The record as the tables read it: a retrieval record once per query variant (its model "cropped queries" or
+    "full queries", its metrics of that variant): the two variants are measured differently, so they are tables
+    apart, though one record holds both; any other record as it is."""
+    if record.task != "retrieval":
+        return [record]
+    return [dataclasses.replace(record, model=f"{variant} queries", metrics={
+        name: value for name, value in record.metrics.items()
+        if (found := RETRIEVAL_METRIC.fullmatch(name)) and found[2] == variant}) for variant in record.variants]
 
 
 def fewshot_spread(raw: Any) -> dict[str, tuple[float, int]]:
@@ -323,6 +353,12 @@ def _metrics(data: dict[str, Any], task: str, *, required: bool) -> tuple[dict[s
         value = _number(raw.get(name))
         if value is not None:
             metrics[name] = value
+    if task == "retrieval":  # in the record's order: dataset, variant, protocol
+        named = [m[0] for m in map(RETRIEVAL_METRIC.fullmatch, raw) if m]
+        metrics.update({name: _percent(value, f"metric {name!r}") for name in named
+                        if (value := _number(raw[name])) is not None})
+        if required and not any(name.endswith("/map") for name in metrics):
+            raise RecordError("no retrieval mAP (<dataset>/<cropped|full>/<easy|medium|hard>/map) (task retrieval)")
     if task == "fewshot":
         found = sorted((int(m[1]), m[2] == "knn", m[0]) for m in map(FEWSHOT_METRIC.fullmatch, raw) if m)
         metrics.update({name: value for _, _, name in found if (value := _number(raw[name])) is not None})

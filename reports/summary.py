@@ -23,7 +23,7 @@ from typing import Any
 
 from reports.pretraining import Pretraining, method_rank
 from reports.protocols import length_key, paper_length
-from reports.records import DEFAULT_K, SWEEP_PARAMS, TASK_ORDER, Record, Sweep
+from reports.records import DEFAULT_K, SWEEP_PARAMS, TASK_ORDER, Record, Sweep, table_views
 
 PROTOCOL_ORDER = ("linear", "linear-mocov3", "linear-cached", "linear-grid", "linear-grid-selected-on-val",
                   "finetune", "knn", "voc", "coco", "keypoints", "lvis", "cityscapes", "densepose")
@@ -165,7 +165,7 @@ def group(records: Iterable[Record], *, mix_marked: bool = False) -> tuple[list[
     unfinished pretrainings in the tables of finished real runs (still rows of their own, marked), not apart."""
     main: dict[tuple[Any, ...], list[Record]] = {}
     ablation: dict[tuple[Any, ...], list[Record]] = {}
-    for record in same_data(records):
+    for record in same_data(view for r in records for view in table_views(r)):  # retrieval: a table per variant
         setting = Setting.of(record, mix_marked=mix_marked)
         if record.sweep is None:
             main.setdefault((setting, pretraining_identity(record.pretraining), record.smoke), []).append(record)

@@ -46,7 +46,7 @@ from reports.protocols import (
     setting_title,
 )
 from reports.published import PublishedRow, beside, matching, matching_momentum
-from reports.records import OPTIONAL_METRICS, TASK_METRICS
+from reports.records import OPTIONAL_METRICS, RETRIEVAL_METRIC, TASK_METRICS
 from reports.summary import (
     Entry,
     Setting,
@@ -65,6 +65,8 @@ METRIC_HEADERS = {"top1": "top-1", "top5": "top-5", "AP50": "AP50", "AP": "AP", 
                   "dp_gps_AP": "APdp", "dp_gps_AP50": "APdp50", "dp_gps_AP75": "APdp75", "dp_gpsm_AP": "APdp (GPSm)",
                   "pixel_acc": "pixel acc.", "imagenet_v2_top1": "IN-V2", "imagenet_a_top1": "IN-A",
                   "imagenet_r_top1": "IN-R", "imagenet_sketch_top1": "IN-Sketch", "imagenet_real_top1": "IN-ReaL"}
+RETRIEVAL_PROTOCOLS = ("medium", "hard")  # a retrieval table's, in revisitop's order
+RETRIEVAL_DATASETS = {"roxford5k": "rOxford5k", "rparis6k": "rParis6k"}  # as revisitop writes their names
 SWEEP_HEADERS = {"queue_size": "K", "momentum": "m"}
 SWEEP_TITLES = {"queue_size": "queue size K", "momentum": "momentum m"}
 # MoCo v3's curves are tables of their own: its m is where a schedule starts, v1/v2's a constant (a table per
@@ -263,7 +265,8 @@ def main_tables(entries: list[Entry], published: list[PublishedRow],
     entries = [e for e in entries if e.setting.labels is None]
     for setting, group in groupby(entries, key=lambda e: e.setting):
         rows_of = list(group)
-        pub = matching(setting, {e.pretraining.arch for e in rows_of}, published)
+        pub = matching(setting, {e.pretraining.arch for e in rows_of}, published,
+                       {m for e in rows_of for m in e.metrics})
         tables.append(_setting_table(setting, rows_of, pub, expected, published, baseline))
         if pub:
             shown.append(Shown(setting.key, setting, pub))
@@ -349,6 +352,8 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                                                  if any(m in e.metrics for e in entries))
     if setting.task == "fewshot":  # the k the rows ran, in their order (the records list them by k, linear first)
         metrics = tuple(dict.fromkeys(m for e in entries for m in e.metrics))
+    if setting.task == "retrieval":
+        metrics = retrieval_columns(entries)
     reference, ref_note = supervised_reference(entries) if setting.task in DELTA_TASKS else (None, "")
     rows: list[Row] = []
     notes: list[str] = []
@@ -394,7 +399,7 @@ def _setting_table(setting: Setting, entries: list[Entry], pub: list[PublishedRo
                      "differences are to the published supervised row.")
     margins = margins_over_random(entries, metrics[0]) if metrics else []
     if margins:
-        header = METRIC_HEADERS.get(metrics[0], metrics[0])
+        header = metric_header(metrics[0])
         notes.append(f"Above random init ({header}; SE, the standard error of the difference of the two means, "
                      "from each row's trials): " + "; ".join(
                          f"{m.entry.pretraining.label} {fmt_delta(m.difference)[0]} ({m.ratio:.1f} SE)"
@@ -427,8 +432,21 @@ def _beside_note(row: PublishedRow | None) -> str:
     return f"published: {row.pretrain} ({row.schedule}), {source_note(row)}"
 
 
+def retrieval_columns(entries: list[Entry]) -> tuple[str, ...]:
+    """A retrieval table's columns: each dataset's Medium and Hard mAP, the protocols revisitop's paper and DINOv2
+    report (Easy, and mP@k, are the CSV's: the first column, the one rows are compared on, is a Medium mAP where
+    one ran), the datasets in the rows' order."""
+    found = [m for m in map(RETRIEVAL_METRIC.fullmatch, dict.fromkeys(n for e in entries for n in e.metrics))
+             if m and m[4] == "map" and m[3] in RETRIEVAL_PROTOCOLS]
+    datasets = list(dict.fromkeys(m[1] for m in found))
+    return tuple(m[0] for m in sorted(found, key=lambda m: (datasets.index(m[1]), RETRIEVAL_PROTOCOLS.index(m[3]))))
+
+
 def metric_header(name: str) -> str:
-    """A column's header: METRIC_HEADERS', or a few-shot metric's ("5-shot linear", "5-shot kNN")."""
+    """A column's header: METRIC_HEADERS', a few-shot metric's ("5-shot linear", "5-shot kNN"), or a retrieval
+    metric's ("rOxford5k Medium mAP")."""
+    if (retrieval := RETRIEVAL_METRIC.fullmatch(name)) and retrieval[4] == "map":
+        return f"{RETRIEVAL_DATASETS.get(retrieval[1], retrieval[1])} {retrieval[3].capitalize()} mAP"
     if "shot_" in name and name.endswith("_top1"):
         shots, reader = name.removesuffix("_top1").split("shot_")
         return f"{shots}-shot {'kNN' if reader == 'knn' else reader}"
