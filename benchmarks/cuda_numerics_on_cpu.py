@@ -33,16 +33,18 @@ import torch
 import classification.engine
 import classification.finetune
 import classification.linear
+import dense.features
 import moco_core.data.device_data
 import moco_core.run.engine
+import moco_core.run.features
 import moco_core.run.runtime
 import moco_core.run.train
 import transfer.engine
 from moco_core.config import replace
 
 # Every module that calls ``autocast`` (each holds its own reference, imported from moco_core.run.runtime).
-AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, classification.engine, classification.linear,
-                  classification.finetune, transfer.engine)
+AUTOCAST_USERS = (moco_core.run.runtime, moco_core.run.engine, moco_core.run.features, classification.engine,
+                  classification.linear, classification.finetune, transfer.engine, dense.features)
 
 
 def bf16_autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[object]:

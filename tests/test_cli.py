@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from moco_core import checkpoint, config
+from moco_core import checkpoint, config, pretrain_config
 from moco_core.pretrain_config import PretrainConfig
 
 runner = CliRunner()
@@ -83,8 +83,8 @@ def test_print_config_applies_flags_last() -> None:
 @pytest.mark.parametrize(("preset", "sets", "left_out"), [
     ("embedded", ["model.temperature=0.3"], {"v3": None, "optim": ["warmup_epochs"]}),
     ("moco_v2_200ep", ["data.path=/data/imagenet"], {"v3": None, "optim": ["warmup_epochs"]}),
-    ("mocov3_embedded", ["v3.temperature=0.3"], {"model": list(config._V3_UNUSED)}),
-    ("mocov3_vit_embedded", ["v3.momentum=0.996"], {"model": list(config._V3_UNUSED)}),
+    ("mocov3_embedded", ["v3.temperature=0.3"], {"model": list(pretrain_config._V3_UNUSED)}),
+    ("mocov3_vit_embedded", ["v3.momentum=0.996"], {"model": list(pretrain_config._V3_UNUSED)}),
 ])
 def test_print_config_leaves_out_what_the_method_does_not_use_and_loads_back(
         preset: str, sets: list[str], left_out: dict, tmp_path: Path) -> None:

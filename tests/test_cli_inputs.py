@@ -630,7 +630,7 @@ class FakeRuns:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import classification.knn
         import classification.linear
-        import cluster.cli
+        import cluster.job
         import moco_core.run.train
         import reports.render
         import reports.report
@@ -642,7 +642,7 @@ class FakeRuns:
         monkeypatch.setattr(reports.report, "build_report", lambda dirs: None)
         monkeypatch.setattr(reports.render, "write_report",
                             lambda report, out, formats: out.mkdir(parents=True) or (out / "report.md").write_text(""))
-        monkeypatch.setattr(cluster.cli, "_executor", lambda *a, **k: type("Executor", (), {
+        monkeypatch.setattr(cluster.job, "executor", lambda *a, **k: type("Executor", (), {
             "submit": lambda executor, job: self.job()})())
 
 

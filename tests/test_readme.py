@@ -196,7 +196,7 @@ def _option(command: str, name: str) -> str | None:
 CHECKS = ("moco pretrain", "torchrun", "moco eval linear", "moco eval finetune", "moco eval knn", "moco eval transfer",
           "moco eval voc",
           "moco eval coco", "moco eval keypoints", "moco eval lvis", "moco eval cityscapes", "moco eval densepose",
-          "moco eval semseg", "moco eval retrieval", "moco eval davis",
+          "moco eval semseg", "moco eval linseg", "moco eval retrieval", "moco eval davis",
           "moco eval snapshots", "moco convert", "moco report", "moco launch", "moco sweep", "moco trials",
           "moco bench",
           "MOCO_SMOKE=1 moco demo")
@@ -287,6 +287,13 @@ def _check(command: str, work: Path, env: dict[str, str], output: str) -> None:
         assert record["task"] == "davis" and set(record["metrics"]) == {"J&F_mean", "J_mean", "F_mean"}
         tap = _option(command, "--tap") or ("patch" if "$DINO_FULL" in command else "layer4")
         assert record["config"]["short_side"] == 64 and record["config"]["tap"] == tap
+        _check_weights(command, record["backbone"])
+    elif command.startswith("moco eval linseg"):  # the fast mode: its strength chosen on held-out train images
+        record = _record(output, work)
+        assert record["task"] == "linseg" and record["protocol"] == "linseg-fast"
+        assert all(0 <= record["metrics"][m] <= 100 for m in ("mIoU", "pixel_acc")), record["metrics"]
+        assert record["selection"]["on"].startswith("held-out train images") and 0 <= record["knn"]["mIoU"] <= 100
+        assert record["dataset"]["name"] == ("ADE20K" if "$DETECTRON2_DATASETS" in command else "embedded")
         _check_weights(command, record["backbone"])
     elif command.startswith("moco eval"):  # voc, coco, keypoints, lvis, cityscapes, densepose, semseg
         record = _record(output, work)
