@@ -43,16 +43,22 @@ def available_taps(backbone: nn.Module) -> tuple[str, ...]:
     return VIT_TAPS if is_vit(backbone) else RESNET_TAPS
 
 
+def _vit_match(name: str, depth: int, pattern: re.Pattern[str], what: str, names: tuple[str, ...],
+               hint: str) -> re.Match[str]:
+    """``name`` matched against a ViT tap ``pattern`` whose first group counts the last blocks read (1 when
+    absent), within the ``depth`` blocks the ViT has; ValueError naming ``what`` was asked for otherwise."""
+    match = pattern.fullmatch(name)
+    if not match:
+        raise ValueError(f"unknown ViT {what} {name!r}; expected one of {', '.join(names)} ({hint})")
+    if not 1 <= int(match[1] or 1) <= depth:
+        raise ValueError(f"{what} {name!r}: the ViT has {depth} blocks")
+    return match
+
+
 def _vit_tap(name: str, depth: int) -> tuple[int, bool]:
     """(blocks, with the patch average) of a ViT tap name: ``cls`` (1), ``cls4+avg`` (4, True)."""
-    match = _VIT_TAP.fullmatch(name)
-    if not match:
-        raise ValueError(f"unknown ViT feature {name!r}; expected one of {', '.join(VIT_TAPS)} (clsN: the last N "
-                         f"blocks' class tokens)")
-    blocks = int(match[1] or 1)
-    if not 1 <= blocks <= depth:
-        raise ValueError(f"feature {name!r}: the ViT has {depth} blocks")
-    return blocks, bool(match[2])
+    match = _vit_match(name, depth, _VIT_TAP, "feature", VIT_TAPS, "clsN: the last N blocks' class tokens")
+    return int(match[1] or 1), bool(match[2])
 
 
 class FeatureTaps(nn.Module):
@@ -122,14 +128,10 @@ def default_dense_tap(backbone: nn.Module) -> str:
 
 
 def _vit_dense_blocks(name: str, depth: int) -> int:
-    match = _VIT_DENSE_TAP.fullmatch(name)
-    if not match:
-        raise ValueError(f"unknown ViT dense feature {name!r}; expected one of {', '.join(VIT_DENSE_TAPS)} "
-                         f"(patchN: the last N blocks' patch tokens)")
-    blocks = int(match[1] or 1)
-    if not 1 <= blocks <= depth:
-        raise ValueError(f"dense feature {name!r}: the ViT has {depth} blocks")
-    return blocks
+    """The last blocks a dense ViT tap name reads: ``patch`` (1), ``patch4`` (4)."""
+    match = _vit_match(name, depth, _VIT_DENSE_TAP, "dense feature", VIT_DENSE_TAPS,
+                       "patchN: the last N blocks' patch tokens")
+    return int(match[1] or 1)
 
 
 class DenseTaps(nn.Module):
